@@ -1,0 +1,340 @@
+//! What the runtime reports as it works: [`NetEvent`]s delivered to an [`Observer`].
+//!
+//! Why a trait and not a metrics library: the runtime stays free of any metrics or tracing
+//! backend; `soulbase-net-observe` turns these events into Prometheus metrics, spans and
+//! SLIs, and a test can count them directly.
+
+use std::{net::IpAddr, sync::Arc, time::Duration};
+
+use http::{Method, StatusCode};
+
+use crate::{
+    error::{ErrorKind, Phase},
+    response::Elapsed,
+};
+
+/// Receives every [`NetEvent`]. Called inline on the request's task: keep it fast and
+/// non-blocking (count, record, send to a channel).
+pub trait Observer: Send + Sync {
+    /// Handles one event.
+    fn on_event(&self, event: &NetEvent<'_>);
+}
+
+/// An observer that ignores everything; the default of a client without one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoopObserver;
+
+impl Observer for NoopObserver {
+    fn on_event(&self, _event: &NetEvent<'_>) {}
+}
+
+impl<T: Observer + ?Sized> Observer for Arc<T> {
+    fn on_event(&self, event: &NetEvent<'_>) {
+        (**self).on_event(event);
+    }
+}
+
+/// The request an event belongs to: the labels of the seed's metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestInfo<'a> {
+    /// A number the client gives each request, to tie attempts to their request.
+    pub id: u64,
+    /// The method.
+    pub method: &'a Method,
+    /// `http` or `https`.
+    pub scheme: &'a str,
+    /// The host (lowercase; IPv6 without brackets).
+    pub host: &'a str,
+    /// The tenant, if any.
+    pub tenant: Option<&'a str>,
+}
+
+/// How an attempt or a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A response arrived with this status.
+    Response(StatusCode),
+    /// It failed with this kind of error.
+    Error(ErrorKind),
+}
+
+impl Outcome {
+    /// A stable label for metrics: `"ok"` for 1xx–3xx, `"status_4xx"`, `"status_429"`,
+    /// `"status_5xx"`, or the error kind's label (e.g. `"timeout_ttfb"`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Response(s) if s.as_u16() < 400 => "ok",
+            Outcome::Response(s) => ErrorKind::Status(s.as_u16()).label(),
+            Outcome::Error(kind) => kind.label(),
+        }
+    }
+
+    /// Whether this is a response with a status below 400.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Response(s) if s.as_u16() < 400)
+    }
+}
+
+/// The three states of a circuit breaker (seed 000 §5.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BreakerState {
+    /// Calls pass; failures are counted.
+    Closed,
+    /// Calls fail fast until the cooldown ends.
+    Open,
+    /// A few probes pass to test recovery.
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// A stable lowercase label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+/// Which limit refused a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitScope {
+    /// Per-host concurrency.
+    HostConcurrency,
+    /// Per-tenant concurrency.
+    TenantConcurrency,
+    /// Per-host rate.
+    HostRate,
+    /// The adaptive (AIMD) window.
+    Adaptive,
+    /// A byte or request quota.
+    Quota,
+}
+
+/// Where a DNS answer came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DnsSource {
+    /// A fresh lookup.
+    Lookup,
+    /// The cache, within its TTL.
+    Cache,
+    /// The cache past its TTL, because the lookup failed (serve-stale).
+    Stale,
+    /// A static override.
+    Static,
+    /// An IP literal in the URL; no lookup.
+    Literal,
+}
+
+/// The direction of bytes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Received.
+    In,
+    /// Sent.
+    Out,
+}
+
+impl Direction {
+    /// `"in"` or `"out"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        }
+    }
+}
+
+/// Something the runtime did, as it happened.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum NetEvent<'a> {
+    /// A request passed validation and starts.
+    RequestStarted {
+        /// The request.
+        req: RequestInfo<'a>,
+    },
+    /// An attempt starts (the first, a retry, or a hedge).
+    AttemptStarted {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The attempt number, from 1.
+        attempt: u32,
+        /// Whether it is a hedged copy running beside another attempt.
+        hedge: bool,
+    },
+    /// An attempt ended.
+    AttemptFinished {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The attempt number, from 1.
+        attempt: u32,
+        /// How it ended.
+        outcome: Outcome,
+        /// Its timings.
+        elapsed: Elapsed,
+    },
+    /// A retry is scheduled after a failed attempt.
+    RetryScheduled {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The attempt that failed.
+        attempt: u32,
+        /// Why it is retried: the failed attempt's outcome.
+        reason: Outcome,
+        /// The wait before the next attempt.
+        delay: Duration,
+    },
+    /// A retry was wanted but the retry budget is spent.
+    RetryBudgetExhausted {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The outcome that would have been retried.
+        reason: Outcome,
+    },
+    /// A circuit breaker changed state.
+    BreakerTransition {
+        /// The breaker's key (host, or host and tenant).
+        key: &'a str,
+        /// The state it left.
+        from: BreakerState,
+        /// The state it entered.
+        to: BreakerState,
+    },
+    /// An open breaker refused a call.
+    BreakerRejected {
+        /// The request.
+        req: RequestInfo<'a>,
+    },
+    /// A limit refused or delayed a call.
+    RateLimited {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// Which limit.
+        scope: LimitScope,
+    },
+    /// A redirect was followed.
+    Redirected {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The redirect status.
+        status: StatusCode,
+        /// Where to, without userinfo or query.
+        location: &'a str,
+    },
+    /// A host name was resolved.
+    DnsResolved {
+        /// The name.
+        host: &'a str,
+        /// The addresses, in the order they will be tried.
+        addrs: &'a [IpAddr],
+        /// Where the answer came from.
+        source: DnsSource,
+        /// How long it took.
+        elapsed: Duration,
+    },
+    /// The address guard or allow-list refused a destination; nothing was dialled.
+    Blocked {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The refused address, when the refusal is about an address.
+        addr: Option<IpAddr>,
+        /// The rule that refused it, e.g. `"private"`, `"allow_hosts"`.
+        rule: &'a str,
+    },
+    /// Bytes went over the wire for a request.
+    Bytes {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// In or out.
+        dir: Direction,
+        /// How many.
+        bytes: u64,
+    },
+    /// A timeout fired.
+    TimedOut {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// Which phase.
+        phase: Phase,
+    },
+    /// A request ended.
+    RequestFinished {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// How it ended.
+        outcome: Outcome,
+        /// Attempts made.
+        attempts: u32,
+        /// Its timings.
+        elapsed: Elapsed,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn outcome_labels_match_the_metrics_vocabulary() {
+        assert_eq!(Outcome::Response(StatusCode::OK).label(), "ok");
+        assert_eq!(Outcome::Response(StatusCode::NOT_MODIFIED).label(), "ok");
+        assert_eq!(
+            Outcome::Response(StatusCode::NOT_FOUND).label(),
+            "status_4xx"
+        );
+        assert_eq!(
+            Outcome::Response(StatusCode::TOO_MANY_REQUESTS).label(),
+            "status_429"
+        );
+        assert_eq!(
+            Outcome::Response(StatusCode::BAD_GATEWAY).label(),
+            "status_5xx"
+        );
+        assert_eq!(
+            Outcome::Error(ErrorKind::Timeout(Phase::Ttfb)).label(),
+            "timeout_ttfb"
+        );
+        assert_eq!(Outcome::Error(ErrorKind::Blocked).label(), "blocked");
+        assert!(Outcome::Response(StatusCode::OK).is_success());
+        assert!(!Outcome::Response(StatusCode::BAD_GATEWAY).is_success());
+        assert!(!Outcome::Error(ErrorKind::Dns).is_success());
+    }
+
+    #[test]
+    fn observers_behind_arcs_receive_events() {
+        struct Count(AtomicUsize);
+        impl Observer for Count {
+            fn on_event(&self, event: &NetEvent<'_>) {
+                if let NetEvent::RequestStarted { req } = event {
+                    assert_eq!(req.host, "h.example");
+                    self.0.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let obs: Arc<dyn Observer> = count.clone();
+        let method = Method::GET;
+        let req = RequestInfo {
+            id: 1,
+            method: &method,
+            scheme: "https",
+            host: "h.example",
+            tenant: None,
+        };
+        obs.on_event(&NetEvent::RequestStarted { req });
+        obs.on_event(&NetEvent::TimedOut {
+            req,
+            phase: Phase::Read,
+        });
+        NoopObserver.on_event(&NetEvent::RequestStarted { req });
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        assert_eq!(BreakerState::HalfOpen.as_str(), "half_open");
+        assert_eq!(Direction::Out.as_str(), "out");
+    }
+}

@@ -1,0 +1,47 @@
+//! Types, stable error codes and traits of soulbase-net, the governed outbound HTTP layer.
+//!
+//! This crate has no I/O. It defines what every other crate and every service speaks:
+//!
+//! - [`NetRequest`] (with a builder), [`Body`], [`TimeoutCfg`]; [`NetResponse`],
+//!   [`RespBody`], [`Elapsed`];
+//! - [`NetError`]: one opaque error, one pointer wide, with its [`ErrorKind`], the stable
+//!   SB-02 [`ErrorCode`] and its public view, the attempts made, and the source chain;
+//! - [`NetClient`] (one object-safe method) and [`NetClientExt`] (`get_json`, `post_json`,
+//!   `get_bytes`, for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`].
+//!
+//! A service that only needs to call a client, or to provide a test double, depends on this
+//! crate alone; `soulbase-net-runtime` provides the real client.
+//!
+//! ```
+//! use soulbase_net_core::{ErrorCode, ErrorKind, NetRequest};
+//!
+//! let req = NetRequest::get("http://user:pw@api.example.com/");
+//! let err = req.validate(1 << 20).unwrap_err();
+//! assert_eq!(err.kind(), ErrorKind::InvalidRequest);
+//! assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+//! assert_eq!(err.code().as_str(), "SCHEMA.VALIDATION_FAILED");
+//! ```
+
+mod body;
+mod client;
+mod error;
+mod event;
+mod interceptor;
+mod request;
+mod response;
+mod timeout;
+
+pub use crate::body::{Body, BodyStream};
+pub use crate::client::{NetClient, NetClientExt};
+pub use crate::error::{status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
+pub use crate::event::{
+    BreakerState, Direction, DnsSource, LimitScope, NetEvent, NoopObserver, Observer, Outcome,
+    RequestInfo,
+};
+pub use crate::interceptor::Interceptor;
+pub use crate::request::NetRequest;
+pub use crate::response::{parse_retry_after, Elapsed, NetResponse, RespBody};
+pub use crate::timeout::TimeoutCfg;
+
+/// Re-exported so that users need not depend on these crates to name their types.
+pub use {bytes, http, url};

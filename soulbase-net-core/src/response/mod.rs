@@ -1,0 +1,234 @@
+//! Responses: [`NetResponse`], its body [`RespBody`] and timings [`Elapsed`].
+
+use std::{fmt, time::Duration};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, StatusCode};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt};
+use serde::de::DeserializeOwned;
+
+use crate::error::{ErrorKind, NetError};
+
+/// Where the time of an attempt went (seed 000 §2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Elapsed {
+    /// Opening the connection: DNS, TCP, proxy tunnel and TLS; zero for a pooled connection.
+    pub connect: Duration,
+    /// From the start of the attempt to the response head.
+    pub ttfb: Duration,
+    /// The whole call, from the first attempt to the response head of the last one.
+    pub total: Duration,
+}
+
+/// The body of a [`NetResponse`]: already buffered, or still arriving.
+///
+/// A streamed body yields [`NetError`]s of its own: the read timeout
+/// (`Timeout(Read)`) and the size limit (`TooLarge`) are enforced while it streams.
+#[non_exhaustive]
+pub enum RespBody {
+    /// The whole body.
+    Bytes(Bytes),
+    /// A body still arriving.
+    Stream(UnsyncBoxBody<Bytes, NetError>),
+}
+
+/// A response to a [`NetRequest`](crate::NetRequest).
+///
+/// # Examples
+/// ```
+/// # async fn run() -> Result<(), soulbase_net_core::NetError> {
+/// use soulbase_net_core::NetResponse;
+///
+/// let resp = NetResponse::from_bytes(http::StatusCode::OK, r#"{"id":7}"#);
+/// let value: serde_json::Value = resp.error_for_status()?.json().await?;
+/// assert_eq!(value["id"], 7);
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+/// ```
+pub struct NetResponse {
+    /// The status of the final response (after redirects).
+    pub status: StatusCode,
+    /// The response headers.
+    pub headers: HeaderMap,
+    /// The `Content-Type` header, if any and valid UTF-8.
+    pub content_type: Option<String>,
+    /// The body.
+    pub body: RespBody,
+    /// Timings of the call.
+    pub elapsed: Elapsed,
+    /// Body bytes received so far: the whole body once buffered; for a stream, what was read
+    /// before it was handed over (the observer reports the final count).
+    pub bytes_in: u64,
+    /// Attempts made, the successful one included.
+    pub attempts: u32,
+    /// The URL of the final response (after redirects), without userinfo.
+    pub url: String,
+}
+
+// === impl NetResponse ===
+
+impl NetResponse {
+    /// A buffered response with `status` and `body` and no headers; for tests and test
+    /// doubles of [`NetClient`](crate::NetClient).
+    pub fn from_bytes(status: StatusCode, body: impl Into<Bytes>) -> Self {
+        let body = body.into();
+        NetResponse {
+            status,
+            headers: HeaderMap::new(),
+            content_type: None,
+            bytes_in: body.len() as u64,
+            body: RespBody::Bytes(body),
+            elapsed: Elapsed::default(),
+            attempts: 1,
+            url: String::new(),
+        }
+    }
+
+    /// Sets a header (builder style, for test doubles); keeps `content_type` in step.
+    pub fn with_header(mut self, name: header::HeaderName, value: header::HeaderValue) -> Self {
+        if name == header::CONTENT_TYPE {
+            self.content_type = value.to_str().ok().map(str::to_owned);
+        }
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// The whole body, reading a stream to its end.
+    ///
+    /// # Errors
+    /// What the stream yields: `Timeout(Read)`, `TooLarge`, `Io`.
+    pub async fn bytes(self) -> Result<Bytes, NetError> {
+        match self.body {
+            RespBody::Bytes(b) => Ok(b),
+            RespBody::Stream(s) => Ok(s.collect().await?.to_bytes()),
+        }
+    }
+
+    /// The body decoded as UTF-8 text (invalid sequences are replaced).
+    ///
+    /// # Errors
+    /// As [`NetResponse::bytes`].
+    pub async fn text(self) -> Result<String, NetError> {
+        let bytes = self.bytes().await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The body decoded as JSON.
+    ///
+    /// # Errors
+    /// As [`NetResponse::bytes`], and [`ErrorKind::Decode`] (`SCHEMA.VALIDATION_FAILED`) if
+    /// the body is not valid JSON of type `T`.
+    pub async fn json<T: DeserializeOwned>(self) -> Result<T, NetError> {
+        let url = self.url.clone();
+        let bytes = self.bytes().await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            let err = NetError::decode(e).with_message("response body is not the expected json");
+            if url.is_empty() {
+                err
+            } else {
+                err.with_context(url)
+            }
+        })
+    }
+
+    /// Turns an error status (4xx, 5xx) into an [`ErrorKind::Status`] error, whose code follows
+    /// the table of [`status_code`](crate::status_code): 5xx → `PROVIDER.UNAVAILABLE`,
+    /// 429 → `QUOTA.RATE_LIMITED`, 401/403/407 → `AUTH.FORBIDDEN`, 408 →
+    /// `PROVIDER.TIMEOUT`, other 4xx → `SCHEMA.VALIDATION_FAILED`. The error carries the
+    /// attempts made and the `Retry-After` delay when the response has one (seconds or an
+    /// HTTP date). Other statuses pass through.
+    ///
+    /// # Errors
+    /// As above.
+    pub fn error_for_status(self) -> Result<Self, NetError> {
+        match self.status_error() {
+            Some(err) => Err(err),
+            None => Ok(self),
+        }
+    }
+
+    /// Like [`NetResponse::error_for_status`], keeping the response.
+    ///
+    /// # Errors
+    /// As [`NetResponse::error_for_status`].
+    pub fn error_for_status_ref(&self) -> Result<&Self, NetError> {
+        match self.status_error() {
+            Some(err) => Err(err),
+            None => Ok(self),
+        }
+    }
+
+    fn status_error(&self) -> Option<NetError> {
+        if !(self.status.is_client_error() || self.status.is_server_error()) {
+            return None;
+        }
+        let mut err =
+            NetError::new(ErrorKind::Status(self.status.as_u16())).with_attempts(self.attempts);
+        if !self.url.is_empty() {
+            err = err.with_context(self.url.clone());
+        }
+        if let Some(after) = self.retry_after(std::time::SystemTime::now()) {
+            err = err.with_retry_after(after);
+        }
+        Some(err)
+    }
+
+    /// The `Retry-After` header as a delay from `now`: delta-seconds or an HTTP date (a date
+    /// in the past is a zero delay). `None` when absent or unparsable.
+    pub fn retry_after(&self, now: std::time::SystemTime) -> Option<Duration> {
+        parse_retry_after(self.headers.get(header::RETRY_AFTER)?, now)
+    }
+}
+
+/// Parses a `Retry-After` value (RFC 9110 §10.2.3): delta-seconds or an HTTP date.
+///
+/// # Examples
+/// ```
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use http::HeaderValue;
+/// use soulbase_net_core::parse_retry_after;
+///
+/// let now = UNIX_EPOCH + Duration::from_secs(784_111_717); // Sun, 06 Nov 1994 08:48:37 GMT
+/// assert_eq!(parse_retry_after(&HeaderValue::from_static("120"), now), Some(Duration::from_secs(120)));
+/// let date = HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT");
+/// assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(60)));
+/// assert_eq!(parse_retry_after(&HeaderValue::from_static("soon"), now), None);
+/// ```
+pub fn parse_retry_after(
+    value: &header::HeaderValue,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse::<u64>().ok().map(Duration::from_secs);
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+impl fmt::Debug for NetResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetResponse")
+            .field("status", &self.status)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("content_type", &self.content_type)
+            .field("body", &self.body)
+            .field("elapsed", &self.elapsed)
+            .field("bytes_in", &self.bytes_in)
+            .field("attempts", &self.attempts)
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl fmt::Debug for RespBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RespBody::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            RespBody::Stream(_) => f.write_str("Stream(..)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

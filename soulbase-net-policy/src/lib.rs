@@ -1,0 +1,1 @@
+//! Policy documents of soulbase-net.

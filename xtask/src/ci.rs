@@ -1,0 +1,87 @@
+//! `cargo xtask ci`: every check CI runs, in order, stopping at the first failure.
+#![allow(
+    clippy::disallowed_types,
+    reason = "xtask has no tokio runtime; std Instant only times the steps"
+)]
+
+use std::{process::Command, time::Instant};
+
+use crate::{project_root, tidy};
+
+/// One step: a title and the cargo arguments, with extra environment.
+struct Step {
+    title: &'static str,
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+}
+
+const STEPS: &[Step] = &[
+    Step {
+        title: "format",
+        args: &["fmt", "--all", "--check"],
+        env: &[],
+    },
+    Step {
+        title: "clippy",
+        args: &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        env: &[],
+    },
+    Step {
+        title: "tests",
+        args: &["test", "--workspace", "--all-features"],
+        env: &[],
+    },
+    Step {
+        title: "docs",
+        args: &["doc", "--workspace", "--no-deps", "--all-features"],
+        env: &[("RUSTDOCFLAGS", "-D warnings")],
+    },
+];
+
+/// Runs the steps; an error names the step that failed.
+pub(crate) fn run() -> Result<(), String> {
+    let root = project_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let started = Instant::now();
+    step_banner("repository rules");
+    tidy::check(&root).map_err(|problems| format!("tidy failed:\n{}", problems.join("\n")))?;
+    for step in STEPS {
+        step_banner(step.title);
+        let t = Instant::now();
+        let status = Command::new(&cargo)
+            .args(step.args)
+            .envs(step.env.iter().copied())
+            .current_dir(&root)
+            .status()
+            .map_err(|e| format!("could not run cargo for step `{}`: {e}", step.title))?;
+        if !status.success() {
+            return Err(format!(
+                "step `{}` failed ({status}): cargo {}",
+                step.title,
+                step.args.join(" ")
+            ));
+        }
+        eprintln!(
+            "xtask: {} ok in {:.1}s",
+            step.title,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!(
+        "xtask: ci passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn step_banner(title: &str) {
+    eprintln!("\nxtask: == {title} ==");
+}

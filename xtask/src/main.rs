@@ -1,0 +1,48 @@
+//! Developer commands for the soulbase-net workspace (`cargo xtask <command>`).
+//!
+//! Why an xtask: the checks CI runs are plain Rust, run the same way on a laptop and on a
+//! fresh CI machine that has only the Rust toolchain (rust-analyzer's pattern).
+
+mod ci;
+mod tidy;
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci      fmt check, clippy -D warnings, tests, docs, repository rules (what CI runs)
+  tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci::run(),
+        Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
+        Some("help" | "-h" | "--help") | None => {
+            eprint!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+pub(crate) fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}

@@ -1,0 +1,401 @@
+//! Repository rules, checked by `#[test] fn tidy()` (so plain `cargo test` catches them) and
+//! by `cargo xtask tidy`. Each problem is reported as `path[:line]: rule`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+
+/// The crate layering of DESIGN.md §1: what each library crate may depend on (normal and
+/// build dependencies). `xtask` may depend on everything; nothing may depend on `xtask`.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("soulbase-net-core", &[]),
+    ("soulbase-net-policy", &["soulbase-net-core"]),
+    (
+        "soulbase-net-runtime",
+        &["soulbase-net-core", "soulbase-net-policy"],
+    ),
+    (
+        "soulbase-net-interceptors",
+        &["soulbase-net-core", "soulbase-net-policy"],
+    ),
+    ("soulbase-net-observe", &["soulbase-net-core"]),
+    ("soulbase-net-testkit", &["soulbase-net-core"]),
+];
+
+/// Crates that must never be in the dependency tree (DEPS.md trap 1: one crypto provider).
+const FORBIDDEN_PACKAGES: &[&str] = &["aws-lc-rs", "aws-lc-sys", "aws-lc-fips-sys"];
+
+/// The only file allowed to call rustls' `dangerous()` (certificate pinning).
+const DANGEROUS_ALLOWED: &str = "soulbase-net-runtime/src/tls/pin.rs";
+
+/// The call the rule looks for, spelled so that this file does not match itself.
+const DANGEROUS_CALL: &str = concat!(".danger", "ous()");
+
+/// Runs every rule; `Err` lists every problem found.
+pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    match cargo_metadata(root) {
+        Ok(meta) => {
+            check_layering(&meta, &mut problems);
+            check_forbidden_packages(&meta, &mut problems);
+        }
+        Err(e) => problems.push(format!("Cargo.toml: cargo metadata failed: {e}")),
+    }
+    let members = member_dirs(root);
+    for dir in &members {
+        check_manifest(root, dir, &mut problems);
+    }
+    for file in rust_files(root) {
+        check_source(root, &file, &mut problems);
+    }
+    check_error_codes(&mut problems);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        problems.sort();
+        Err(problems)
+    }
+}
+
+fn cargo_metadata(root: &Path) -> Result<Value, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(root)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+fn workspace_packages(meta: &Value) -> Vec<&Value> {
+    let members: BTreeSet<&str> = meta["workspace_members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["id"].as_str().is_some_and(|id| members.contains(id)))
+        .collect()
+}
+
+fn check_layering(meta: &Value, problems: &mut Vec<String>) {
+    let layers: BTreeMap<&str, &[&str]> = LAYERS.iter().copied().collect();
+    let packages = workspace_packages(meta);
+    let names: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    for expected in layers.keys().chain(std::iter::once(&"xtask")) {
+        if !names.contains(expected) {
+            problems.push(format!(
+                "Cargo.toml: workspace member `{expected}` is missing"
+            ));
+        }
+    }
+    for pkg in packages {
+        let Some(name) = pkg["name"].as_str() else {
+            continue;
+        };
+        for dep in pkg["dependencies"].as_array().into_iter().flatten() {
+            let Some(dep_name) = dep["name"].as_str() else {
+                continue;
+            };
+            if !names.contains(dep_name) {
+                continue;
+            }
+            let kind = dep["kind"].as_str().unwrap_or("normal");
+            let manifest = format!("{name}/Cargo.toml");
+            if dep_name == "xtask" {
+                problems.push(format!("{manifest}: depends on xtask, a dev tool"));
+                continue;
+            }
+            if name == "xtask" {
+                continue;
+            }
+            if name == "soulbase-net-testkit" && dep_name != "soulbase-net-core" {
+                problems.push(format!(
+                    "{manifest}: testkit depends on `{dep_name}` ({kind}); it is the other side of the wire and may use core only"
+                ));
+                continue;
+            }
+            if kind == "dev" {
+                continue;
+            }
+            let allowed = layers.get(name).copied().unwrap_or(&[]);
+            if !allowed.contains(&dep_name) {
+                problems.push(format!(
+                    "{manifest}: depends on `{dep_name}`, which the layering of DESIGN.md §1 forbids (allowed: {allowed:?})"
+                ));
+            }
+        }
+    }
+}
+
+fn check_forbidden_packages(meta: &Value, problems: &mut Vec<String>) {
+    for pkg in meta["packages"].as_array().into_iter().flatten() {
+        let name = pkg["name"].as_str().unwrap_or_default();
+        if FORBIDDEN_PACKAGES.contains(&name) {
+            problems.push(format!(
+                "Cargo.lock: `{name}` is in the dependency tree; ring is the only crypto provider (DEPS.md trap 1)"
+            ));
+        }
+    }
+}
+
+fn member_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = LAYERS
+        .iter()
+        .map(|(name, _)| root.join(name))
+        .chain(std::iter::once(root.join("xtask")))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn check_manifest(root: &Path, dir: &Path, problems: &mut Vec<String>) {
+    let path = dir.join("Cargo.toml");
+    let shown = rel(root, &path);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            problems.push(format!("{shown}: cannot be read: {e}"));
+            return;
+        }
+    };
+    let manifest: toml::Table = match text.parse() {
+        Ok(m) => m,
+        Err(e) => {
+            problems.push(format!("{shown}: is not valid TOML: {e}"));
+            return;
+        }
+    };
+    let lints_inherited = manifest
+        .get("lints")
+        .and_then(|l| l.get("workspace"))
+        .and_then(toml::Value::as_bool)
+        .unwrap_or(false);
+    if !lints_inherited {
+        problems.push(format!("{shown}: must have `[lints] workspace = true`"));
+    }
+    for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        let Some(deps) = manifest.get(section).and_then(toml::Value::as_table) else {
+            continue;
+        };
+        for (dep, spec) in deps {
+            let inherited = spec
+                .get("workspace")
+                .and_then(toml::Value::as_bool)
+                .unwrap_or(false);
+            if !inherited {
+                problems.push(format!(
+                    "{shown}: [{section}] `{dep}` must come from [workspace.dependencies] (`{dep}.workspace = true`)"
+                ));
+            }
+        }
+    }
+}
+
+/// Every `.rs` file under a member's `src/`, `tests/`, `benches/` and `examples/`.
+fn rust_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in member_dirs(root) {
+        for sub in ["src", "tests", "benches", "examples"] {
+            collect_rs(&dir.join(sub), &mut files);
+        }
+    }
+    files.sort();
+    files
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn check_source(root: &Path, file: &Path, problems: &mut Vec<String>) {
+    let shown = rel(root, file);
+    let Ok(text) = fs::read_to_string(file) else {
+        problems.push(format!("{shown}: cannot be read"));
+        return;
+    };
+    let in_src = shown.contains("/src/");
+    // A module of a test binary (tests/area/x.rs) may skip `//!`; its root may not.
+    let is_test_module =
+        !in_src && !(shown.ends_with("/main.rs") || shown.matches('/').count() == 2);
+    let first = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let is_unit_test_file = shown.ends_with("/tests.rs");
+    if !first.starts_with("//!") && !is_test_module && !is_unit_test_file {
+        problems.push(format!(
+            "{shown}:1: a crate root or module must start with a `//!` doc line"
+        ));
+    }
+    for (n, line) in text.lines().enumerate() {
+        let line_no = n + 1;
+        let code = line.trim_start();
+        if code.starts_with("//") {
+            continue;
+        }
+        if code.contains(DANGEROUS_CALL) && shown != DANGEROUS_ALLOWED {
+            problems.push(format!(
+                "{shown}:{line_no}: rustls `dangerous()` is only allowed in {DANGEROUS_ALLOWED}"
+            ));
+        }
+        if code.starts_with("#[ignore") {
+            problems.push(format!(
+                "{shown}:{line_no}: no ignored tests are left behind"
+            ));
+        }
+        if code.starts_with("#[should_panic") {
+            problems.push(format!(
+                "{shown}:{line_no}: assert on an error's kind or code instead of #[should_panic]"
+            ));
+        }
+    }
+}
+
+fn check_error_codes(problems: &mut Vec<String>) {
+    use soulbase_net_core::{ErrorCode, ErrorKind, Phase};
+    let mut seen = BTreeSet::new();
+    for code in ErrorCode::ALL {
+        if !seen.insert(code.as_str()) {
+            problems.push(format!(
+                "soulbase-net-core/src/error/code.rs: error code `{}` is not unique",
+                code.as_str()
+            ));
+        }
+        let shape_ok = code.as_str().split_once('.').is_some_and(|(a, b)| {
+            !a.is_empty()
+                && !b.is_empty()
+                && code
+                    .as_str()
+                    .bytes()
+                    .all(|c| c.is_ascii_uppercase() || c == b'.' || c == b'_')
+        });
+        if !shape_ok {
+            problems.push(format!(
+                "soulbase-net-core/src/error/code.rs: error code `{}` is not of the form DOMAIN.NAME",
+                code.as_str()
+            ));
+        }
+    }
+    let mut labels = BTreeSet::new();
+    let kinds = ErrorKind::ALL_SIMPLE
+        .into_iter()
+        .filter(|k| !k.is_timeout())
+        .chain(Phase::ALL.into_iter().map(ErrorKind::Timeout));
+    for kind in kinds {
+        if !labels.insert(kind.label()) {
+            problems.push(format!(
+                "soulbase-net-core/src/error/kind.rs: error label `{}` is not unique",
+                kind.label()
+            ));
+        }
+    }
+}
+
+fn rel(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tidy() {
+        if let Err(problems) = check(&crate::project_root()) {
+            panic!("repository rules broken:\n{}", problems.join("\n"));
+        }
+    }
+
+    #[test]
+    fn layering_violations_are_reported() {
+        let meta = serde_json::json!({
+            "workspace_members": ["a", "b", "c"],
+            "packages": [
+                {"id": "a", "name": "soulbase-net-core", "dependencies": [
+                    {"name": "soulbase-net-runtime", "kind": null}]},
+                {"id": "b", "name": "soulbase-net-testkit", "dependencies": [
+                    {"name": "soulbase-net-runtime", "kind": "dev"}]},
+                {"id": "c", "name": "soulbase-net-runtime", "dependencies": [
+                    {"name": "soulbase-net-testkit", "kind": "dev"},
+                    {"name": "soulbase-net-policy", "kind": null}]},
+            ]
+        });
+        let mut problems = Vec::new();
+        check_layering(&meta, &mut problems);
+        let text = problems.join("\n");
+        assert!(
+            text.contains("soulbase-net-core/Cargo.toml: depends on `soulbase-net-runtime`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("testkit depends on `soulbase-net-runtime` (dev)"),
+            "{text}"
+        );
+        // runtime -> testkit as a dev-dependency is how runtime tests reach real servers.
+        assert!(!text.contains("soulbase-net-runtime/Cargo.toml"), "{text}");
+    }
+
+    #[test]
+    fn forbidden_crypto_provider_is_reported() {
+        let meta = serde_json::json!({"packages": [{"name": "aws-lc-rs"}, {"name": "ring"}]});
+        let mut problems = Vec::new();
+        check_forbidden_packages(&meta, &mut problems);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].contains("aws-lc-rs"));
+    }
+
+    #[test]
+    fn source_rules_report_path_and_line() {
+        let dir = std::env::temp_dir().join(format!("xtask-tidy-{}", std::process::id()));
+        let src = dir.join("soulbase-net-core/src");
+        fs::create_dir_all(&src).unwrap();
+        let file = src.join("bad.rs");
+        let text = format!("use x;\n#[ignore]\nfn f() {{ cfg{DANGEROUS_CALL}; }}\n");
+        fs::write(&file, text).unwrap();
+        let mut problems = Vec::new();
+        check_source(&dir, &file, &mut problems);
+        fs::remove_dir_all(&dir).unwrap();
+        let text = problems.join("\n");
+        assert!(
+            text.contains(
+                "soulbase-net-core/src/bad.rs:1: a crate root or module must start with a `//!`"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("soulbase-net-core/src/bad.rs:2: no ignored tests"),
+            "{text}"
+        );
+        assert!(
+            text.contains("soulbase-net-core/src/bad.rs:3: rustls `dangerous()`"),
+            "{text}"
+        );
+    }
+}
