@@ -238,8 +238,8 @@ fn check_source(root: &Path, file: &Path, problems: &mut Vec<String>) {
     };
     let in_src = shown.contains("/src/");
     // A module of a test binary (tests/area/x.rs) may skip `//!`; its root may not.
-    let is_test_module =
-        !in_src && !(shown.ends_with("/main.rs") || shown.matches('/').count() == 2);
+    let is_test_root = shown.ends_with("/main.rs") || shown.matches('/').count() == 2;
+    let is_test_module = !(in_src || is_test_root);
     let first = text
         .lines()
         .map(str::trim)
