@@ -5,6 +5,6 @@
 //! singleflight and persistence, the address guard applied to every dialled address, TLS with
 //! SPKI pinning and mTLS, proxies, the per-host connection cap, redirects, and the governance
 //! layer (retries with budgets, circuit breaker, limiters with AIMD, hedging, endpoint freezing,
-//! dynamic timeouts) driven by [`soulbase_net_policy::NetPolicy`].
+//! dynamic timeouts) driven by the `NetPolicy` of `soulbase-net-policy`.
 //!
 //! It is built by the transport and resilience issues; until then it exports nothing.
