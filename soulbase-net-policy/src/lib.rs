@@ -1,1 +1,80 @@
-//! Policy documents of soulbase-net.
+//! Policy documents of soulbase-net: every knob of the governed HTTP client with its default,
+//! TOML/JSON configuration with overrides by host pattern, tenant and tenant + host, validation
+//! that reports every problem at once, and a lock-free resolver with atomic hot reload.
+//!
+//! ```
+//! use soulbase_net_policy::{PolicyDocument, PolicyResolver, SnapshotResolver};
+//! use std::time::Duration;
+//!
+//! let doc = PolicyDocument::from_toml_str(r#"
+//!     [default]
+//!     timeout.total = "60s"
+//!
+//!     [overrides."*.example.com"]
+//!     retry.backoff.cap = "2s"
+//!
+//!     [tenants.t1]
+//!     limits.per_tenant_concurrency = 32
+//!
+//!     [tenants.t1.overrides."api.example.com"]
+//!     retry.max_attempts = 2
+//! "#)?;
+//! let resolver = SnapshotResolver::new(doc)?;
+//!
+//! let p = resolver.resolve(Some("t1"), "API.Example.com.");
+//! assert_eq!(p.timeout.total, Duration::from_secs(60));          // default
+//! assert_eq!(p.retry.backoff.cap, Duration::from_secs(2));       // host pattern
+//! assert_eq!(p.limits.per_tenant_concurrency, 32);               // tenant
+//! assert_eq!(p.retry.max_attempts, 2);                           // tenant + host
+//! assert_eq!(resolver.resolve(None, "other.org").retry.max_attempts, 3); // built-in default
+//!
+//! // Mistakes are reported all at once, each with its path.
+//! let err = PolicyDocument::from_toml_str(r#"
+//!     [default]
+//!     retry.max_attempts = 0
+//!     [overrides."*.example.com"]
+//!     tls.verify_cert = false
+//! "#).unwrap_err();
+//! assert_eq!(err.problems().len(), 2);
+//! assert_eq!(err.problems()[1].path, r#"overrides."*.example.com".tls.verify_cert"#);
+//! # Ok::<(), soulbase_net_policy::PolicyError>(())
+//! ```
+//!
+//! Defaults come from the seeds: seed 000 §3 (TLS 1.2+, private addresses denied, 3 attempts
+//! for idempotent requests, breaker off, ≤ 5 redirects, 32MiB bodies, 64 per host), seed 001
+//! (the deadline closure, dynamic timeouts, hedging, the retry budget), seed 002 (AIMD) and
+//! seed 004 (endpoint freezing for 10m; DNS cached for 1h, persisted, refreshed every 30m).
+//! Where the seeds are silent, the choice follows Envoy, Finagle, gRPC and resilience4j, and
+//! the field's documentation says so.
+
+mod document;
+mod host;
+mod policy;
+mod resolver;
+mod serde_opt;
+mod size;
+mod validate;
+
+pub use crate::document::PolicyDocument;
+pub use crate::host::{normalize_host, HostPattern, HostPatternError, HostPatternSet};
+pub use crate::policy::breaker::{CbKey, CircuitBreakerPolicy, SlowCallCfg};
+pub use crate::policy::cache::CacheHookPolicy;
+pub use crate::policy::dns::DnsPolicy;
+pub use crate::policy::endpoints::EndpointPolicy;
+pub use crate::policy::hedge::HedgePolicy;
+pub use crate::policy::limits::{AimdPolicy, AimdScope, LimitsPolicy};
+pub use crate::policy::proxy::ProxyPolicy;
+pub use crate::policy::redirect::RedirectPolicy;
+pub use crate::policy::retry::{BackoffCfg, JitterMode, RetryBudget, RetryOn, RetryPolicy};
+pub use crate::policy::security::{SandboxGrants, SecurityPolicy};
+pub use crate::policy::timeout::{DynamicTimeout, TimeoutPolicy};
+pub use crate::policy::tls::{MtlsCfg, TlsPolicy, TlsVersion};
+pub use crate::policy::NetPolicy;
+pub use crate::resolver::{PolicyResolver, Snapshot, SnapshotResolver};
+pub use crate::size::{ByteSize, ParseByteSizeError};
+pub use crate::validate::{PolicyError, Problem};
+
+/// The README's quick start, compiled and run as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeQuickStart;

@@ -1,0 +1,300 @@
+//! Host names and host patterns (`api.example.com`, `*.example.com`) and their matching.
+//!
+//! Hosts and patterns are normalised the same way before they are compared: ASCII lowercase,
+//! one trailing dot removed, internationalised names converted to A-labels (IDNA, via the
+//! `url` crate), IPv4 written canonically and IPv6 written in brackets (`[::1]`).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+use std::str::FromStr;
+
+mod set;
+
+pub use self::set::HostPatternSet;
+
+/// A host pattern: an exact host (`api.example.com`, `10.0.0.7`, `[::1]`) or a wildcard over
+/// the sub-domains of a domain (`*.example.com`).
+///
+/// `*.example.com` matches `a.example.com` and `a.b.example.com`, but neither `example.com`
+/// nor `evilexample.com`. The `*` may only be the whole first label: `*foo.com`, `a.*.com`
+/// and a bare `*` are rejected, and so is an empty pattern.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_policy::HostPattern;
+/// let p = HostPattern::parse("*.Example.COM.").unwrap();
+/// assert_eq!(p.to_string(), "*.example.com");
+/// assert!(p.matches("a.b.example.com"));
+/// assert!(!p.matches("example.com"));
+/// assert!(!p.matches("evilexample.com"));
+/// assert!(HostPattern::parse("a.*.com").is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostPattern {
+    kind: Kind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A normalised host.
+    Exact(String),
+    /// The normalised domain after `*.`.
+    Wildcard(String),
+}
+
+/// Why a host or host pattern is invalid.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid host `{input}`: {reason}")]
+pub struct HostPatternError {
+    input: String,
+    reason: String,
+}
+
+/// Normalises a host name for comparison: ASCII lowercase, trailing dot removed, IDN to
+/// A-labels, IPv4 canonical, IPv6 in brackets.
+///
+/// # Errors
+/// When `host` is empty or not a valid host name or IP address.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_policy::normalize_host;
+/// assert_eq!(normalize_host("API.Example.com.").unwrap(), "api.example.com");
+/// assert_eq!(normalize_host("bücher.example").unwrap(), "xn--bcher-kva.example");
+/// assert_eq!(normalize_host("::1").unwrap(), "[::1]");
+/// ```
+pub fn normalize_host(host: &str) -> Result<String, HostPatternError> {
+    let err = |reason: &str| HostPatternError {
+        input: host.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let h = host.strip_suffix('.').unwrap_or(host);
+    if h.is_empty() {
+        return Err(err("the host is empty"));
+    }
+    if h.contains(':') && !h.starts_with('[') {
+        return h
+            .parse::<Ipv6Addr>()
+            .map(|ip| format!("[{ip}]"))
+            .map_err(|_| err("not a valid IPv6 address (or a host name with a `:`)"));
+    }
+    let parsed = url::Host::parse(h).map_err(|e| err(&e.to_string()))?;
+    let out = match parsed {
+        url::Host::Domain(d) => d,
+        url::Host::Ipv4(ip) => return Ok(ip.to_string()),
+        url::Host::Ipv6(ip) => return Ok(format!("[{ip}]")),
+    };
+    check_labels(&out).map_err(err)?;
+    Ok(out)
+}
+
+/// A cheap normalisation for lookups: hosts already in normal form are borrowed.
+pub(crate) fn lookup_key(host: &str) -> Cow<'_, str> {
+    let h = host.strip_suffix('.').unwrap_or(host);
+    let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-';
+    if h.bytes().all(plain) {
+        return Cow::Borrowed(h);
+    }
+    if h.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+    {
+        return Cow::Owned(h.to_ascii_lowercase());
+    }
+    match normalize_host(host) {
+        Ok(n) => Cow::Owned(n),
+        Err(_) => Cow::Owned(h.to_lowercase()),
+    }
+}
+
+fn check_labels(domain: &str) -> Result<(), &'static str> {
+    if domain.len() > 253 {
+        return Err("a host name is at most 253 characters");
+    }
+    for label in domain.split('.') {
+        if label.is_empty() {
+            return Err("a host name has no empty labels");
+        }
+        if label.len() > 63 {
+            return Err("a label of a host name is at most 63 characters");
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err("a host name has only letters, digits, `-` and `_`");
+        }
+    }
+    Ok(())
+}
+
+// === impl HostPattern ===
+
+impl HostPattern {
+    /// Parses and normalises a pattern.
+    ///
+    /// # Errors
+    /// When the pattern is empty, is a bare `*`, has a `*` other than as the whole first label,
+    /// or names an invalid host.
+    pub fn parse(pattern: &str) -> Result<Self, HostPatternError> {
+        let err = |reason: &str| HostPatternError {
+            input: pattern.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if pattern.is_empty() {
+            return Err(err("the pattern is empty"));
+        }
+        if pattern == "*" || pattern == "*." {
+            return Err(err(
+                "a bare `*` is not a pattern: the default policy (or leaving the list out) covers every host",
+            ));
+        }
+        let (wild, rest) = match pattern.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, pattern),
+        };
+        if rest.contains('*') {
+            return Err(err(
+                "`*` may only be the whole first label, as in `*.example.com`",
+            ));
+        }
+        let host = normalize_host(rest).map_err(|e| err(&e.reason))?;
+        if !wild {
+            return Ok(Self {
+                kind: Kind::Exact(host),
+            });
+        }
+        if host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
+            return Err(err("a wildcard needs a domain name, not an IP address"));
+        }
+        Ok(Self {
+            kind: Kind::Wildcard(host),
+        })
+    }
+
+    /// `true` for `*.domain` patterns.
+    pub fn is_wildcard(&self) -> bool {
+        matches!(self.kind, Kind::Wildcard(_))
+    }
+
+    /// Whether `host` matches this pattern (the host is normalised first).
+    pub fn matches(&self, host: &str) -> bool {
+        let key = lookup_key(host);
+        match &self.kind {
+            Kind::Exact(h) => *h == key,
+            Kind::Wildcard(suffix) => is_strict_subdomain(&key, suffix),
+        }
+    }
+
+    /// Whether some host matches both patterns.
+    pub fn overlaps(&self, other: &HostPattern) -> bool {
+        match (&self.kind, &other.kind) {
+            (Kind::Exact(a), Kind::Exact(b)) => a == b,
+            (Kind::Exact(h), Kind::Wildcard(s)) | (Kind::Wildcard(s), Kind::Exact(h)) => {
+                is_strict_subdomain(h, s)
+            }
+            (Kind::Wildcard(a), Kind::Wildcard(b)) => {
+                a == b || is_strict_subdomain(a, b) || is_strict_subdomain(b, a)
+            }
+        }
+    }
+}
+
+/// `host` is `<one or more labels>.suffix`.
+fn is_strict_subdomain(host: &str, suffix: &str) -> bool {
+    host.len() > suffix.len() + 1
+        && host.ends_with(suffix)
+        && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
+        && !host.starts_with('.')
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Exact(h) => f.write_str(h),
+            Kind::Wildcard(s) => write!(f, "*.{s}"),
+        }
+    }
+}
+
+impl FromStr for HostPattern {
+    type Err = HostPatternError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_case_dot_idn_and_ips() {
+        assert_eq!(
+            normalize_host("API.Example.COM.").unwrap(),
+            "api.example.com"
+        );
+        assert_eq!(
+            normalize_host("Bücher.example").unwrap(),
+            "xn--bcher-kva.example"
+        );
+        assert_eq!(normalize_host("10.0.0.7").unwrap(), "10.0.0.7");
+        assert_eq!(normalize_host("[::1]").unwrap(), "[::1]");
+        assert_eq!(normalize_host("::1").unwrap(), "[::1]");
+        for bad in ["", ".", "a b.com", "a..b", "exa/mple.com", &"a".repeat(64)] {
+            assert!(normalize_host(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn wildcards_match_subdomains_only() {
+        let p = HostPattern::parse("*.example.com").unwrap();
+        assert!(p.is_wildcard());
+        for h in ["a.example.com", "a.b.example.com", "A.Example.com."] {
+            assert!(p.matches(h), "{h}");
+        }
+        for h in [
+            "example.com",
+            "evilexample.com",
+            ".example.com",
+            "example.com.evil",
+        ] {
+            assert!(!p.matches(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_patterns() {
+        for bad in [
+            "",
+            "*",
+            "*foo.com",
+            "a.*.com",
+            "*.*.com",
+            "foo*",
+            "*.10.0.0.1",
+            "*.",
+        ] {
+            assert!(HostPattern::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn idn_patterns_match_a_labels() {
+        let p = HostPattern::parse("*.bücher.example").unwrap();
+        assert_eq!(p.to_string(), "*.xn--bcher-kva.example");
+        assert!(p.matches("shop.BÜCHER.example"));
+        assert!(p.matches("shop.xn--bcher-kva.example"));
+    }
+
+    #[test]
+    fn overlaps() {
+        let p = |s| HostPattern::parse(s).unwrap();
+        assert!(p("*.example.com").overlaps(&p("a.example.com")));
+        assert!(p("*.example.com").overlaps(&p("*.a.example.com")));
+        assert!(!p("*.example.com").overlaps(&p("example.com")));
+        assert!(!p("*.example.com").overlaps(&p("*.example.org")));
+        assert!(p("a.example.com").overlaps(&p("a.example.com")));
+    }
+}

@@ -1,0 +1,133 @@
+//! Limits policy: concurrency per host and per tenant, request rate, and AIMD adaptive
+//! concurrency.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::validate::Checker;
+
+/// Backpressure (seed 000 §7, AIMD from seed 002).
+///
+/// Over a limit the request fails at once with `RateLimited` unless `max_wait` allows a
+/// bounded wait. The per-host limit also caps connections opened to the host.
+///
+/// Default: 64 in flight per host, 256 per tenant, no rate limit, no waiting, AIMD off.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct LimitsPolicy {
+    /// Requests in flight per host (and connections per host). Default is 64.
+    pub per_host_concurrency: u32,
+    /// Requests in flight per tenant. Default is 256.
+    pub per_tenant_concurrency: u32,
+    /// Requests per second per host (GCRA token bucket); `None` means no rate limit.
+    /// Default is `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_host_rate_rps: Option<u32>,
+    /// Burst allowed above the rate; `None` means one second's worth (= the rate). Ignored
+    /// without a rate. Default is `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_burst: Option<u32>,
+    /// Longest wait for a permit; 0s fails at once with `RateLimited`. Default is 0s.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+    /// Adaptive concurrency. Default is off.
+    pub aimd: AimdPolicy,
+}
+
+/// Additive-increase / multiplicative-decrease concurrency window (seed 002): each success
+/// adds `increase`, each timeout or overload error multiplies by `decrease_factor`, clamped to
+/// `[min, max]`.
+///
+/// Default: off, per host, 16 initial, 1..=256, +1, ×0.5.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AimdPolicy {
+    /// Whether the adaptive window applies. Default is `false`.
+    pub enabled: bool,
+    /// Where one window is kept. Default is [`AimdScope::Host`].
+    pub scope: AimdScope,
+    /// Starting window. Default is 16.
+    pub initial: u32,
+    /// Smallest window. Default is 1.
+    pub min: u32,
+    /// Largest window. Default is 256.
+    pub max: u32,
+    /// Added per success. Default is 1.
+    pub increase: u32,
+    /// Multiplier on timeout or overload, in `(0, 1)`. Default is 0.5.
+    pub decrease_factor: f64,
+}
+
+/// Where an AIMD window is kept. Default is `Host`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum AimdScope {
+    /// One window for the whole client.
+    Global,
+    /// One window per host. The default.
+    #[default]
+    Host,
+}
+
+impl Default for LimitsPolicy {
+    fn default() -> Self {
+        Self {
+            per_host_concurrency: 64,
+            per_tenant_concurrency: 256,
+            per_host_rate_rps: None,
+            rate_burst: None,
+            max_wait: Duration::ZERO,
+            aimd: AimdPolicy::default(),
+        }
+    }
+}
+
+impl Default for AimdPolicy {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            scope: AimdScope::Host,
+            initial: 16,
+            min: 1,
+            max: 256,
+            increase: 1,
+            decrease_factor: 0.5,
+        }
+    }
+}
+
+impl LimitsPolicy {
+    pub(crate) fn check(&self, c: &mut Checker<'_>) {
+        c.at_least_one(self.per_host_concurrency.into(), "per_host_concurrency");
+        c.at_least_one(self.per_tenant_concurrency.into(), "per_tenant_concurrency");
+        c.when(
+            self.per_host_rate_rps == Some(0),
+            "per_host_rate_rps",
+            || "must be at least 1; leave it out for no rate limit".to_owned(),
+        );
+        c.when(self.rate_burst == Some(0), "rate_burst", || {
+            "must be at least 1; leave it out for a burst of one second".to_owned()
+        });
+        let a = &self.aimd;
+        let mut c = c.nested("aimd");
+        c.at_least_one(a.min.into(), "min");
+        c.when(a.min > a.initial || a.initial > a.max, "initial", || {
+            format!(
+                "must satisfy min ≤ initial ≤ max, got {} ≤ {} ≤ {}",
+                a.min, a.initial, a.max
+            )
+        });
+        c.when(
+            !(a.decrease_factor > 0.0 && a.decrease_factor < 1.0),
+            "decrease_factor",
+            || format!("must be in (0, 1), got {}", a.decrease_factor),
+        );
+        c.when(a.enabled && a.increase == 0, "increase", || {
+            "must be at least 1 or the window never grows".to_owned()
+        });
+    }
+}

@@ -1,0 +1,80 @@
+//! Proxy policy: forward proxies for http and https targets and the no-proxy list.
+
+use serde::{Deserialize, Serialize};
+
+use crate::validate::Checker;
+
+/// Outbound proxies (seed 000 §3).
+///
+/// `https` targets go through `https_proxy` with HTTP CONNECT; `http` targets through
+/// `http_proxy`. Hosts matching `no_proxy` (curl's `NO_PROXY` rules: host names, `.domain`
+/// suffixes, IPs, CIDRs, `*`) connect directly. Through a proxy, literal IP targets and the
+/// host allow-list are still checked locally; name-to-address checks become the proxy's job.
+///
+/// Default: no proxy, environment ignored (`NetPolicy::proxy` is `None` by default).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ProxyPolicy {
+    /// Proxy URL for `http://` targets, e.g. `http://proxy.internal:3128`. Default is `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_proxy: Option<String>,
+    /// Proxy URL for `https://` targets. Default is `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub https_proxy: Option<String>,
+    /// Targets that bypass the proxy (hosts, `.domain` suffixes, IPs, CIDRs). Default is empty.
+    pub no_proxy: Vec<String>,
+    /// Also read `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` from the environment; explicit
+    /// fields win. Default is `false`.
+    pub from_env: bool,
+}
+
+impl ProxyPolicy {
+    pub(crate) fn check(&self, c: &mut Checker<'_>) {
+        for (field, v) in [
+            ("http_proxy", &self.http_proxy),
+            ("https_proxy", &self.https_proxy),
+        ] {
+            if let Some(u) = v {
+                if let Err(reason) = check_proxy_url(u) {
+                    c.push(field, reason);
+                }
+            }
+        }
+        for (i, entry) in self.no_proxy.iter().enumerate() {
+            c.when(
+                entry.trim().is_empty() || entry.contains(char::is_whitespace),
+                &format!("no_proxy[{i}]"),
+                || format!("`{entry}` is not a host, domain, IP or CIDR"),
+            );
+        }
+    }
+}
+
+fn check_proxy_url(u: &str) -> Result<(), String> {
+    let url = url::Url::parse(u).map_err(|e| format!("`{u}` is not an absolute URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "`{u}` must be an http:// or https:// URL, not {}://",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("`{u}` has no host"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_urls_must_be_absolute_http() {
+        assert!(check_proxy_url("http://proxy:3128").is_ok());
+        assert!(check_proxy_url("https://user:pw@proxy.example").is_ok());
+        for bad in ["proxy:3128", "socks5://proxy:1080", "/relative", "http://"] {
+            assert!(check_proxy_url(bad).is_err(), "{bad}");
+        }
+    }
+}

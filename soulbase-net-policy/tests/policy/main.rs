@@ -1,0 +1,12 @@
+//! Integration tests of soulbase-net-policy: defaults, documents, validation, resolution and
+//! hot reload.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod defaults;
+mod document;
+mod example;
+mod hot_reload;
+mod merge_prop;
+mod resolution;
+mod roundtrip;
+mod validation;
