@@ -1,10 +1,143 @@
 //! The soulbase-net test kit: the other side of the wire.
 //!
-//! This crate will hold what this workspace's tests, and other services' contract tests, run
-//! their HTTP clients against, all on loopback: a fault-injecting `FaultServer` (HTTP/1.1 and
-//! HTTP/2, plain or TLS, scripted delays, resets, stalls, huge bodies, redirects, sequences and
-//! seeded random faults, with hit counters and captured requests), a `CertKit` of good and broken
-//! certificates, a `MockDns` server and a `ConnectProxy` with faults. It depends on
-//! `soulbase-net-core` only, never on the runtime.
+//! What this workspace's tests, and other services' contract tests, run their HTTP clients
+//! against — all on loopback, all stopping by themselves when dropped:
 //!
-//! It is built by the testkit issue; until then it exports nothing.
+//! - [`FaultServer`]: a scripted HTTP/1.1 + HTTP/2 server (plain or TLS) whose routes follow a
+//!   [`Script`] of [`Reply`]s and faults — status and headers, delays, slow bodies, stalls,
+//!   resets, clean closes, hangs, huge streamed bodies, lying `Content-Length`, redirects,
+//!   gzip/br bodies and decompression bombs, echo, conditional `304`s, sequences and seeded
+//!   random faults — with hit counters, captured requests and a connection count.
+//! - [`CertKit`]: a test PKI with good and broken certificates, client certificates for mTLS,
+//!   SPKI pins and PEM export.
+//! - [`MockDns`]: an authoritative DNS server (UDP + TCP) with changeable records, poisoned
+//!   and rebinding names, slow answers, SERVFAIL / NXDOMAIN, truncation and a query log.
+//! - [`ConnectProxy`]: an HTTP forward proxy (CONNECT and absolute-form) with optional
+//!   `Proxy-Authorization`, faults (refuse, hang, 502) and a log of what it was asked to reach.
+//! - [`trace_init`]: `tracing` output through the test harness.
+//!
+//! It depends on `soulbase-net-core` only, never on the runtime. Everything listens on
+//! `127.0.0.1` (or `[::1]`) and dials nothing but loopback: a redirect to `http://10.0.0.1/`
+//! is only a `Location` header, a poisoned DNS answer only data, and the proxy refuses to dial
+//! anything that is not loopback.
+//!
+//! # How faults reach the socket
+//!
+//! hyper owns a connection once it serves it, so replies cannot write raw bytes. Each accepted
+//! socket is wrapped (below TLS) in an IO type tied to a per-connection kill switch: a reset
+//! sets `SO_LINGER 0` and drops the connection, so the kernel sends RST; a close drops it
+//! normally (FIN); a cut "after N body bytes" fires on the flush that follows those bytes. The
+//! same mechanism works for HTTP/1.1 and HTTP/2 — on HTTP/2 a reset or close hits the whole
+//! connection, not one stream. A lying `Content-Length` claims more than is sent, then the
+//! connection closes (hyper never sends more than it announced).
+//!
+//! # Determinism
+//!
+//! [`RandomFaults`] draws the n-th hit of a route from a SplitMix64 stream keyed by the seed
+//! and n, so a run is reproducible whatever the timing. No part needs sleeps to synchronise;
+//! time-based faults (delays, pacing) are real time, so keep them short in tests.
+//!
+//! # Examples
+//!
+//! A flaky endpoint, driven by a plain hyper-util client:
+//! ```
+//! use http_body_util::Full;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use soulbase_net_testkit::{FaultServer, Reply, Script};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let srv = FaultServer::builder()
+//!     .route("/flaky", Script::reply(Reply::status(503).header("retry-after", "1"))
+//!         .times(2)
+//!         .then(Reply::ok("hi")))
+//!     .start()
+//!     .await?;
+//! let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
+//! let mut statuses = Vec::new();
+//! for _ in 0..3 {
+//!     statuses.push(client.get(srv.url("/flaky").parse()?).await?.status().as_u16());
+//! }
+//! assert_eq!(statuses, [503, 503, 200]);
+//! assert_eq!(srv.hits("/flaky"), 3);
+//! assert_eq!(srv.requests("/flaky")[0].method, http::Method::GET);
+//! srv.join().await; // re-raises a panic of the server, if any
+//! # Ok(()) }
+//! ```
+//!
+//! TLS with a [`CertKit`] leaf, and a default rustls client that rejects an expired one:
+//! ```
+//! use std::sync::Arc;
+//! use rustls::pki_types::ServerName;
+//! use soulbase_net_testkit::{CertKit, FaultServer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let kit = CertKit::new()?;
+//! let connector = tokio_rustls::TlsConnector::from(kit.client_config()?);
+//! for (leaf, ok) in [(kit.localhost()?, true), (kit.expired()?, false)] {
+//!     let srv = FaultServer::builder().tls(leaf.server_config()?).start().await?;
+//!     let tcp = tokio::net::TcpStream::connect(srv.addr()).await?;
+//!     let res = connector.connect(ServerName::try_from("localhost")?, tcp).await;
+//!     assert_eq!(res.is_ok(), ok);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! A resolver pointed at [`MockDns`]:
+//! ```
+//! use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
+//! use hickory_resolver::net::runtime::TokioRuntimeProvider;
+//! use soulbase_net_testkit::MockDns;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dns = MockDns::start().await?;
+//! dns.set_ips("api.example.test", &["127.0.0.1".parse()?], 60);
+//! let mut udp = ConnectionConfig::udp();
+//! udp.port = dns.addr().port();
+//! let ns = NameServerConfig::new(dns.addr().ip(), true, vec![udp]);
+//! let resolver = hickory_resolver::Resolver::builder_with_config(
+//!     ResolverConfig::from_name_servers(vec![ns]),
+//!     TokioRuntimeProvider::default(),
+//! )
+//! .build()?;
+//! let ips: Vec<_> = resolver.lookup_ip("api.example.test.").await?.iter().collect();
+//! assert_eq!(ips, ["127.0.0.1".parse::<std::net::IpAddr>()?]);
+//! assert!(dns.query_count("api.example.test") >= 1);
+//! # Ok(()) }
+//! ```
+//!
+//! A CONNECT through [`ConnectProxy`], refused without credentials:
+//! ```
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! use soulbase_net_testkit::{ConnectProxy, ProxyOutcome};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! let proxy = ConnectProxy::builder().basic_auth("user", "secret").start().await?;
+//! let mut s = tokio::net::TcpStream::connect(proxy.addr()).await?;
+//! s.write_all(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nhost: 127.0.0.1:9\r\n\r\n").await?;
+//! let mut answer = String::new();
+//! s.read_to_string(&mut answer).await?;
+//! assert!(answer.starts_with("HTTP/1.1 407"));
+//! assert_eq!(proxy.requests()[0].outcome, ProxyOutcome::AuthRequired);
+//! # Ok(()) }
+//! ```
+
+mod certkit;
+mod dns;
+mod proxy;
+mod server;
+mod signal;
+mod trace;
+
+pub use certkit::{crypto_provider, CertKit, Leaf, LOCAL_NAMES};
+pub use dns::{DnsQuery, MockDns};
+pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
+pub use server::{
+    refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Protocol, RandomFaults, Reply,
+    Script,
+};
+pub use trace::trace_init;

@@ -1,0 +1,129 @@
+//! Per-connection control: a kill switch that lets a scripted reply reset (RST) or close (FIN)
+//! the TCP connection it arrived on, for HTTP/1.1 and HTTP/2 alike.
+//!
+//! Why a kill switch rather than writing raw bytes: hyper owns the connection once it serves it,
+//! so a reply cannot reach the socket. Instead every accepted socket is wrapped in [`CtlIo`]
+//! (below TLS, if any), and the connection task races the hyper connection against the
+//! [`ConnCtl`] kill signal. Firing it drops the connection; if a reset was asked for, the
+//! socket gets `SO_LINGER 0` first, so the kernel sends RST instead of FIN. A cut "after N body
+//! bytes" arms the kill and lets it fire on the next flush, once hyper has handed those bytes to
+//! the socket.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::signal::Signal;
+
+/// Shared between a connection task, its IO wrapper and the replies served on it.
+#[derive(Debug)]
+pub(crate) struct ConnCtl {
+    pub(crate) id: u64,
+    kill: Signal,
+    reset: AtomicBool,
+    kill_on_flush: AtomicBool,
+}
+
+impl ConnCtl {
+    pub(crate) fn new(id: u64) -> Self {
+        Self {
+            id,
+            kill: Signal::new(),
+            reset: AtomicBool::new(false),
+            kill_on_flush: AtomicBool::new(false),
+        }
+    }
+
+    /// Drops the connection now: with RST if `reset`, else with FIN.
+    pub(crate) fn kill_now(&self, reset: bool) {
+        if reset {
+            self.reset.store(true, Ordering::SeqCst);
+        }
+        self.kill.fire();
+    }
+
+    /// Drops the connection at the next flush of the socket (after the bytes already handed to
+    /// hyper are written).
+    pub(crate) fn kill_after_flush(&self, reset: bool) {
+        if reset {
+            self.reset.store(true, Ordering::SeqCst);
+        }
+        self.kill_on_flush.store(true, Ordering::SeqCst);
+    }
+
+    /// Resolves when the connection must be dropped.
+    pub(crate) async fn killed(&self) {
+        self.kill.fired().await;
+    }
+}
+
+/// The accepted socket, wrapped so a kill can be timed to a flush and a reset can set
+/// `SO_LINGER 0` just before the socket closes.
+#[derive(Debug)]
+pub(crate) struct CtlIo {
+    inner: TcpStream,
+    ctl: std::sync::Arc<ConnCtl>,
+}
+
+impl CtlIo {
+    pub(crate) fn new(inner: TcpStream, ctl: std::sync::Arc<ConnCtl>) -> Self {
+        Self { inner, ctl }
+    }
+}
+
+impl Drop for CtlIo {
+    fn drop(&mut self) {
+        if self.ctl.reset.load(Ordering::SeqCst) {
+            // Best effort: if it fails the peer sees FIN instead of RST.
+            let _ = self.inner.set_zero_linger();
+        }
+    }
+}
+
+impl AsyncRead for CtlIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CtlIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let res = ready!(Pin::new(&mut self.inner).poll_flush(cx));
+        if self.ctl.kill_on_flush.load(Ordering::SeqCst) {
+            self.ctl.kill.fire();
+        }
+        Poll::Ready(res)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

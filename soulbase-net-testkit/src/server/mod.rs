@@ -1,0 +1,403 @@
+//! [`FaultServer`]: a scripted HTTP/1.1 + HTTP/2 server (plain or TLS) on loopback that
+//! injects faults, counts hits and connections, and captures requests.
+
+mod body;
+mod capture;
+mod conn;
+mod encode;
+mod reply;
+mod script;
+mod serve;
+
+pub use capture::CapturedRequest;
+pub use reply::Reply;
+pub use script::{RandomFaults, Script};
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use http::Method;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+
+use crate::signal::Signal;
+use serve::{accept_loop, http_builder, ConnCfg, Route, Shared};
+
+/// Which HTTP versions a [`FaultServer`] speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// HTTP/1.1 only (with TLS, ALPN offers `http/1.1`).
+    Http1,
+    /// HTTP/2 only: prior knowledge on plain TCP, ALPN `h2` with TLS.
+    Http2,
+    /// Both: HTTP/1.1 or HTTP/2 prior knowledge (h2c) on plain TCP, detected from the
+    /// connection preface; with TLS, ALPN offers `h2` then `http/1.1`. The default.
+    #[default]
+    Auto,
+}
+
+/// Default cap on the captured request body (see [`FaultServerBuilder::capture_limit`]).
+const DEFAULT_CAPTURE_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Builds a [`FaultServer`]; see [`FaultServer::builder`].
+///
+/// Defaults: [`Protocol::Auto`], plain TCP, `127.0.0.1:0`, no routes (every path answers
+/// `404`), 16 MiB captured per request body.
+pub struct FaultServerBuilder {
+    protocol: Protocol,
+    bind: SocketAddr,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    routes: Vec<Route>,
+    fallback: Script,
+    capture_limit: usize,
+    blackhole: bool,
+}
+
+impl std::fmt::Debug for FaultServerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultServerBuilder")
+            .field("protocol", &self.protocol)
+            .field("bind", &self.bind)
+            .field("tls", &self.tls.is_some())
+            .field("routes", &self.routes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for FaultServerBuilder {
+    fn default() -> Self {
+        Self {
+            protocol: Protocol::Auto,
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            tls: None,
+            routes: Vec::new(),
+            fallback: Script::status(404),
+            capture_limit: DEFAULT_CAPTURE_LIMIT,
+            blackhole: false,
+        }
+    }
+}
+
+impl FaultServerBuilder {
+    /// Adds a route for `path` (exact match on the path, any query, any method).
+    /// Routes are matched method-specific first, then in the order added.
+    pub fn route(self, path: impl Into<String>, script: impl Into<Script>) -> Self {
+        self.add(None, path.into(), script.into())
+    }
+
+    /// Adds a route for `method` and `path`.
+    pub fn route_method(
+        self,
+        method: Method,
+        path: impl Into<String>,
+        script: impl Into<Script>,
+    ) -> Self {
+        self.add(Some(method), path.into(), script.into())
+    }
+
+    fn add(mut self, method: Option<Method>, path: String, script: Script) -> Self {
+        self.routes.push(Route {
+            method,
+            path,
+            script,
+            hits: AtomicU64::new(0),
+        });
+        self
+    }
+
+    /// Adds `n` routes `{prefix}/0` … `{prefix}/{n-1}`, each answering `302` to the next, the
+    /// last one redirecting (relative) to `target`. Following it takes `n` redirects.
+    pub fn redirect_chain(
+        mut self,
+        prefix: impl AsRef<str>,
+        n: usize,
+        target: impl AsRef<str>,
+    ) -> Self {
+        let prefix = prefix.as_ref().trim_end_matches('/');
+        for i in 0..n {
+            let next = if i + 1 == n {
+                target.as_ref().to_owned()
+            } else {
+                format!("{prefix}/{}", i + 1)
+            };
+            self = self.route(format!("{prefix}/{i}"), Reply::redirect(302, next));
+        }
+        self
+    }
+
+    /// Adds routes `{prefix}/a` and `{prefix}/b` redirecting (`302`) to each other forever.
+    pub fn redirect_loop(self, prefix: impl AsRef<str>) -> Self {
+        let prefix = prefix.as_ref().trim_end_matches('/');
+        self.route(
+            format!("{prefix}/a"),
+            Reply::redirect(302, format!("{prefix}/b")),
+        )
+        .route(
+            format!("{prefix}/b"),
+            Reply::redirect(302, format!("{prefix}/a")),
+        )
+    }
+
+    /// The script for requests no route matches. Default is `404`.
+    pub fn fallback(mut self, script: impl Into<Script>) -> Self {
+        self.fallback = script.into();
+        self
+    }
+
+    /// Speaks `protocol`. Default is [`Protocol::Auto`].
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Shorthand for [`Protocol::Http1`].
+    pub fn http1(self) -> Self {
+        self.protocol(Protocol::Http1)
+    }
+
+    /// Shorthand for [`Protocol::Http2`].
+    pub fn http2(self) -> Self {
+        self.protocol(Protocol::Http2)
+    }
+
+    /// Serves TLS with `config` (for example [`Leaf::server_config`](crate::Leaf::server_config));
+    /// its ALPN list is replaced according to the protocol. Default is plain TCP.
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Listens on `[::1]:0` instead of `127.0.0.1:0`.
+    pub fn ipv6(mut self) -> Self {
+        self.bind = SocketAddr::from((Ipv6Addr::LOCALHOST, 0));
+        self
+    }
+
+    /// Listens on `addr`, which must be a loopback address (port 0 picks a free one).
+    /// Default is `127.0.0.1:0`.
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.bind = addr;
+        self
+    }
+
+    /// Keeps at most `limit` bytes of each request body in [`CapturedRequest::body`] (the rest
+    /// is read and counted). Default is 16 MiB.
+    pub fn capture_limit(mut self, limit: usize) -> Self {
+        self.capture_limit = limit;
+        self
+    }
+
+    /// Accepts connections and never reads from them or answers (not even a TLS handshake);
+    /// they stay open until the client gives up or the server stops. Default is off.
+    pub fn blackhole(mut self) -> Self {
+        self.blackhole = true;
+        self
+    }
+
+    /// Binds and starts serving.
+    ///
+    /// # Errors
+    /// The bind address is not loopback, the port cannot be bound, or the TLS config is unusable.
+    pub async fn start(self) -> io::Result<FaultServer> {
+        if !self.bind.ip().is_loopback() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "FaultServer only listens on loopback",
+            ));
+        }
+        let listener = TcpListener::bind(self.bind).await?;
+        let addr = listener.local_addr()?;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let tls = self.tls.map(|cfg| {
+            let mut cfg = (*cfg).clone();
+            cfg.alpn_protocols = match self.protocol {
+                Protocol::Http1 => vec![b"http/1.1".to_vec()],
+                Protocol::Http2 => vec![b"h2".to_vec()],
+                Protocol::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+            };
+            TlsAcceptor::from(Arc::new(cfg))
+        });
+        let shared = Arc::new(Shared {
+            routes: self.routes,
+            fallback: Route {
+                method: None,
+                path: String::new(),
+                script: self.fallback,
+                hits: AtomicU64::new(0),
+            },
+            stats: Mutex::new(HashMap::new()),
+            connections: AtomicU64::new(0),
+            origin: format!("{scheme}://{addr}"),
+            authority: addr.to_string(),
+            capture_limit: self.capture_limit,
+            shutdown: Signal::new(),
+            panic: Mutex::new(None),
+        });
+        let stop_accept = Signal::new();
+        let cfg = ConnCfg {
+            http: http_builder(self.protocol, shared.clone()),
+            tls,
+            blackhole: self.blackhole,
+        };
+        let task = tokio::spawn(accept_loop(
+            listener,
+            shared.clone(),
+            Arc::new(cfg),
+            stop_accept.clone(),
+        ));
+        Ok(FaultServer {
+            addr,
+            shared,
+            stop_accept,
+            task: Some(task),
+        })
+    }
+}
+
+/// A scripted HTTP server on loopback. Stops when dropped or [shut down](FaultServer::shutdown).
+///
+/// # Examples
+/// ```
+/// use soulbase_net_testkit::{FaultServer, Reply, Script};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// let srv = FaultServer::builder()
+///     .route("/flaky", Script::status(503).times(2).then(Reply::ok("hi")))
+///     .route("/echo", Reply::echo())
+///     .start()
+///     .await?;
+/// assert!(srv.url("/flaky").starts_with("http://127.0.0.1:"));
+/// assert_eq!(srv.hits("/flaky"), 0);
+/// srv.join().await;
+/// # Ok(())
+/// # }
+/// ```
+pub struct FaultServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop_accept: Signal,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for FaultServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultServer")
+            .field("origin", &self.shared.origin)
+            .field("connections", &self.connections())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultServer {
+    /// A builder with the defaults of [`FaultServerBuilder`].
+    pub fn builder() -> FaultServerBuilder {
+        FaultServerBuilder::default()
+    }
+
+    /// A builder for an HTTP/1.1-only server.
+    pub fn http1() -> FaultServerBuilder {
+        Self::builder().http1()
+    }
+
+    /// A builder for an HTTP/2-only server (prior knowledge, or ALPN `h2` with TLS).
+    pub fn http2() -> FaultServerBuilder {
+        Self::builder().http2()
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT` (or `https://…`, or `http://[::1]:PORT`).
+    pub fn origin(&self) -> &str {
+        &self.shared.origin
+    }
+
+    /// The origin followed by `path` (which should start with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.shared.origin, path)
+    }
+
+    /// How many requests arrived for `path` (any method, matched or not).
+    pub fn hits(&self, path: &str) -> u64 {
+        self.shared.stats.lock().get(path).map_or(0, |s| s.hits)
+    }
+
+    /// How many requests arrived in total.
+    pub fn total_hits(&self) -> u64 {
+        self.shared.stats.lock().values().map(|s| s.hits).sum()
+    }
+
+    /// The requests that arrived for `path`, oldest first.
+    pub fn requests(&self, path: &str) -> Vec<CapturedRequest> {
+        self.shared
+            .stats
+            .lock()
+            .get(path)
+            .map(|s| s.requests.clone())
+            .unwrap_or_default()
+    }
+
+    /// How many connections were accepted.
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Closes the listening socket: new connections are refused, existing ones go on.
+    pub fn close_listener(&self) {
+        self.stop_accept.fire();
+    }
+
+    /// Stops accepting and drops every connection; waits until the server task has ended.
+    /// Idempotent. A panic of a route handler is kept for [`FaultServer::join`].
+    pub async fn shutdown(&mut self) {
+        self.shared.shutdown.fire();
+        if let Some(task) = self.task.take() {
+            if let Err(e) = task.await {
+                if e.is_panic() {
+                    self.shared.record_panic(e.into_panic());
+                }
+            }
+        }
+    }
+
+    /// Shuts the server down, then re-raises the first panic of a server task or a route
+    /// handler, if any — call it at the end of a test so such panics fail the test.
+    ///
+    /// # Panics
+    /// With the payload of that panic.
+    pub async fn join(mut self) {
+        self.shutdown().await;
+        let payload = self.shared.panic.lock().take();
+        if let Some(payload) = payload {
+            std::panic::resume_unwind(payload);
+        }
+    }
+}
+
+impl Drop for FaultServer {
+    fn drop(&mut self) {
+        self.shared.shutdown.fire();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A loopback address on which nothing listens: connecting to it is refused (`ECONNREFUSED`).
+/// It was free a moment ago; another test could in principle bind it since.
+///
+/// # Errors
+/// No loopback port could be bound.
+pub async fn refused_addr() -> io::Result<SocketAddr> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    l.local_addr()
+}

@@ -1,0 +1,221 @@
+//! [`Script`]: which [`Reply`] a route gives on its n-th hit — fixed sequences, seeded random
+//! faults, or a closure.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::capture::CapturedRequest;
+use super::reply::Reply;
+
+type Handler = Arc<dyn Fn(&CapturedRequest) -> Reply + Send + Sync>;
+
+#[derive(Clone)]
+enum Step {
+    Fixed(Reply),
+    Random(RandomFaults),
+    Handler(Handler),
+}
+
+impl fmt::Debug for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Fixed(r) => f.debug_tuple("Fixed").field(r).finish(),
+            Step::Random(r) => f.debug_tuple("Random").field(r).finish(),
+            Step::Handler(_) => f.write_str("Handler(..)"),
+        }
+    }
+}
+
+/// The replies of one route, hit after hit: a sequence of steps, each used a number of times
+/// ([`Script::times`]); the last step repeats forever.
+///
+/// A [`Reply`] converts into a script that always gives that reply.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_testkit::{RandomFaults, Reply, Script};
+///
+/// // 503 twice (with Retry-After), then 200 "hi" forever.
+/// let flaky = Script::reply(Reply::status(503).header("retry-after", "1"))
+///     .times(2)
+///     .then(Reply::ok("hi"));
+/// // The same, shorter.
+/// let flaky2 = Script::status(503).times(2).then(Reply::ok("hi"));
+/// // 30 % of hits reset the connection, decided by a seeded generator.
+/// let lossy = Script::random(RandomFaults::seeded(7).fault(0.3, Reply::reset()).otherwise(Reply::ok("ok")));
+/// # let _ = (flaky, flaky2, lossy);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Script {
+    steps: Vec<(Step, Option<u64>)>,
+}
+
+impl From<Reply> for Script {
+    fn from(r: Reply) -> Self {
+        Script::reply(r)
+    }
+}
+
+impl From<RandomFaults> for Script {
+    fn from(r: RandomFaults) -> Self {
+        Script::random(r)
+    }
+}
+
+impl Script {
+    /// Always `reply` (until [`Script::times`] limits it).
+    pub fn reply(reply: Reply) -> Self {
+        Self {
+            steps: vec![(Step::Fixed(reply), None)],
+        }
+    }
+
+    /// Always [`Reply::status`]`(code)`.
+    pub fn status(code: u16) -> Self {
+        Self::reply(Reply::status(code))
+    }
+
+    /// Replies drawn from `faults` (a seeded generator: the same seed gives the same sequence).
+    pub fn random(faults: RandomFaults) -> Self {
+        Self {
+            steps: vec![(Step::Random(faults), None)],
+        }
+    }
+
+    /// `p_drop` of the hits reset the connection ([`Reply::reset`]); the others get `ok`.
+    pub fn p_drop(seed: u64, p_drop: f64, ok: Reply) -> Self {
+        Self::random(
+            RandomFaults::seeded(seed)
+                .fault(p_drop, Reply::reset())
+                .otherwise(ok),
+        )
+    }
+
+    /// Calls `f` with each request and sends what it returns. A panic in `f` is caught by the
+    /// server and re-raised by [`FaultServer::join`](crate::FaultServer::join).
+    pub fn respond_with<F>(f: F) -> Self
+    where
+        F: Fn(&CapturedRequest) -> Reply + Send + Sync + 'static,
+    {
+        Self {
+            steps: vec![(Step::Handler(Arc::new(f)), None)],
+        }
+    }
+
+    /// Uses the last step only `n` times before moving to the next (default: forever).
+    pub fn times(mut self, n: u64) -> Self {
+        if let Some(last) = self.steps.last_mut() {
+            last.1 = Some(n);
+        }
+        self
+    }
+
+    /// Appends a step; combine with [`Script::times`] on the step before it.
+    pub fn then(self, next: impl Into<Script>) -> Self {
+        let mut this = self;
+        this.steps.extend(next.into().steps);
+        this
+    }
+
+    /// The reply for the hit with 0-based index `hit`.
+    pub(crate) fn pick(&self, hit: u64, req: &CapturedRequest) -> Reply {
+        let mut start = 0u64;
+        let mut chosen = None;
+        for (i, (step, times)) in self.steps.iter().enumerate() {
+            let last = i + 1 == self.steps.len();
+            match times {
+                Some(n) if !last && hit >= start.saturating_add(*n) => {
+                    start = start.saturating_add(*n);
+                }
+                _ => {
+                    chosen = Some(step);
+                    break;
+                }
+            }
+        }
+        match chosen {
+            Some(Step::Fixed(r)) => r.clone(),
+            Some(Step::Random(r)) => r.pick(hit),
+            Some(Step::Handler(f)) => f(req),
+            None => Reply::status(404),
+        }
+    }
+}
+
+/// Seeded random faults: each hit draws a number in `[0, 1)` from a SplitMix64 generator keyed
+/// by the seed and the hit index, so the n-th hit of a route always gets the same reply for the
+/// same seed, whatever the timing. Faults are checked in the order given, each taking its
+/// probability of the unit interval; the rest gets the `otherwise` reply (default `200 OK`).
+#[derive(Clone, Debug)]
+pub struct RandomFaults {
+    seed: u64,
+    faults: Vec<(f64, Reply)>,
+    otherwise: Reply,
+}
+
+impl RandomFaults {
+    /// No faults yet; `otherwise` is `200 OK`.
+    pub fn seeded(seed: u64) -> Self {
+        Self {
+            seed,
+            faults: Vec::new(),
+            otherwise: Reply::default(),
+        }
+    }
+
+    /// With probability `p` (clamped to `[0, 1]`), send `reply`.
+    pub fn fault(mut self, p: f64, reply: Reply) -> Self {
+        let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
+        self.faults.push((p, reply));
+        self
+    }
+
+    /// The reply when no fault is drawn. Default is `200 OK`.
+    pub fn otherwise(mut self, reply: Reply) -> Self {
+        self.otherwise = reply;
+        self
+    }
+
+    /// The number in `[0, 1)` drawn for hit `hit`.
+    pub fn draw(&self, hit: u64) -> f64 {
+        let x = splitmix64(
+            self.seed
+                .wrapping_add(hit.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        );
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn pick(&self, hit: u64) -> Reply {
+        let u = self.draw(hit);
+        let mut acc = 0.0;
+        for (p, reply) in &self.faults {
+            acc += p;
+            if u < acc {
+                return reply.clone();
+            }
+        }
+        self.otherwise.clone()
+    }
+}
+
+/// The SplitMix64 finaliser (Steele, Lea, Flood 2014).
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_are_uniform_enough() {
+        let r = RandomFaults::seeded(1);
+        let n = 100_000;
+        let below: usize = (0..n).filter(|i| r.draw(*i) < 0.3).count();
+        let rate = below as f64 / n as f64;
+        assert!((rate - 0.3).abs() < 0.01, "{rate}");
+        assert!((0..n).all(|i| (0.0..1.0).contains(&r.draw(i))));
+    }
+}

@@ -1,0 +1,286 @@
+//! The serving side of a [`FaultServer`](super::FaultServer): the accept loop, one task per
+//! connection (TLS, then hyper's auto HTTP/1.1 + HTTP/2 server), and the request handler that
+//! captures a request, picks its reply from the route's script and renders it.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use super::body::FaultBody;
+use super::capture::{CapturedRequest, PathStats};
+use super::conn::{ConnCtl, CtlIo};
+use super::reply::{Abort, Action, RenderCtx};
+use super::{Protocol, Script};
+use crate::signal::Signal;
+
+pub(super) struct Route {
+    pub(super) method: Option<Method>,
+    pub(super) path: String,
+    pub(super) script: Script,
+    pub(super) hits: AtomicU64,
+}
+
+pub(super) fn http_builder(protocol: Protocol, shared: Arc<Shared>) -> auto::Builder<Exec> {
+    let mut b = auto::Builder::new(Exec { shared });
+    b.http1().timer(TokioTimer::new());
+    b.http2().timer(TokioTimer::new());
+    match protocol {
+        Protocol::Http1 => b.http1_only(),
+        Protocol::Http2 => b.http2_only(),
+        Protocol::Auto => b,
+    }
+}
+
+/// State shared by the accept loop, the connections and the [`FaultServer`] handle.
+pub(super) struct Shared {
+    pub(super) routes: Vec<Route>,
+    pub(super) fallback: Route,
+    pub(super) stats: Mutex<HashMap<String, PathStats>>,
+    pub(super) connections: AtomicU64,
+    pub(super) origin: String,
+    pub(super) authority: String,
+    pub(super) capture_limit: usize,
+    pub(super) shutdown: Signal,
+    pub(super) panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl Shared {
+    pub(super) fn record_panic(&self, payload: Box<dyn Any + Send>) {
+        let mut slot = self.panic.lock();
+        if slot.is_none() {
+            *slot = Some(payload);
+        }
+    }
+
+    fn route_for(&self, method: &Method, path: &str) -> &Route {
+        self.routes
+            .iter()
+            .find(|r| r.method.as_ref() == Some(method) && r.path == path)
+            .or_else(|| {
+                self.routes
+                    .iter()
+                    .find(|r| r.method.is_none() && r.path == path)
+            })
+            .unwrap_or(&self.fallback)
+    }
+}
+
+/// Runs hyper's background tasks (HTTP/2 streams), catching their panics for `join()` and
+/// aborting them at shutdown.
+#[derive(Clone)]
+pub(super) struct Exec {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl<F> hyper::rt::Executor<F> for Exec
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let mut task = tokio::spawn(fut);
+            tokio::select! {
+                res = &mut task => {
+                    if let Err(e) = res {
+                        if e.is_panic() {
+                            shared.record_panic(e.into_panic());
+                        }
+                    }
+                }
+                _ = shared.shutdown.fired() => task.abort(),
+            }
+        });
+    }
+}
+
+pub(super) struct ConnCfg {
+    pub(super) http: auto::Builder<Exec>,
+    pub(super) tls: Option<TlsAcceptor>,
+    pub(super) blackhole: bool,
+}
+
+pub(super) async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    cfg: Arc<ConnCfg>,
+    stop_accept: Signal,
+) {
+    let mut listener = Some(listener);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.fired() => break,
+            _ = stop_accept.fired(), if listener.is_some() => listener = None,
+            res = accept(listener.as_ref()) => match res {
+                Ok(stream) => {
+                    let id = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+                    conns.spawn(serve_conn(stream, id, shared.clone(), cfg.clone()));
+                }
+                // Transient (e.g. out of file descriptors): keep serving.
+                Err(e) => tracing::warn!(error = %e, "fault server accept failed"),
+            },
+            Some(res) = conns.join_next(), if !conns.is_empty() => {
+                if let Err(e) = res {
+                    if e.is_panic() {
+                        shared.record_panic(e.into_panic());
+                    }
+                }
+            }
+        }
+    }
+    drop(listener);
+    conns.abort_all();
+    while let Some(res) = conns.join_next().await {
+        if let Err(e) = res {
+            if e.is_panic() {
+                shared.record_panic(e.into_panic());
+            }
+        }
+    }
+}
+
+async fn accept(listener: Option<&TcpListener>) -> io::Result<TcpStream> {
+    match listener {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+async fn serve_conn(stream: TcpStream, id: u64, shared: Arc<Shared>, cfg: Arc<ConnCfg>) {
+    if cfg.blackhole {
+        let _stream = stream;
+        shared.shutdown.fired().await;
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let ctl = Arc::new(ConnCtl::new(id));
+    let io = CtlIo::new(stream, ctl.clone());
+    let svc_shared = shared.clone();
+    let svc_ctl = ctl.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let shared = svc_shared.clone();
+        let ctl = svc_ctl.clone();
+        async move { Ok::<_, Infallible>(handle(req, shared, ctl).await) }
+    });
+    let serve = async {
+        match &cfg.tls {
+            None => {
+                let _ = cfg.http.serve_connection(TokioIo::new(io), service).await;
+            }
+            Some(acceptor) => {
+                let Ok(tls) = acceptor.accept(io).await else {
+                    return;
+                };
+                let _ = cfg.http.serve_connection(TokioIo::new(tls), service).await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = serve => {}
+        _ = ctl.killed() => {}
+        _ = shared.shutdown.fired() => {}
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    ctl: Arc<ConnCtl>,
+) -> Response<FaultBody> {
+    let (parts, mut body) = req.into_parts();
+    let mut captured = BytesMut::new();
+    let mut body_len = 0u64;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        if let Ok(data) = frame.into_data() {
+            body_len += data.len() as u64;
+            let room = shared.capture_limit.saturating_sub(captured.len());
+            captured.extend_from_slice(&data[..data.len().min(room)]);
+        }
+    }
+    let req = CapturedRequest {
+        method: parts.method,
+        uri: parts.uri,
+        version: parts.version,
+        headers: parts.headers,
+        body: Bytes::from(captured),
+        body_len,
+        connection: ctl.id,
+    };
+    let path = req.uri.path().to_owned();
+    let route = shared.route_for(&req.method, &path);
+    let hit = route.hits.fetch_add(1, Ordering::SeqCst);
+    {
+        let mut stats = shared.stats.lock();
+        let s = stats.entry(path).or_default();
+        s.hits += 1;
+        s.requests.push(req.clone());
+    }
+    let reply = route.script.pick(hit, &req);
+    if let Some(d) = reply.delay_before_head() {
+        tokio::time::sleep(d).await;
+    }
+    let cx = RenderCtx {
+        origin: &shared.origin,
+        authority: &shared.authority,
+    };
+    match reply.render(&req, &cx, ctl.clone()) {
+        Action::Respond(res) => *res,
+        Action::Abort(a) => {
+            match a {
+                Abort::Reset => ctl.kill_now(true),
+                Abort::Close => ctl.kill_now(false),
+                Abort::Hang => {}
+            }
+            // The connection is dropped (reset, close) or left hanging until shutdown.
+            shared.shutdown.fired().await;
+            Response::new(FaultBody::empty(ctl))
+        }
+    }
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route")
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Exec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Exec")
+    }
+}
+
+impl std::fmt::Debug for ConnCfg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnCfg").finish_non_exhaustive()
+    }
+}

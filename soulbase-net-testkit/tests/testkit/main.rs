@@ -1,0 +1,10 @@
+//! Integration tests of the test kit, driving every part with plain hyper-util, tokio-rustls
+//! and hickory clients over loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod dns;
+mod faults;
+mod http2;
+mod proxy;
+mod support;
+mod tls;
