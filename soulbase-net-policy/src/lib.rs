@@ -48,6 +48,7 @@
 //! the field's documentation says so.
 
 mod document;
+mod guard;
 mod host;
 mod policy;
 mod resolver;
@@ -56,6 +57,7 @@ mod size;
 mod validate;
 
 pub use crate::document::PolicyDocument;
+pub use crate::guard::{canonical, classify, AddressGuard, Denied, DenyRule, SpecialRange};
 pub use crate::host::{normalize_host, HostPattern, HostPatternError, HostPatternSet};
 pub use crate::policy::breaker::{CbKey, CircuitBreakerPolicy, SlowCallCfg};
 pub use crate::policy::cache::CacheHookPolicy;
