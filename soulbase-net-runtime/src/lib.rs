@@ -1,10 +1,23 @@
 //! The soulbase-net client runtime.
 //!
-//! This crate will hold the `Client` that implements
-//! [`soulbase_net_core::NetClient`] on hyper-util's pooled client: the DNS cache with
-//! singleflight and persistence, the address guard applied to every dialled address, TLS with
-//! SPKI pinning and mTLS, proxies, the per-host connection cap, redirects, and the governance
-//! layer (retries with budgets, circuit breaker, limiters with AIMD, hedging, endpoint freezing,
-//! dynamic timeouts) driven by the `NetPolicy` of `soulbase-net-policy`.
+//! [`Client`] implements [`soulbase_net_core::NetClient`] on hyper-util's pooled client, with
+//! a connection path a security reviewer can sign off: the host allow-list, name resolution,
+//! the address guard on every address actually dialled (IP literals included), a per-host
+//! connection cap, happy eyeballs through a replaceable [`Dialer`], and TLS 1.2+ on the ring
+//! provider; then the policy's phase timeouts and size limits on each request.
 //!
-//! It is built by the transport and resilience issues; until then it exports nothing.
+//! ```no_run
+//! # async fn run() -> Result<(), soulbase_net_core::NetError> {
+//! use soulbase_net_core::NetClientExt;
+//!
+//! let client = soulbase_net_runtime::Client::builder().build()?;
+//! let user: serde_json::Value = client.get_json("https://api.example.com/u/1", None).await?;
+//! # let _ = user; Ok(()) }
+//! ```
+
+mod classify;
+mod client;
+mod connect;
+
+pub use crate::client::{Client, ClientBuilder};
+pub use crate::connect::{DialFuture, Dialer, TcpDialer};

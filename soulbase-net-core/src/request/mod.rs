@@ -268,6 +268,16 @@ impl NetRequest {
                 return Err(fail(format!("header `{name}` contains CR, LF or NUL")));
             }
         }
+        self.check_body_size(max_req_bytes)?;
+        Ok(url)
+    }
+
+    /// Checks that the body's known size is at most `max_req_bytes` (a stream of unknown size
+    /// is checked while it is sent).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest) naming both sizes.
+    pub fn check_body_size(&self, max_req_bytes: u64) -> Result<(), NetError> {
         let size = match &self.body {
             Body::Stream(s) => s.exact_len(),
             other => other
@@ -275,14 +285,13 @@ impl NetRequest {
                 .map_err(|e| e.at(&self.method, &self.url))?
                 .map(|b| b.len() as u64),
         };
-        if let Some(size) = size {
-            if size > max_req_bytes {
-                return Err(fail(format!(
-                    "body is {size} bytes, over the limit of {max_req_bytes} bytes (security.max_req_bytes)"
-                )));
-            }
+        match size {
+            Some(size) if size > max_req_bytes => Err(NetError::invalid_request(format!(
+                "body is {size} bytes, over the limit of {max_req_bytes} bytes (security.max_req_bytes)"
+            ))
+            .at(&self.method, &self.url)),
+            _ => Ok(()),
         }
-        Ok(url)
     }
 
     /// Parses the URL, checks it, and merges the query pairs.

@@ -111,9 +111,12 @@ impl fmt::Display for Denied {
 impl std::error::Error for Denied {}
 
 impl From<Denied> for NetError {
-    /// A [`ErrorKind::Blocked`] error (`AUTH.FORBIDDEN`) saying what was refused and why.
+    /// A [`ErrorKind::Blocked`] error (`AUTH.FORBIDDEN`) saying what was refused and why; the
+    /// `Denied` stays reachable as its source.
     fn from(d: Denied) -> Self {
-        NetError::new(ErrorKind::Blocked).with_message(d.to_string())
+        NetError::new(ErrorKind::Blocked)
+            .with_message(d.to_string())
+            .with_source(d)
     }
 }
 

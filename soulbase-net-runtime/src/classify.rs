@@ -1,0 +1,120 @@
+//! Turning what hyper, hyper-util, rustls and the OS report into [`NetError`]s.
+//!
+//! Why a walk over `source()`: rustls errors reach us as `io::Error(InvalidData)` wrapping a
+//! `rustls::Error`, wrapped again by hyper and by hyper-util's client (DEPS.md trap 11); and
+//! the connector's own `NetError`s come back wrapped in a hyper-util error.
+
+use std::{error::Error as StdError, io};
+
+use soulbase_net_core::{ErrorKind, NetError};
+
+/// The error of a failed TLS handshake with `host`.
+pub(crate) fn tls_handshake_error(e: io::Error, host: &str) -> NetError {
+    let kind = tls_kind(&e).unwrap_or(ErrorKind::Tls);
+    NetError::new(kind)
+        .with_message(format!("tls handshake with {host} failed"))
+        .with_source(e)
+}
+
+/// The kind of a TLS failure somewhere in the chain: verification (certificate, pin, our
+/// client certificate refused) → `TlsVerify`; anything else rustls reports → `Tls`.
+pub(crate) fn tls_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
+    let rustls_err = chain(err).find_map(|e| {
+        e.downcast_ref::<rustls::Error>().or_else(|| {
+            e.downcast_ref::<io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        })
+    })?;
+    use rustls::{AlertDescription as A, Error as E};
+    Some(match rustls_err {
+        E::InvalidCertificate(_) | E::InvalidCertRevocationList(_) => ErrorKind::TlsVerify,
+        E::AlertReceived(
+            A::BadCertificate
+            | A::CertificateRequired
+            | A::UnknownCA
+            | A::AccessDenied
+            | A::CertificateUnknown
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::UnsupportedCertificate,
+        ) => ErrorKind::TlsVerify,
+        _ => ErrorKind::Tls,
+    })
+}
+
+/// The error of a request that hyper-util's client gave up on.
+pub(crate) fn request_error(e: hyper_util::client::legacy::Error) -> NetError {
+    let found = chain(&e)
+        .find_map(|s| s.downcast_ref::<NetError>())
+        .map(|net| (net.kind(), net.message().map(str::to_owned), net.retry_after()));
+    if let Some((kind, message, retry_after)) = found {
+        let mut copy = NetError::new(kind);
+        if let Some(m) = message {
+            copy = copy.with_message(m);
+        }
+        if let Some(r) = retry_after {
+            copy = copy.with_retry_after(r);
+        }
+        return copy.with_source(e);
+    }
+    if let Some(kind) = tls_kind(&e) {
+        return NetError::new(kind)
+            .with_message("tls failure on the connection")
+            .with_source(e);
+    }
+    let (kind, message) = if e.is_connect() {
+        (ErrorKind::Connect, "could not connect")
+    } else if let Some(h) = chain(&e).find_map(|s| s.downcast_ref::<hyper::Error>()) {
+        if h.is_incomplete_message() {
+            (ErrorKind::Io, "connection closed before the response was complete")
+        } else if h.is_parse() || h.is_parse_status() {
+            (ErrorKind::Io, "the response could not be parsed")
+        } else if h.is_canceled() {
+            (ErrorKind::Io, "the request was canceled by the connection")
+        } else {
+            (ErrorKind::Io, "the connection failed")
+        }
+    } else {
+        (ErrorKind::Io, "the connection failed")
+    };
+    NetError::new(kind).with_message(message).with_source(e)
+}
+
+fn chain<'a>(err: &'a (dyn StdError + 'static)) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    let mut next = Some(err);
+    std::iter::from_fn(move || {
+        let current = next?;
+        next = current.source();
+        Some(current)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rustls_errors_inside_io_errors_are_found() {
+        let verify = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Expired),
+        );
+        assert_eq!(tls_kind(&verify), Some(ErrorKind::TlsVerify));
+        let refused = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired),
+        );
+        assert_eq!(tls_kind(&refused), Some(ErrorKind::TlsVerify));
+        let protocol = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion),
+        );
+        assert_eq!(tls_kind(&protocol), Some(ErrorKind::Tls));
+        let plain = io::Error::new(io::ErrorKind::ConnectionReset, "reset");
+        assert_eq!(tls_kind(&plain), None);
+        let err = tls_handshake_error(verify, "h.example");
+        assert_eq!(err.kind(), ErrorKind::TlsVerify);
+        assert_eq!(err.to_string(), "tls verification failed: tls handshake with h.example failed");
+    }
+}

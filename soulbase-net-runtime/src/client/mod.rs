@@ -1,0 +1,243 @@
+//! The client: [`ClientBuilder`] → [`Client`], which implements `NetClient`.
+
+mod send;
+mod transport;
+
+use std::{
+    fmt,
+    sync::{atomic::AtomicU64, Arc},
+    time::Duration,
+};
+
+use http::HeaderValue;
+use rustls::pki_types::CertificateDer;
+use soulbase_net_core::{
+    Interceptor, NetClient, NetError, NetRequest, NetResponse, NoopObserver, Observer,
+};
+use soulbase_net_policy::{NetPolicy, PolicyResolver, SnapshotResolver};
+
+use self::transport::Transports;
+use crate::connect::{Dialer, TcpDialer};
+
+/// The default `User-Agent`, sent when a request sets none.
+const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSION"));
+
+/// Builds a [`Client`].
+///
+/// # Examples
+/// ```
+/// use soulbase_net_policy::NetPolicy;
+/// use soulbase_net_runtime::Client;
+///
+/// let mut policy = NetPolicy::default();
+/// policy.retry.max_attempts = 2;
+/// let client = Client::builder().policy(policy).build()?;
+/// # let _ = client;
+/// # Ok::<(), soulbase_net_core::NetError>(())
+/// ```
+pub struct ClientBuilder {
+    resolver: Option<Arc<dyn PolicyResolver>>,
+    policy: Option<NetPolicy>,
+    interceptors: Vec<Arc<dyn Interceptor>>,
+    observer: Arc<dyn Observer>,
+    dialer: Arc<dyn Dialer>,
+    extra_roots: Vec<CertificateDer<'static>>,
+    user_agent: HeaderValue,
+    pool_idle_timeout: Duration,
+    pool_max_idle_per_host: usize,
+    http2_prior_knowledge: bool,
+}
+
+/// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
+///
+/// Each request is validated, resolved to its policy (by tenant and host), passed through the
+/// interceptors, and sent over a pooled connection opened through the address guard, with
+/// the policy's phase timeouts and limits.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    resolver: Arc<dyn PolicyResolver>,
+    interceptors: Vec<Arc<dyn Interceptor>>,
+    observer: Arc<dyn Observer>,
+    user_agent: HeaderValue,
+    transports: Transports,
+    next_id: AtomicU64,
+}
+
+// === impl ClientBuilder ===
+
+impl ClientBuilder {
+    /// A builder with the default policy, no interceptors, no observer and the system's
+    /// TCP dialer.
+    pub fn new() -> Self {
+        ClientBuilder {
+            resolver: None,
+            policy: None,
+            interceptors: Vec::new(),
+            observer: Arc::new(NoopObserver),
+            dialer: Arc::new(TcpDialer),
+            extra_roots: Vec::new(),
+            user_agent: HeaderValue::from_static(DEFAULT_USER_AGENT),
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 32,
+            http2_prior_knowledge: false,
+        }
+    }
+
+    /// Uses one policy for every request (validated by `build`). Default is
+    /// `NetPolicy::default()`.
+    pub fn policy(mut self, policy: NetPolicy) -> Self {
+        self.policy = Some(policy);
+        self.resolver = None;
+        self
+    }
+
+    /// Resolves a policy per request (tenant, host), e.g. a hot-reloaded
+    /// [`SnapshotResolver`]. Replaces [`ClientBuilder::policy`].
+    pub fn policy_resolver(mut self, resolver: Arc<dyn PolicyResolver>) -> Self {
+        self.resolver = Some(resolver);
+        self.policy = None;
+        self
+    }
+
+    /// Sets the interceptors: `before` runs in this order, `after` and `on_error` in reverse.
+    pub fn interceptors(mut self, interceptors: Vec<Arc<dyn Interceptor>>) -> Self {
+        self.interceptors = interceptors;
+        self
+    }
+
+    /// Adds one interceptor after the others.
+    pub fn interceptor(mut self, interceptor: impl Interceptor + 'static) -> Self {
+        self.interceptors.push(Arc::new(interceptor));
+        self
+    }
+
+    /// Receives every event of the runtime. Default is none.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Opens TCP connections; tests pass one that records and refuses non-loopback
+    /// addresses. Default is [`TcpDialer`].
+    pub fn dialer(mut self, dialer: Arc<dyn Dialer>) -> Self {
+        self.dialer = dialer;
+        self
+    }
+
+    /// Trusts `cert` as a root, besides the webpki roots and the policy's `extra_roots_pem`.
+    pub fn add_root_certificate(mut self, cert: CertificateDer<'static>) -> Self {
+        self.extra_roots.push(cert);
+        self
+    }
+
+    /// The `User-Agent` sent when a request has none. Default is `soulbase-net/<version>`.
+    pub fn user_agent(mut self, value: HeaderValue) -> Self {
+        self.user_agent = value;
+        self
+    }
+
+    /// How long an idle pooled connection is kept. Default is 90 seconds.
+    pub fn pool_idle_timeout(mut self, idle: Duration) -> Self {
+        self.pool_idle_timeout = idle;
+        self
+    }
+
+    /// The most idle connections kept per host. Default is 32.
+    pub fn pool_max_idle_per_host(mut self, max: usize) -> Self {
+        self.pool_max_idle_per_host = max;
+        self
+    }
+
+    /// Speaks HTTP/2 without negotiation on plain `http` (h2c prior knowledge). Default is
+    /// off: HTTP/1.1 on `http`, ALPN (h2 or HTTP/1.1) on `https`.
+    pub fn http2_prior_knowledge(mut self, on: bool) -> Self {
+        self.http2_prior_knowledge = on;
+        self
+    }
+
+    /// Builds the client.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when the policy is invalid (every problem listed).
+    pub fn build(self) -> Result<Client, NetError> {
+        let resolver: Arc<dyn PolicyResolver> = match (self.resolver, self.policy) {
+            (Some(r), _) => r,
+            (None, policy) => Arc::new(
+                SnapshotResolver::from_policy(policy.unwrap_or_default()).map_err(|e| {
+                    NetError::invalid_request(format!("invalid policy: {e}")).with_source(e)
+                })?,
+            ),
+        };
+        let transports = Transports::new(transport::Settings {
+            dialer: self.dialer,
+            observer: self.observer.clone(),
+            extra_roots: self.extra_roots,
+            pool_idle_timeout: self.pool_idle_timeout,
+            pool_max_idle_per_host: self.pool_max_idle_per_host,
+            http2_prior_knowledge: self.http2_prior_knowledge,
+        });
+        Ok(Client {
+            inner: Arc::new(Inner {
+                resolver,
+                interceptors: self.interceptors,
+                observer: self.observer,
+                user_agent: self.user_agent,
+                transports,
+                next_id: AtomicU64::new(1),
+            }),
+        })
+    }
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder::new()
+    }
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("interceptors", &self.interceptors.len())
+            .field("dialer", &self.dialer)
+            .field("extra_roots", &self.extra_roots.len())
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
+            .field("http2_prior_knowledge", &self.http2_prior_knowledge)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Client ===
+
+impl Client {
+    /// A [`ClientBuilder`].
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::new()
+    }
+
+    /// The number of connections this client has opened so far (all hosts).
+    pub fn connections_opened(&self) -> u64 {
+        self.inner.transports.connections_opened()
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("resolver", &self.inner.resolver)
+            .field("interceptors", &self.inner.interceptors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl NetClient for Client {
+    async fn send(&self, req: NetRequest) -> Result<NetResponse, NetError> {
+        self.inner.send(req).await
+    }
+}

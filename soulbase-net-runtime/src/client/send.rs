@@ -1,0 +1,295 @@
+//! One request through the client: validate, resolve the policy, interceptors, the attempt
+//! with its phase timeouts, and the events that report it.
+
+use std::{sync::atomic::Ordering, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::client::legacy::connect::capture_connection;
+use soulbase_net_core::{
+    Body, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome, Phase,
+    RequestInfo, RespBody,
+};
+use soulbase_net_policy::NetPolicy;
+use tokio::time::Instant;
+use url::Url;
+
+use super::{transport::ReqBody, Inner};
+use crate::{classify, connect::ConnectInfo};
+
+/// What stays fixed for one request: its number, labels and deadlines.
+struct Call<'a> {
+    id: u64,
+    method: Method,
+    scheme: String,
+    host: String,
+    tenant: Option<String>,
+    policy: &'a Arc<NetPolicy>,
+    started: Instant,
+    deadline: Instant,
+}
+
+impl Call<'_> {
+    fn info(&self) -> RequestInfo<'_> {
+        RequestInfo {
+            id: self.id,
+            method: &self.method,
+            scheme: &self.scheme,
+            host: &self.host,
+            tenant: self.tenant.as_deref(),
+        }
+    }
+
+    /// `Timeout(phase)`, or `Timeout(Total)` when the total deadline comes first.
+    fn phase_deadline(&self, phase: Phase, limit: Duration) -> (Instant, Phase) {
+        let at = Instant::now() + limit;
+        if at >= self.deadline {
+            (self.deadline, Phase::Total)
+        } else {
+            (at, phase)
+        }
+    }
+}
+
+impl Inner {
+    pub(super) async fn send(&self, mut req: NetRequest) -> Result<NetResponse, NetError> {
+        let started = Instant::now();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let url = match req.validate(u64::MAX) {
+            Ok(url) => url,
+            Err(e) => return Err(self.fail_early(&req, e).await),
+        };
+        let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+        let policy = self.resolver.resolve(req.tenant.as_deref(), &host);
+        let timeouts = policy.timeout.with_request(&req.timeout);
+        let call = Call {
+            id,
+            method: req.method.clone(),
+            scheme: url.scheme().to_owned(),
+            host,
+            tenant: req.tenant.clone(),
+            policy: &policy,
+            started,
+            deadline: started + timeouts.total,
+        };
+        self.observer.on_event(&NetEvent::RequestStarted { req: call.info() });
+        let result = self.run(&mut req, &call, &timeouts).await;
+        let outcome = match &result {
+            Ok(res) => Outcome::Response(res.status),
+            Err(e) => Outcome::Error(e.kind()),
+        };
+        let attempts = match &result {
+            Ok(res) => res.attempts,
+            Err(e) => e.attempts(),
+        };
+        let elapsed = match &result {
+            Ok(res) => res.elapsed,
+            Err(_) => Elapsed { total: started.elapsed(), ..Elapsed::default() },
+        };
+        self.observer.on_event(&NetEvent::RequestFinished { req: call.info(), outcome, attempts, elapsed });
+        result
+    }
+
+    /// Interceptors and the attempt; `after` or `on_error` at the end.
+    async fn run(
+        &self,
+        req: &mut NetRequest,
+        call: &Call<'_>,
+        timeouts: &soulbase_net_policy::TimeoutPolicy,
+    ) -> Result<NetResponse, NetError> {
+        for interceptor in &self.interceptors {
+            if let Err(e) = interceptor.before(req).await {
+                return Err(self.after_error(req, e).await);
+            }
+        }
+        let prepared = prepare_body(req).and_then(|()| {
+            let url = req.validate(u64::MAX)?;
+            req.check_body_size(call.policy.security.max_req_bytes.as_u64())?;
+            Ok(url)
+        });
+        let url = match prepared {
+            Ok(url) => url,
+            Err(e) => return Err(self.after_error(req, e).await),
+        };
+        for interceptor in &self.interceptors {
+            interceptor.on_attempt(req, 1);
+        }
+        let result = self.attempt(req, &url, call, timeouts, 1).await;
+        match result {
+            Ok(mut res) => {
+                for interceptor in self.interceptors.iter().rev() {
+                    if let Err(e) = interceptor.after(req, &mut res).await {
+                        return Err(self.after_error(req, e).await);
+                    }
+                }
+                Ok(res)
+            }
+            Err(e) => Err(self.after_error(req, e).await),
+        }
+    }
+
+    /// One attempt: connect (or reuse), write, wait for the head, hand over the body.
+    async fn attempt(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: &Call<'_>,
+        timeouts: &soulbase_net_policy::TimeoutPolicy,
+        attempt: u32,
+    ) -> Result<NetResponse, NetError> {
+        let began = Instant::now();
+        self.observer.on_event(&NetEvent::AttemptStarted { req: call.info(), attempt, hedge: false });
+        let result = self.exchange(req, url, call, timeouts, began).await;
+        let result = result.map(|mut res| {
+            res.attempts = attempt;
+            res
+        });
+        let result = result.map_err(|e| {
+            if let ErrorKind::Timeout(phase) = e.kind() {
+                self.observer.on_event(&NetEvent::TimedOut { req: call.info(), phase });
+            }
+            if e.kind() == ErrorKind::Blocked {
+                let denied = e.find_source::<soulbase_net_policy::Denied>();
+                self.observer.on_event(&NetEvent::Blocked {
+                    req: call.info(),
+                    addr: denied.and_then(|d| d.addr),
+                    rule: denied.map_or("address_guard", |d| d.rule.as_str()),
+                });
+            }
+            e.at(&call.method, url.as_str()).with_attempts(attempt)
+        });
+        let (outcome, elapsed) = match &result {
+            Ok(res) => (Outcome::Response(res.status), res.elapsed),
+            Err(e) => (Outcome::Error(e.kind()), Elapsed { total: began.elapsed(), ..Elapsed::default() }),
+        };
+        self.observer.on_event(&NetEvent::AttemptFinished { req: call.info(), attempt, outcome, elapsed });
+        result
+    }
+
+    async fn exchange(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: &Call<'_>,
+        timeouts: &soulbase_net_policy::TimeoutPolicy,
+        began: Instant,
+    ) -> Result<NetResponse, NetError> {
+        let transport = self.transports.get(call.policy)?;
+        let mut http_req = self.http_request(req, url)?;
+        let mut captured = capture_connection(&mut http_req);
+        let request = transport.http.request(http_req);
+        tokio::pin!(request);
+
+        // Until a connection is chosen: the connector bounds connecting by itself.
+        let early = tokio::select! {
+            res = &mut request => Some(res),
+            _ = captured.wait_for_connection_metadata() => None,
+            _ = tokio::time::sleep_until(call.deadline) => {
+                return Err(NetError::timeout(Phase::Total));
+            }
+        };
+        let res = match early {
+            Some(res) => res,
+            None => {
+                let (at, phase) = call.phase_deadline(Phase::Ttfb, timeouts.ttfb);
+                match tokio::time::timeout_at(at, request).await {
+                    Ok(res) => res,
+                    Err(_) => return Err(NetError::timeout(phase)),
+                }
+            }
+        };
+        let res = res.map_err(classify::request_error)?;
+        let ttfb = began.elapsed();
+        let (parts, body) = res.into_parts();
+        let info = parts.extensions.get::<ConnectInfo>();
+        if let Some(info) = info {
+            tracing::trace!(remote = %info.remote, status = %parts.status, "response head");
+        }
+        let connect = info.map_or(Duration::ZERO, ConnectInfo::take_connect_time);
+        let max = call.policy.security.max_resp_bytes.as_u64();
+        if let Some(len) = content_length(&parts.headers) {
+            if len > max {
+                return Err(NetError::new(ErrorKind::TooLarge).with_message(format!(
+                    "content-length {len} is over the limit of {max} bytes (security.max_resp_bytes)"
+                )));
+            }
+        }
+        let body = body
+            .map_err(|e| NetError::new(ErrorKind::Io).with_message("reading the response body failed").with_source(e))
+            .boxed_unsync();
+        Ok(NetResponse {
+            status: parts.status,
+            content_type: parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            headers: parts.headers,
+            body: RespBody::Stream(body),
+            elapsed: Elapsed { connect, ttfb, total: call.started.elapsed() },
+            bytes_in: 0,
+            attempts: 1,
+            url: url.as_str().to_owned(),
+        })
+    }
+
+    /// The hyper request for one attempt.
+    fn http_request(&self, req: &mut NetRequest, url: &Url) -> Result<Request<ReqBody>, NetError> {
+        let uri: http::Uri = url.as_str().parse().map_err(|e| {
+            NetError::invalid_request("url is not a valid request target").with_source(e)
+        })?;
+        let body: ReqBody = match &req.body {
+            Body::Empty => Empty::new().map_err(|never| match never {}).boxed_unsync(),
+            Body::Bytes(b) => Full::new(b.clone()).map_err(|never| match never {}).boxed_unsync(),
+            Body::Json(_) | Body::Stream(_) => match std::mem::take(&mut req.body) {
+                Body::Stream(s) => s.into_inner().boxed_unsync(),
+                other => {
+                    let bytes = other.to_bytes()?.unwrap_or_default();
+                    req.body = Body::Bytes(bytes.clone());
+                    Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+                }
+            },
+            _ => Empty::new().map_err(|never| match never {}).boxed_unsync(),
+        };
+        let mut http_req = Request::builder()
+            .method(req.method.clone())
+            .uri(uri)
+            .body(body)
+            .map_err(|e| NetError::invalid_request("request could not be built").with_source(e))?;
+        *http_req.headers_mut() = req.headers.clone();
+        http_req
+            .headers_mut()
+            .entry(header::USER_AGENT)
+            .or_insert_with(|| self.user_agent.clone());
+        Ok(http_req)
+    }
+
+    async fn fail_early(&self, req: &NetRequest, e: NetError) -> NetError {
+        self.after_error(req, e).await
+    }
+
+    async fn after_error(&self, req: &NetRequest, e: NetError) -> NetError {
+        for interceptor in self.interceptors.iter().rev() {
+            interceptor.on_error(req, &e).await;
+        }
+        e
+    }
+}
+
+/// Serialises a JSON body once (so every attempt sends the same bytes) and sets its
+/// `Content-Type` when the request has none.
+fn prepare_body(req: &mut NetRequest) -> Result<(), NetError> {
+    if let Body::Json(_) = &req.body {
+        let bytes: Bytes = req.body.to_bytes()?.unwrap_or_default();
+        req.headers
+            .entry(header::CONTENT_TYPE)
+            .or_insert(HeaderValue::from_static("application/json"));
+        req.body = Body::Bytes(bytes);
+    }
+    Ok(())
+}
+
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}

@@ -1,0 +1,209 @@
+//! Transports: one pooled hyper-util client per distinct connection policy.
+//!
+//! Why per policy: TLS settings (pins, client certificates, versions), the address guard,
+//! DNS and the per-host connection cap are properties of a connection, so requests under
+//! different policies must not share pooled connections. Most clients have one transport.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    net::IpAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Weak,
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper_util::{
+    client::legacy::Client as HyperClient,
+    rt::{TokioExecutor, TokioTimer},
+};
+use parking_lot::Mutex;
+use rustls::pki_types::CertificateDer;
+use soulbase_net_core::{BoxError, DnsSource, ErrorKind, NetError, Observer};
+use soulbase_net_policy::{AddressGuard, DnsPolicy, NetPolicy};
+
+use crate::connect::{Connector, ConnectorConfig, Dialer, Resolve};
+
+/// The request body type sent through hyper.
+pub(crate) type ReqBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// What every transport of a client shares.
+pub(crate) struct Settings {
+    pub(crate) dialer: Arc<dyn Dialer>,
+    pub(crate) observer: Arc<dyn Observer>,
+    pub(crate) extra_roots: Vec<CertificateDer<'static>>,
+    pub(crate) pool_idle_timeout: Duration,
+    pub(crate) pool_max_idle_per_host: usize,
+    pub(crate) http2_prior_knowledge: bool,
+}
+
+/// A pooled client for one connection policy.
+pub(crate) struct Transport {
+    pub(crate) http: HyperClient<Connector, ReqBody>,
+}
+
+/// The transports of a client, found by policy.
+pub(crate) struct Transports {
+    settings: Settings,
+    opened: Arc<AtomicU64>,
+    /// Fast path: the policy `Arc` a resolver handed out → its transport.
+    by_policy: Mutex<HashMap<usize, (Weak<NetPolicy>, Arc<Transport>)>>,
+    /// Slow path: the connection-relevant parts of a policy, serialised → its transport.
+    by_key: Mutex<HashMap<String, Arc<Transport>>>,
+}
+
+/// Bounds the fast-path map; dead policies are pruned when it is full.
+const MAX_POLICY_ENTRIES: usize = 1024;
+
+impl Transports {
+    pub(crate) fn new(settings: Settings) -> Self {
+        Transports {
+            settings,
+            opened: Arc::new(AtomicU64::new(0)),
+            by_policy: Mutex::new(HashMap::new()),
+            by_key: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn connections_opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// The transport for `policy`, built on first use.
+    pub(crate) fn get(&self, policy: &Arc<NetPolicy>) -> Result<Arc<Transport>, NetError> {
+        let ptr = Arc::as_ptr(policy) as usize;
+        if let Some((weak, t)) = self.by_policy.lock().get(&ptr) {
+            if weak.upgrade().is_some_and(|p| Arc::ptr_eq(&p, policy)) {
+                return Ok(t.clone());
+            }
+        }
+        let key = connection_key(policy)?;
+        let transport = {
+            let mut by_key = self.by_key.lock();
+            match by_key.get(&key) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = Arc::new(self.build(policy)?);
+                    by_key.insert(key, t.clone());
+                    t
+                }
+            }
+        };
+        let mut by_policy = self.by_policy.lock();
+        if by_policy.len() >= MAX_POLICY_ENTRIES {
+            by_policy.retain(|_, (weak, _)| weak.strong_count() > 0);
+        }
+        by_policy.insert(ptr, (Arc::downgrade(policy), transport.clone()));
+        Ok(transport)
+    }
+
+    fn build(&self, policy: &NetPolicy) -> Result<Transport, NetError> {
+        let s = &self.settings;
+        let guard = AddressGuard::new(&policy.security).map_err(|e| {
+            NetError::invalid_request(format!("invalid security policy: {e}")).with_source(e)
+        })?;
+        let connector = Connector::new(ConnectorConfig {
+            guard,
+            tls: tls_config(policy, &s.extra_roots)?,
+            dialer: s.dialer.clone(),
+            resolver: Arc::new(StaticResolve::new(&policy.dns)),
+            observer: s.observer.clone(),
+            connect_timeout: policy.timeout.connect,
+            happy_eyeballs_delay: policy.dns.happy_eyeballs_delay,
+            per_host_cap: policy.limits.per_host_concurrency as usize,
+            opened: self.opened.clone(),
+        });
+        let http = HyperClient::builder(TokioExecutor::new())
+            .pool_idle_timeout(s.pool_idle_timeout)
+            .pool_max_idle_per_host(s.pool_max_idle_per_host)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .http2_only(s.http2_prior_knowledge)
+            .build(connector);
+        Ok(Transport { http })
+    }
+}
+
+impl fmt::Debug for Transports {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transports")
+            .field("transports", &self.by_key.lock().len())
+            .field("opened", &self.connections_opened())
+            .finish()
+    }
+}
+
+/// The parts of a policy that shape a connection, as one string.
+fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
+    serde_json::to_string(&(
+        &policy.tls,
+        &policy.security,
+        &policy.dns,
+        &policy.proxy,
+        policy.limits.per_host_concurrency,
+        policy.timeout.connect,
+    ))
+    .map_err(|e| NetError::invalid_request("policy could not be keyed").with_source(e))
+}
+
+/// TLS 1.2+ with the ring provider, webpki roots plus extra ones, and ALPN.
+fn tls_config(
+    policy: &NetPolicy,
+    extra_roots: &[CertificateDer<'static>],
+) -> Result<Arc<rustls::ClientConfig>, NetError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for cert in extra_roots {
+        roots
+            .add(cert.clone())
+            .map_err(|e| NetError::invalid_request("an extra root certificate is invalid").with_source(e))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&rustls::SupportedProtocolVersion] = match policy.tls.min_tls {
+        soulbase_net_policy::TlsVersion::Tls13 => &[&rustls::version::TLS13],
+        _ => &[&rustls::version::TLS13, &rustls::version::TLS12],
+    };
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .map_err(|e| NetError::new(ErrorKind::Tls).with_message("tls versions").with_source(e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = if policy.tls.http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    Ok(Arc::new(config))
+}
+
+/// Names from `dns.static_hosts` only.
+#[derive(Debug)]
+struct StaticResolve {
+    hosts: HashMap<String, Arc<[IpAddr]>>,
+}
+
+impl StaticResolve {
+    fn new(policy: &DnsPolicy) -> Self {
+        let hosts = policy
+            .static_hosts
+            .iter()
+            .map(|(name, ips)| (name.trim_end_matches('.').to_ascii_lowercase(), Arc::from(ips.as_slice())))
+            .collect();
+        StaticResolve { hosts }
+    }
+}
+
+#[async_trait::async_trait]
+impl Resolve for StaticResolve {
+    async fn resolve(&self, host: &str) -> Result<(Arc<[IpAddr]>, DnsSource), NetError> {
+        let key = host.trim_end_matches('.').to_ascii_lowercase();
+        match self.hosts.get(&key) {
+            Some(ips) => Ok((ips.clone(), DnsSource::Static)),
+            None => Err(NetError::new(ErrorKind::Dns).with_message(format!("{host} has no address"))),
+        }
+    }
+}

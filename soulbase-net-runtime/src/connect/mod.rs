@@ -1,0 +1,240 @@
+//! The connector: from a URI to a connected, guarded, TLS-wrapped socket.
+//!
+//! One connect, in order: the host allow-list; name resolution (IP literals included, which
+//! hyper-util's own resolver never sees); the address guard on every address; the per-host
+//! connection cap; happy eyeballs through the [`Dialer`]; TLS. The whole of it is bounded by
+//! the connect timeout. A denied address is never handed to the dialer.
+
+mod dial;
+mod io;
+
+use std::{
+    collections::HashMap,
+    fmt,
+    future::Future,
+    net::{IpAddr, SocketAddr},
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use parking_lot::Mutex;
+use soulbase_net_core::{DnsSource, ErrorKind, NetError, NetEvent, Observer, Phase};
+use soulbase_net_policy::AddressGuard;
+use tokio::{sync::Semaphore, time::Instant};
+
+pub use self::dial::{DialFuture, Dialer, TcpDialer};
+pub(crate) use self::io::Conn;
+use self::io::MaybeTls;
+
+/// Resolves host names for the connector.
+#[async_trait::async_trait]
+pub(crate) trait Resolve: Send + Sync + fmt::Debug {
+    /// The addresses of `host` and where they came from.
+    async fn resolve(&self, host: &str) -> Result<(Arc<[IpAddr]>, DnsSource), NetError>;
+}
+
+/// What a transport's connector needs; one per distinct connection policy.
+#[derive(Clone)]
+pub(crate) struct ConnectorConfig {
+    pub(crate) guard: AddressGuard,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
+    pub(crate) dialer: Arc<dyn Dialer>,
+    pub(crate) resolver: Arc<dyn Resolve>,
+    pub(crate) observer: Arc<dyn Observer>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) happy_eyeballs_delay: Duration,
+    pub(crate) per_host_cap: usize,
+    /// Counts connections opened.
+    pub(crate) opened: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Facts about a connection, attached to every response it carries.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectInfo {
+    /// The address connected to.
+    pub(crate) remote: SocketAddr,
+    /// How long connecting took (DNS, TCP, TLS).
+    pub(crate) connect: Duration,
+    /// Set once the first response on this connection has taken `connect`.
+    taken: Arc<AtomicBool>,
+}
+
+impl ConnectInfo {
+    /// The connect time for the first response on this connection, zero afterwards (a reused
+    /// connection cost nothing to open).
+    pub(crate) fn take_connect_time(&self) -> Duration {
+        if self.taken.swap(true, Ordering::Relaxed) {
+            Duration::ZERO
+        } else {
+            self.connect
+        }
+    }
+}
+
+/// A `tower_service::Service<Uri>` for hyper-util's pooled client.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: ConnectorConfig,
+    caps: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// Idle per-host cap entries are pruned once the map grows past this many hosts.
+const MAX_CAP_ENTRIES: usize = 4096;
+
+// === impl Connector ===
+
+impl Connector {
+    pub(crate) fn new(cfg: ConnectorConfig) -> Self {
+        Connector {
+            inner: Arc::new(Inner {
+                cfg,
+                caps: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector")
+            .field("connect_timeout", &self.inner.cfg.connect_timeout)
+            .field("per_host_cap", &self.inner.cfg.per_host_cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = Conn;
+    type Error = NetError;
+    type Future = Pin<Box<dyn Future<Output = Result<Conn, NetError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), NetError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let limit = inner.cfg.connect_timeout;
+            match tokio::time::timeout(limit, inner.connect(uri)).await {
+                Ok(res) => res,
+                Err(_) => Err(NetError::timeout(Phase::Connect)
+                    .with_message(format!("no connection within {limit:?}"))),
+            }
+        })
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    async fn connect(&self, uri: Uri) -> Result<Conn, NetError> {
+        let started = Instant::now();
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            other => {
+                return Err(NetError::invalid_request(format!(
+                    "scheme {other:?} is not http or https"
+                )))
+            }
+        };
+        let host = uri
+            .host()
+            .ok_or_else(|| NetError::invalid_request("url has no host"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        self.cfg.guard.check_host(host)?;
+
+        let addrs = self.addresses(host).await?;
+        let allowed = self.cfg.guard.filter_addrs(host, &addrs)?;
+        let targets: Vec<SocketAddr> = allowed.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+
+        let permit = self.permit(host, port).await?;
+        let (tcp, remote) =
+            dial::happy_eyeballs(&self.cfg.dialer, &targets, self.cfg.happy_eyeballs_delay)
+                .await
+                .map_err(|e| {
+                    NetError::new(ErrorKind::Connect)
+                        .with_message(format!("could not connect to {host}:{port}"))
+                        .with_source(e)
+                })?;
+        let stream = if https {
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
+                NetError::invalid_request(format!("`{host}` is not a valid TLS server name"))
+                    .with_source(e)
+            })?;
+            let tls = tokio_rustls::TlsConnector::from(self.cfg.tls.clone())
+                .connect(name, tcp)
+                .await
+                .map_err(|e| crate::classify::tls_handshake_error(e, host))?;
+            MaybeTls::Tls(Box::new(tls))
+        } else {
+            MaybeTls::Plain(tcp)
+        };
+        let info = ConnectInfo {
+            remote,
+            connect: started.elapsed(),
+            taken: Arc::new(AtomicBool::new(false)),
+        };
+        self.cfg.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(Conn::new(stream, info, permit))
+    }
+
+    /// The addresses to try for `host`: an IP literal as it is, else the resolver's answer.
+    async fn addresses(&self, host: &str) -> Result<Arc<[IpAddr]>, NetError> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(Arc::from([ip]));
+        }
+        let started = Instant::now();
+        let (addrs, source) = self.cfg.resolver.resolve(host).await?;
+        self.cfg.observer.on_event(&NetEvent::DnsResolved {
+            host,
+            addrs: &addrs,
+            source,
+            elapsed: started.elapsed(),
+        });
+        Ok(addrs)
+    }
+
+    /// A slot under the per-host connection cap, held for the connection's life.
+    async fn permit(&self, host: &str, port: u16) -> Result<tokio::sync::OwnedSemaphorePermit, NetError> {
+        let cap = self.cfg.per_host_cap.max(1);
+        let semaphore = {
+            let mut caps = self.caps.lock();
+            if caps.len() >= MAX_CAP_ENTRIES {
+                caps.retain(|_, s| s.available_permits() < cap);
+            }
+            caps.entry(format!("{host}:{port}"))
+                .or_insert_with(|| Arc::new(Semaphore::new(cap)))
+                .clone()
+        };
+        semaphore.acquire_owned().await.map_err(|e| {
+            NetError::new(ErrorKind::Connect)
+                .with_message("connection cap closed")
+                .with_source(e)
+        })
+    }
+}
+
+impl Connection for Conn {
+    fn connected(&self) -> Connected {
+        let connected = Connected::new().extra(self.info().clone());
+        if self.is_h2() {
+            connected.negotiated_h2()
+        } else {
+            connected
+        }
+    }
+}
