@@ -7,4 +7,7 @@
 //! layer (retries with budgets, circuit breaker, limiters with AIMD, hedging, endpoint freezing,
 //! dynamic timeouts) driven by the `NetPolicy` of `soulbase-net-policy`.
 //!
-//! It is built by the transport and resilience issues; until then it exports nothing.
+//! Built so far: [`tls`] — the rustls client configuration of a `TlsPolicy` (roots, versions,
+//! ALPN, mTLS), SPKI pinning, and the classification of TLS failures.
+
+pub mod tls;
