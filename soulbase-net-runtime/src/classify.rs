@@ -16,31 +16,9 @@ pub(crate) fn tls_handshake_error(e: io::Error, host: &str) -> NetError {
         .with_source(e)
 }
 
-/// The kind of a TLS failure somewhere in the chain: verification (certificate, pin, our
-/// client certificate refused) → `TlsVerify`; anything else rustls reports → `Tls`.
-pub(crate) fn tls_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
-    let rustls_err = chain(err).find_map(|e| {
-        e.downcast_ref::<rustls::Error>().or_else(|| {
-            e.downcast_ref::<io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        })
-    })?;
-    use rustls::{AlertDescription as A, Error as E};
-    Some(match rustls_err {
-        E::InvalidCertificate(_) | E::InvalidCertRevocationList(_) => ErrorKind::TlsVerify,
-        E::AlertReceived(
-            A::BadCertificate
-            | A::CertificateRequired
-            | A::UnknownCA
-            | A::AccessDenied
-            | A::CertificateUnknown
-            | A::CertificateRevoked
-            | A::CertificateExpired
-            | A::UnsupportedCertificate,
-        ) => ErrorKind::TlsVerify,
-        _ => ErrorKind::Tls,
-    })
+/// The kind of a TLS failure somewhere in the chain (see [`crate::tls::classify_error`]).
+fn tls_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
+    crate::tls::classify_error(err)
 }
 
 /// The error of a request that hyper-util's client gave up on.

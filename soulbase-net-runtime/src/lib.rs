@@ -14,10 +14,14 @@
 //! let user: serde_json::Value = client.get_json("https://api.example.com/u/1", None).await?;
 //! # let _ = user; Ok(()) }
 //! ```
+//!
+//! [`tls`] is public for services that need the same TLS configuration, pinning or error
+//! classification outside the client.
 
 mod classify;
 mod client;
 mod connect;
+pub mod tls;
 
 pub use crate::client::{Client, ClientBuilder};
 pub use crate::connect::{DialFuture, Dialer, TcpDialer};

@@ -108,7 +108,7 @@ impl Transports {
         })?;
         let connector = Connector::new(ConnectorConfig {
             guard,
-            tls: tls_config(policy, &s.extra_roots)?,
+            tls: crate::tls::client_config(&policy.tls, &s.extra_roots)?,
             dialer: s.dialer.clone(),
             resolver: Arc::new(StaticResolve::new(&policy.dns)),
             observer: s.observer.clone(),
@@ -148,36 +148,6 @@ fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
         policy.timeout.connect,
     ))
     .map_err(|e| NetError::invalid_request("policy could not be keyed").with_source(e))
-}
-
-/// TLS 1.2+ with the ring provider, webpki roots plus extra ones, and ALPN.
-fn tls_config(
-    policy: &NetPolicy,
-    extra_roots: &[CertificateDer<'static>],
-) -> Result<Arc<rustls::ClientConfig>, NetError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    for cert in extra_roots {
-        roots
-            .add(cert.clone())
-            .map_err(|e| NetError::invalid_request("an extra root certificate is invalid").with_source(e))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let versions: &[&rustls::SupportedProtocolVersion] = match policy.tls.min_tls {
-        soulbase_net_policy::TlsVersion::Tls13 => &[&rustls::version::TLS13],
-        _ => &[&rustls::version::TLS13, &rustls::version::TLS12],
-    };
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(versions)
-        .map_err(|e| NetError::new(ErrorKind::Tls).with_message("tls versions").with_source(e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = if policy.tls.http2 {
-        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
-    } else {
-        vec![b"http/1.1".to_vec()]
-    };
-    Ok(Arc::new(config))
 }
 
 /// Names from `dns.static_hosts` only.
