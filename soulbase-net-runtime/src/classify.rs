@@ -25,7 +25,13 @@ fn tls_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
 pub(crate) fn request_error(e: hyper_util::client::legacy::Error) -> NetError {
     let found = chain(&e)
         .find_map(|s| s.downcast_ref::<NetError>())
-        .map(|net| (net.kind(), net.message().map(str::to_owned), net.retry_after()));
+        .map(|net| {
+            (
+                net.kind(),
+                net.message().map(str::to_owned),
+                net.retry_after(),
+            )
+        });
     if let Some((kind, message, retry_after)) = found {
         let mut copy = NetError::new(kind);
         if let Some(m) = message {
@@ -45,7 +51,10 @@ pub(crate) fn request_error(e: hyper_util::client::legacy::Error) -> NetError {
         (ErrorKind::Connect, "could not connect")
     } else if let Some(h) = chain(&e).find_map(|s| s.downcast_ref::<hyper::Error>()) {
         if h.is_incomplete_message() {
-            (ErrorKind::Io, "connection closed before the response was complete")
+            (
+                ErrorKind::Io,
+                "connection closed before the response was complete",
+            )
         } else if h.is_parse() || h.is_parse_status() {
             (ErrorKind::Io, "the response could not be parsed")
         } else if h.is_canceled() {
@@ -59,7 +68,9 @@ pub(crate) fn request_error(e: hyper_util::client::legacy::Error) -> NetError {
     NetError::new(kind).with_message(message).with_source(e)
 }
 
-fn chain<'a>(err: &'a (dyn StdError + 'static)) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+fn chain<'a>(
+    err: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     let mut next = Some(err);
     std::iter::from_fn(move || {
         let current = next?;
@@ -93,6 +104,9 @@ mod tests {
         assert_eq!(tls_kind(&plain), None);
         let err = tls_handshake_error(verify, "h.example");
         assert_eq!(err.kind(), ErrorKind::TlsVerify);
-        assert_eq!(err.to_string(), "tls verification failed: tls handshake with h.example failed");
+        assert_eq!(
+            err.to_string(),
+            "tls verification failed: tls handshake with h.example failed"
+        );
     }
 }

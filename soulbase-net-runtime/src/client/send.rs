@@ -60,7 +60,12 @@ impl Inner {
             Ok(url) => url,
             Err(e) => return Err(self.fail_early(&req, e).await),
         };
-        let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+        let host = url
+            .host_str()
+            .unwrap_or_default()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
         let policy = self.resolver.resolve(req.tenant.as_deref(), &host);
         let timeouts = policy.timeout.with_request(&req.timeout);
         let call = Call {
@@ -73,7 +78,8 @@ impl Inner {
             started,
             deadline: started + timeouts.total,
         };
-        self.observer.on_event(&NetEvent::RequestStarted { req: call.info() });
+        self.observer
+            .on_event(&NetEvent::RequestStarted { req: call.info() });
         let result = self.run(&mut req, &call, &timeouts).await;
         let outcome = match &result {
             Ok(res) => Outcome::Response(res.status),
@@ -85,9 +91,17 @@ impl Inner {
         };
         let elapsed = match &result {
             Ok(res) => res.elapsed,
-            Err(_) => Elapsed { total: started.elapsed(), ..Elapsed::default() },
+            Err(_) => Elapsed {
+                total: started.elapsed(),
+                ..Elapsed::default()
+            },
         };
-        self.observer.on_event(&NetEvent::RequestFinished { req: call.info(), outcome, attempts, elapsed });
+        self.observer.on_event(&NetEvent::RequestFinished {
+            req: call.info(),
+            outcome,
+            attempts,
+            elapsed,
+        });
         result
     }
 
@@ -139,7 +153,11 @@ impl Inner {
         attempt: u32,
     ) -> Result<NetResponse, NetError> {
         let began = Instant::now();
-        self.observer.on_event(&NetEvent::AttemptStarted { req: call.info(), attempt, hedge: false });
+        self.observer.on_event(&NetEvent::AttemptStarted {
+            req: call.info(),
+            attempt,
+            hedge: false,
+        });
         let result = self.exchange(req, url, call, timeouts, began).await;
         let result = result.map(|mut res| {
             res.attempts = attempt;
@@ -147,7 +165,10 @@ impl Inner {
         });
         let result = result.map_err(|e| {
             if let ErrorKind::Timeout(phase) = e.kind() {
-                self.observer.on_event(&NetEvent::TimedOut { req: call.info(), phase });
+                self.observer.on_event(&NetEvent::TimedOut {
+                    req: call.info(),
+                    phase,
+                });
             }
             if e.kind() == ErrorKind::Blocked {
                 let denied = e.find_source::<soulbase_net_policy::Denied>();
@@ -161,9 +182,20 @@ impl Inner {
         });
         let (outcome, elapsed) = match &result {
             Ok(res) => (Outcome::Response(res.status), res.elapsed),
-            Err(e) => (Outcome::Error(e.kind()), Elapsed { total: began.elapsed(), ..Elapsed::default() }),
+            Err(e) => (
+                Outcome::Error(e.kind()),
+                Elapsed {
+                    total: began.elapsed(),
+                    ..Elapsed::default()
+                },
+            ),
         };
-        self.observer.on_event(&NetEvent::AttemptFinished { req: call.info(), attempt, outcome, elapsed });
+        self.observer.on_event(&NetEvent::AttemptFinished {
+            req: call.info(),
+            attempt,
+            outcome,
+            elapsed,
+        });
         result
     }
 
@@ -216,7 +248,11 @@ impl Inner {
             }
         }
         let body = body
-            .map_err(|e| NetError::new(ErrorKind::Io).with_message("reading the response body failed").with_source(e))
+            .map_err(|e| {
+                NetError::new(ErrorKind::Io)
+                    .with_message("reading the response body failed")
+                    .with_source(e)
+            })
             .boxed_unsync();
         Ok(NetResponse {
             status: parts.status,
@@ -227,7 +263,11 @@ impl Inner {
                 .map(str::to_owned),
             headers: parts.headers,
             body: RespBody::Stream(body),
-            elapsed: Elapsed { connect, ttfb, total: call.started.elapsed() },
+            elapsed: Elapsed {
+                connect,
+                ttfb,
+                total: call.started.elapsed(),
+            },
             bytes_in: 0,
             attempts: 1,
             url: url.as_str().to_owned(),
@@ -241,13 +281,17 @@ impl Inner {
         })?;
         let body: ReqBody = match &req.body {
             Body::Empty => Empty::new().map_err(|never| match never {}).boxed_unsync(),
-            Body::Bytes(b) => Full::new(b.clone()).map_err(|never| match never {}).boxed_unsync(),
+            Body::Bytes(b) => Full::new(b.clone())
+                .map_err(|never| match never {})
+                .boxed_unsync(),
             Body::Json(_) | Body::Stream(_) => match std::mem::take(&mut req.body) {
                 Body::Stream(s) => s.into_inner().boxed_unsync(),
                 other => {
                     let bytes = other.to_bytes()?.unwrap_or_default();
                     req.body = Body::Bytes(bytes.clone());
-                    Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+                    Full::new(bytes)
+                        .map_err(|never| match never {})
+                        .boxed_unsync()
                 }
             },
             _ => Empty::new().map_err(|never| match never {}).boxed_unsync(),
@@ -291,5 +335,11 @@ fn prepare_body(req: &mut NetRequest) -> Result<(), NetError> {
 }
 
 fn content_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }

@@ -46,12 +46,15 @@ pub(crate) struct Transport {
     pub(crate) http: HyperClient<Connector, ReqBody>,
 }
 
+/// A policy a resolver handed out (held weakly) and its transport.
+type PolicyEntry = (Weak<NetPolicy>, Arc<Transport>);
+
 /// The transports of a client, found by policy.
 pub(crate) struct Transports {
     settings: Settings,
     opened: Arc<AtomicU64>,
     /// Fast path: the policy `Arc` a resolver handed out → its transport.
-    by_policy: Mutex<HashMap<usize, (Weak<NetPolicy>, Arc<Transport>)>>,
+    by_policy: Mutex<HashMap<usize, PolicyEntry>>,
     /// Slow path: the connection-relevant parts of a policy, serialised → its transport.
     by_key: Mutex<HashMap<String, Arc<Transport>>>,
 }
@@ -161,7 +164,12 @@ impl StaticResolve {
         let hosts = policy
             .static_hosts
             .iter()
-            .map(|(name, ips)| (name.trim_end_matches('.').to_ascii_lowercase(), Arc::from(ips.as_slice())))
+            .map(|(name, ips)| {
+                (
+                    name.trim_end_matches('.').to_ascii_lowercase(),
+                    Arc::from(ips.as_slice()),
+                )
+            })
             .collect();
         StaticResolve { hosts }
     }
@@ -173,7 +181,9 @@ impl Resolve for StaticResolve {
         let key = host.trim_end_matches('.').to_ascii_lowercase();
         match self.hosts.get(&key) {
             Some(ips) => Ok((ips.clone(), DnsSource::Static)),
-            None => Err(NetError::new(ErrorKind::Dns).with_message(format!("{host} has no address"))),
+            None => {
+                Err(NetError::new(ErrorKind::Dns).with_message(format!("{host} has no address")))
+            }
         }
     }
 }

@@ -4,15 +4,7 @@
 //! in a dialer that records each address and refuses anything off loopback — a broken guard
 //! then fails a test instead of reaching the network.
 
-use std::{
-    fmt,
-    future::Future,
-    io,
-    net::SocketAddr,
-    pin::Pin,
-    sync::Arc,
-    time::Duration,
-};
+use std::{fmt, future::Future, io, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
 use tokio::{net::TcpStream, task::JoinSet};
 
@@ -63,7 +55,10 @@ pub(crate) async fn happy_eyeballs(
         let next = async {
             match attempts.join_next().await {
                 Some(Ok(done)) => Some(done),
-                Some(Err(join)) => Some((SocketAddr::from(([0, 0, 0, 0], 0)), Err(io::Error::other(join)))),
+                Some(Err(join)) => Some((
+                    SocketAddr::from(([0, 0, 0, 0], 0)),
+                    Err(io::Error::other(join)),
+                )),
                 None => None,
             }
         };
@@ -137,9 +132,13 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(addr, good);
-        let err = happy_eyeballs(&dialer, &[closed], Duration::from_secs(30)).await.unwrap_err();
+        let err = happy_eyeballs(&dialer, &[closed], Duration::from_secs(30))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
-        let err = happy_eyeballs(&dialer, &[], Duration::from_secs(30)).await.unwrap_err();
+        let err = happy_eyeballs(&dialer, &[], Duration::from_secs(30))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrNotAvailable);
     }
 }

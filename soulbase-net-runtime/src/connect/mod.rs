@@ -159,7 +159,10 @@ impl Inner {
 
         let addrs = self.addresses(host).await?;
         let allowed = self.cfg.guard.filter_addrs(host, &addrs)?;
-        let targets: Vec<SocketAddr> = allowed.iter().map(|ip| SocketAddr::new(*ip, port)).collect();
+        let targets: Vec<SocketAddr> = allowed
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect();
 
         let permit = self.permit(host, port).await?;
         let (tcp, remote) =
@@ -209,7 +212,11 @@ impl Inner {
     }
 
     /// A slot under the per-host connection cap, held for the connection's life.
-    async fn permit(&self, host: &str, port: u16) -> Result<tokio::sync::OwnedSemaphorePermit, NetError> {
+    async fn permit(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, NetError> {
         let cap = self.cfg.per_host_cap.max(1);
         let semaphore = {
             let mut caps = self.caps.lock();

@@ -1,0 +1,200 @@
+//! Requests and responses over HTTP/1.1, HTTP/2 (ALPN and prior knowledge) and TLS.
+
+use std::sync::Arc;
+
+use http::Method;
+use soulbase_net_core::{
+    ErrorCode, ErrorKind, Interceptor, NetClient, NetClientExt, NetError, NetRequest, NetResponse,
+};
+use soulbase_net_testkit::{CertKit, FaultServer, Reply};
+
+use crate::support::{harness, harness_with, loopback_policy};
+
+#[tokio::test]
+async fn get_json_post_json_and_echoed_headers() {
+    let srv = FaultServer::http1()
+        .route("/j", Reply::json(&serde_json::json!({"n": 7})))
+        .route("/echo", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    let v: serde_json::Value = h.client.get_json(&srv.url("/j"), None).await.unwrap();
+    assert_eq!(v["n"], 7);
+
+    let _: serde_json::Value = h
+        .client
+        .post_json(&srv.url("/echo"), &serde_json::json!({"a": [1, 2]}), None)
+        .await
+        .unwrap();
+    let got = &srv.requests("/echo")[0];
+    assert_eq!(got.method, Method::POST);
+    assert_eq!(&got.body[..], br#"{"a":[1,2]}"#);
+    assert_eq!(got.header("content-type"), Some("application/json"));
+    assert!(got
+        .header("user-agent")
+        .unwrap()
+        .starts_with("soulbase-net/"));
+    assert!(h.dialer.non_loopback().is_empty());
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn responses_carry_status_headers_timings_and_attempts() {
+    let srv = FaultServer::http1()
+        .route(
+            "/x",
+            Reply::status(503).header("x-trace", "t1").body("down"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    let res = h.client.send(NetRequest::get(srv.url("/x"))).await.unwrap();
+    assert_eq!(res.status, 503);
+    assert_eq!(res.headers["x-trace"], "t1");
+    assert_eq!(res.attempts, 1);
+    assert!(
+        res.elapsed.connect > std::time::Duration::ZERO,
+        "first request opened a connection"
+    );
+    assert!(res.elapsed.ttfb >= res.elapsed.connect);
+    assert_eq!(res.url, srv.url("/x"));
+    let err = res.error_for_status().unwrap_err();
+    assert_eq!(err.code(), ErrorCode::ProviderUnavailable);
+    // The connection is reused: no connect time on the second request.
+    let again = h.client.send(NetRequest::get(srv.url("/x"))).await.unwrap();
+    assert_eq!(again.elapsed.connect, std::time::Duration::ZERO);
+    assert_eq!(srv.connections(), 1);
+    assert_eq!(h.client.connections_opened(), 1);
+    let seen = h.events.seen.lock().clone();
+    assert!(
+        seen.contains(&"attempt 1 status_5xx".to_owned()),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&"finish status_5xx 1".to_owned()), "{seen:?}");
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn https_negotiates_h2_with_alpn_and_http1_when_h2_is_off() {
+    let kit = CertKit::new().unwrap();
+    let srv = FaultServer::builder()
+        .tls(kit.localhost().unwrap().server_config().unwrap())
+        .route("/v", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(loopback_policy(), |b| {
+        b.add_root_certificate(kit.root_der())
+    });
+    let res = h.client.send(NetRequest::get(srv.url("/v"))).await.unwrap();
+    assert_eq!(res.status, 200);
+    assert_eq!(srv.requests("/v")[0].version, http::Version::HTTP_2);
+
+    let mut p = loopback_policy();
+    p.tls.http2 = false;
+    let h1 = harness_with(p, |b| b.add_root_certificate(kit.root_der()));
+    h1.client
+        .send(NetRequest::get(srv.url("/v")))
+        .await
+        .unwrap();
+    assert_eq!(srv.requests("/v")[1].version, http::Version::HTTP_11);
+
+    // Without the kit's root the chain is unknown: AUTH.FORBIDDEN, nothing reaches the handler.
+    let stranger = harness(loopback_policy());
+    let err = stranger
+        .client
+        .send(NetRequest::get(srv.url("/v")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TlsVerify);
+    assert_eq!(err.code(), ErrorCode::AuthForbidden);
+    assert_eq!(srv.hits("/v"), 2);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn h2c_prior_knowledge() {
+    let srv = FaultServer::http2()
+        .route("/p", Reply::ok("two"))
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(loopback_policy(), |b| b.http2_prior_knowledge(true));
+    let res = h.client.send(NetRequest::get(srv.url("/p"))).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "two");
+    assert_eq!(srv.requests("/p")[0].version, http::Version::HTTP_2);
+    srv.join().await;
+}
+
+/// Records the order of hooks.
+struct Tag(&'static str, Arc<parking_lot::Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl Interceptor for Tag {
+    async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        self.1.lock().push(format!("before {}", self.0));
+        req.headers
+            .append("x-tags", http::HeaderValue::from_static(self.0));
+        Ok(())
+    }
+    fn on_attempt(&self, _req: &mut NetRequest, attempt: u32) {
+        self.1.lock().push(format!("attempt {} {attempt}", self.0));
+    }
+    async fn after(&self, _req: &NetRequest, _res: &mut NetResponse) -> Result<(), NetError> {
+        self.1.lock().push(format!("after {}", self.0));
+        Ok(())
+    }
+    async fn on_error(&self, _req: &NetRequest, err: &NetError) {
+        self.1
+            .lock()
+            .push(format!("error {} {}", self.0, err.kind().label()));
+    }
+}
+
+#[tokio::test]
+async fn interceptors_run_before_in_order_and_after_in_reverse() {
+    let srv = FaultServer::http1()
+        .route("/i", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let h = harness_with(loopback_policy(), |b| {
+        b.interceptor(Tag("a", log.clone()))
+            .interceptor(Tag("b", log.clone()))
+    });
+    h.client.send(NetRequest::get(srv.url("/i"))).await.unwrap();
+    assert_eq!(
+        *log.lock(),
+        [
+            "before a",
+            "before b",
+            "attempt a 1",
+            "attempt b 1",
+            "after b",
+            "after a"
+        ]
+    );
+    let tags: Vec<_> = srv.requests("/i")[0]
+        .headers
+        .get_all("x-tags")
+        .iter()
+        .cloned()
+        .collect();
+    assert_eq!(tags, ["a", "b"]);
+
+    log.lock().clear();
+    let err = h
+        .client
+        .send(NetRequest::get("http://127.0.0.1:1/"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connect);
+    assert_eq!(
+        log.lock()[4..],
+        ["error b connect".to_owned(), "error a connect".to_owned()]
+    );
+    srv.join().await;
+}

@@ -1,0 +1,67 @@
+//! Phase timeouts: connect, time to first byte, total.
+
+use std::time::Duration;
+
+use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest, Phase, TimeoutCfg};
+use soulbase_net_runtime::{DialFuture, Dialer};
+use soulbase_net_testkit::{FaultServer, Reply};
+
+use crate::support::{harness, harness_with, loopback_policy};
+
+#[tokio::test]
+async fn ttfb_timeout_fires_when_the_head_is_late() {
+    let mut srv = FaultServer::http1()
+        .route("/slow", Reply::ok("late").delay(Duration::from_secs(5)))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    let req = NetRequest::get(srv.url("/slow"))
+        .timeout(TimeoutCfg::default().with_ttfb(Duration::from_millis(150)));
+    let started = tokio::time::Instant::now();
+    let err = h.client.send(req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Ttfb));
+    assert_eq!(err.code(), ErrorCode::ProviderTimeout);
+    assert_eq!(err.public_code(), ErrorCode::ProviderUnavailable);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(h.events.seen.lock().contains(&"timeout ttfb".to_owned()));
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_total_deadline_caps_the_ttfb_timeout() {
+    let mut srv = FaultServer::http1()
+        .route("/slow", Reply::ok("late").delay(Duration::from_secs(5)))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    let req = NetRequest::get(srv.url("/slow")).total_timeout(Duration::from_millis(150));
+    let err = h.client.send(req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Total));
+    srv.shutdown().await;
+}
+
+/// A dialer whose connections never complete.
+#[derive(Debug)]
+struct Silent;
+
+impl Dialer for Silent {
+    fn dial(&self, _addr: std::net::SocketAddr) -> DialFuture {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test]
+async fn connect_timeout_fires_when_no_connection_opens() {
+    let mut p = loopback_policy();
+    p.timeout.connect = Duration::from_millis(100);
+    let h = harness_with(p, |b| b.dialer(std::sync::Arc::new(Silent)));
+    let err = h
+        .client
+        .send(NetRequest::get("http://127.0.0.1:9/"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Connect));
+    assert_eq!(err.code(), ErrorCode::ProviderTimeout);
+}
