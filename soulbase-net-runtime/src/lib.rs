@@ -8,3 +8,7 @@
 //! dynamic timeouts) driven by the `NetPolicy` of `soulbase-net-policy`.
 //!
 //! It is built by the transport and resilience issues; until then it exports nothing.
+
+mod body;
+
+pub use crate::body::{check_content_length, collect, decode, LimitedBody};
