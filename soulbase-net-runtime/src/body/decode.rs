@@ -116,8 +116,7 @@ fn codings(headers: &HeaderMap) -> Result<Option<Vec<Coding>>, NetError> {
         for token in value.split(',').map(str::trim) {
             let coding = if token.is_empty() || token.eq_ignore_ascii_case("identity") {
                 continue;
-            } else if token.eq_ignore_ascii_case("gzip") || token.eq_ignore_ascii_case("x-gzip")
-            {
+            } else if token.eq_ignore_ascii_case("gzip") || token.eq_ignore_ascii_case("x-gzip") {
                 Coding::Gzip
             } else if token.eq_ignore_ascii_case("br") {
                 Coding::Brotli

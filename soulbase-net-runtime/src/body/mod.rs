@@ -43,12 +43,12 @@ pub fn check_content_length(headers: &HeaderMap, max_bytes: u64) -> Result<(), N
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     match declared {
-        Some(len) if len > max_bytes => Err(NetError::new(ErrorKind::TooLarge).with_message(
-            format!(
+        Some(len) if len > max_bytes => {
+            Err(NetError::new(ErrorKind::TooLarge).with_message(format!(
                 "declared content-length {len} is over the limit of {max_bytes} bytes \
                  ({MAX_RESP_BYTES_FIELD})"
-            ),
-        )),
+            )))
+        }
         _ => Ok(()),
     }
 }
