@@ -10,5 +10,6 @@
 //! It is built by the transport and resilience issues; until then it exports nothing.
 
 mod body;
+mod redirect;
 
 pub use crate::body::{check_content_length, collect, decode, LimitedBody};
