@@ -603,3 +603,29 @@ fn post_then_get_of_the_same_url_is_not_a_loop() {
     let err = state.next(&redirect, &security, &resp).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::RedirectLimit);
 }
+
+#[test]
+fn internal_targets_are_handed_to_the_client_for_the_guard() {
+    // Addresses are the address guard's business: the module hands over the exact next URL,
+    // and the client checks it (and dials through the guard) like the first one.
+    let (redirect, _) = policies();
+    for location in [
+        "http://10.0.0.1/",
+        "http://169.254.169.254/latest",
+        "http://[::1]:8080/",
+    ] {
+        let f = follow(
+            decide_one(
+                &redirect,
+                302,
+                &Method::GET,
+                "http://a.example/",
+                location,
+                true,
+            )
+            .unwrap(),
+        );
+        assert_eq!(f.url.as_str(), location);
+        assert!(f.cross_origin);
+    }
+}
