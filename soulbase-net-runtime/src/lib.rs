@@ -18,10 +18,13 @@
 //! [`tls`] is public for services that need the same TLS configuration, pinning or error
 //! classification outside the client.
 
+mod body;
 mod classify;
 mod client;
 mod connect;
+mod redirect;
 pub mod tls;
 
+pub use crate::body::{check_content_length, collect, decode, LimitedBody};
 pub use crate::client::{Client, ClientBuilder};
 pub use crate::connect::{DialFuture, Dialer, TcpDialer};
