@@ -7,4 +7,9 @@
 //! layer (retries with budgets, circuit breaker, limiters with AIMD, hedging, endpoint freezing,
 //! dynamic timeouts) driven by the `NetPolicy` of `soulbase-net-policy`.
 //!
-//! It is built by the transport and resilience issues; until then it exports nothing.
+//! It is built by the transport and resilience issues, part by part:
+//! - [`DnsResolver`]: the DNS cache with singleflight, serve-stale, persistence and refresh.
+
+mod dns;
+
+pub use crate::dns::{DnsResolver, Resolution};
