@@ -117,7 +117,10 @@ impl Upstream {
         };
         let opts: &mut ResolverOpts = builder.options_mut();
         opts.timeout = policy.timeout;
-        opts.attempts = 2;
+        // Hickory re-sends a failed exchange `attempts` more times within one lookup (a lost
+        // datagram, a SERVFAIL); one is enough here, inside the DNS timeout. Retrying beyond
+        // that is for the background refresh and the request retry layer.
+        opts.attempts = 1;
         opts.cache_size = 0;
         opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
         let resolver = builder.build().map_err(|e| {
