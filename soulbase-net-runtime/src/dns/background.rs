@@ -1,4 +1,4 @@
-//! Background work of the resolver (seed 004): prefetch at start, refresh of expired names,
+//! Background work of the resolver (seed 004): prefetch at start, refresh of expired names in use,
 //! and periodic persistence.
 //!
 //! Tasks hold only a `Weak` to the resolver between steps, so dropping the last resolver ends
@@ -11,7 +11,7 @@ use soulbase_net_policy::DnsPolicy;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use super::cache::Source;
+use super::cache::{Caller, Source};
 use super::order::{parse_host, Host};
 use super::{persist, Inner};
 
@@ -45,7 +45,8 @@ pub(super) fn start(inner: &Arc<Inner>, policy: &DnsPolicy) {
         .extend(tasks.iter().map(|t| t.abort_handle()));
 }
 
-/// Every `every`, drops entries past their stale window and looks the expired ones up again.
+/// Every `every`, drops entries past their stale window and looks up again the expired
+/// ones that requests used since their last lookup.
 async fn refresh_loop(weak: Weak<Inner>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
@@ -53,7 +54,7 @@ async fn refresh_loop(weak: Weak<Inner>, every: Duration) {
             let Some(inner) = weak.upgrade() else { return };
             let now = Instant::now();
             inner.cache.purge(now);
-            inner.cache.expired_names(now)
+            inner.cache.take_refreshable(now)
         };
         if !names.is_empty() {
             resolve_with_retries(weak.clone(), names).await;
@@ -87,7 +88,7 @@ pub(super) async fn resolve_with_retries(weak: Weak<Inner>, mut names: Vec<Strin
             let Some(inner) = weak.upgrade() else { return };
             let mut failed = Vec::new();
             for name in names {
-                match inner.lookup(&name).await {
+                match inner.lookup(&name, Caller::Background).await {
                     Ok((_, Source::Cache | Source::Lookup)) => {}
                     Ok((_, Source::Stale)) | Err(_) => failed.push(name),
                 }

@@ -44,6 +44,15 @@ pub(crate) struct Answer {
     pub(crate) ttl: Duration,
 }
 
+/// Who asks: a request marks the name as in use, so a background refresh keeps it warm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// A request.
+    Request,
+    /// Prefetch or refresh.
+    Background,
+}
+
 /// Where an answer came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Source {
@@ -71,6 +80,8 @@ struct Entry {
     addrs: Arc<[IpAddr]>,
     expires: Instant,
     wall_expires: SystemTime,
+    /// Served to a request since it was stored or last picked for refresh.
+    used: bool,
 }
 
 type Flight<E> = Arc<OnceCell<Result<Arc<[IpAddr]>, E>>>;
@@ -98,9 +109,22 @@ impl<E: Clone> DnsCache<E> {
 
     /// The cached addresses of `name` if still fresh at `now`.
     pub(crate) fn get_fresh(&self, name: &str, now: Instant) -> Option<Arc<[IpAddr]>> {
-        let entries = self.entries.lock();
-        let e = entries.get(name)?;
-        (now < e.expires).then(|| e.addrs.clone())
+        self.fresh(name, now, Caller::Background)
+    }
+
+    /// The fresh addresses of `name`, marking it used when a request asks.
+    fn fresh(&self, name: &str, now: Instant, caller: Caller) -> Option<Arc<[IpAddr]>> {
+        let mut entries = self.entries.lock();
+        let e = entries.get_mut(name).filter(|e| now < e.expires)?;
+        e.used |= caller == Caller::Request;
+        Some(e.addrs.clone())
+    }
+
+    /// Marks `name` as used by a request.
+    fn touch(&self, name: &str) {
+        if let Some(e) = self.entries.lock().get_mut(name) {
+            e.used = true;
+        }
     }
 
     /// The cached addresses of `name` if expired at `now` but within `stale_for`.
@@ -123,6 +147,7 @@ impl<E: Clone> DnsCache<E> {
             addrs: answer.addrs.clone(),
             expires: now + ttl,
             wall_expires: wall + ttl,
+            used: false,
         };
         self.put(name, entry, now);
     }
@@ -153,6 +178,7 @@ impl<E: Clone> DnsCache<E> {
             addrs: saved.addrs.clone(),
             expires,
             wall_expires,
+            used: false,
         };
         self.put(&saved.name, entry, now);
         true
@@ -192,13 +218,19 @@ impl<E: Clone> DnsCache<E> {
             .retain(|_, e| now < e.expires + stale_for);
     }
 
-    /// The names expired at `now` (the ones a background refresh should look up again).
-    pub(crate) fn expired_names(&self, now: Instant) -> Vec<String> {
-        let entries = self.entries.lock();
+    /// The names a background refresh should look up again: expired at `now` and served to
+    /// a request since they were stored or last picked. Picking clears the mark, so a name
+    /// nobody asks for any more is refreshed once at most, then left to age out after
+    /// `stale_for`, instead of being kept warm forever.
+    pub(crate) fn take_refreshable(&self, now: Instant) -> Vec<String> {
+        let mut entries = self.entries.lock();
         let mut names: Vec<String> = entries
-            .iter()
-            .filter(|(_, e)| e.expires <= now)
-            .map(|(k, _)| k.to_string())
+            .iter_mut()
+            .filter(|(_, e)| e.expires <= now && e.used)
+            .map(|(k, e)| {
+                e.used = false;
+                k.to_string()
+            })
             .collect();
         names.sort_unstable();
         names
@@ -232,13 +264,14 @@ impl<E: Clone> DnsCache<E> {
     pub(crate) async fn resolve<F, Fut>(
         &self,
         name: &str,
+        caller: Caller,
         lookup: F,
     ) -> Result<(Arc<[IpAddr]>, Source), E>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Answer, E>>,
     {
-        if let Some(addrs) = self.get_fresh(name, Instant::now()) {
+        if let Some(addrs) = self.fresh(name, Instant::now(), caller) {
             return Ok((addrs, Source::Cache));
         }
         let flight = self.inflight.lock().entry(name.into()).or_default().clone();
@@ -263,6 +296,9 @@ impl<E: Clone> DnsCache<E> {
             .await
             .clone();
         drop(guard);
+        if caller == Caller::Request {
+            self.touch(name);
+        }
         match result {
             Ok(addrs) => Ok((addrs, Source::Lookup)),
             Err(err) => match self.get_stale(name, Instant::now()) {

@@ -21,7 +21,7 @@ use soulbase_net_policy::DnsPolicy;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use self::cache::{CacheCfg, DnsCache, Source};
+use self::cache::{CacheCfg, Caller, DnsCache, Source};
 use self::order::{order, parse_host, Host};
 use self::upstream::{LookupError, Upstream};
 
@@ -54,8 +54,10 @@ pub struct Resolution {
 /// With `persist_file`, the cache is loaded from the file when the resolver is built (expired
 /// entries are dropped, or kept as stale within `stale_for`; an unreadable file is ignored and
 /// the cache starts cold), written every `persist_interval`, and written once more when the
-/// last clone of the resolver is dropped. Expired names are looked up again every
-/// `refresh_interval`, and the `prefetch` names right after [`DnsResolver::new`], both in the
+/// last clone of the resolver is dropped. Every `refresh_interval`, expired names that requests
+/// asked for since their last lookup are looked up again (a name nobody asks for any more ages
+/// out after `stale_for` instead of being kept warm forever); the `prefetch` names are looked
+/// up right after [`DnsResolver::new`]. Both run in the
 /// background with up to `resolve_retries` attempts `resolve_retry_delay` apart (each wait
 /// randomised to 50–100 % of it). Background work needs a Tokio runtime when the resolver is
 /// built; without one there is none. It stops when the resolver is dropped.
@@ -165,7 +167,7 @@ impl DnsResolver {
             None => {
                 let (addrs, source) = self
                     .inner
-                    .lookup(&name)
+                    .lookup(&name, Caller::Request)
                     .await
                     .map_err(|e| e.to_net_error(&name))?;
                 let source = match source {
@@ -229,10 +231,14 @@ impl fmt::Debug for DnsResolver {
 // === impl Inner ===
 
 impl Inner {
-    /// One singleflight lookup of a normalised name through the cache.
-    async fn lookup(&self, name: &str) -> Result<(Arc<[IpAddr]>, Source), LookupError> {
+    /// A normalised name through the cache: a fresh answer, or one singleflight lookup.
+    async fn lookup(
+        &self,
+        name: &str,
+        caller: Caller,
+    ) -> Result<(Arc<[IpAddr]>, Source), LookupError> {
         self.cache
-            .resolve(name, || self.upstream.lookup(name))
+            .resolve(name, caller, || self.upstream.lookup(name))
             .await
     }
 

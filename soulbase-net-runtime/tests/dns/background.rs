@@ -89,3 +89,43 @@ async fn background_work_stops_when_the_resolver_is_dropped() {
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert_eq!(a_queries(&dns, name), 1, "no refresh after drop");
 }
+
+#[tokio::test]
+async fn names_nobody_asks_for_are_not_kept_warm() {
+    let dns = MockDns::start().await.unwrap();
+    let name = "idle.example.test";
+    dns.set_ips(name, &ips(&["192.0.2.5"]), 1);
+    let mut p = policy(&dns);
+    p.prefetch = vec![name.into()];
+    p.refresh_interval = Some(Duration::from_millis(200));
+    let r = resolver(&p);
+    assert!(eventually(Duration::from_secs(2), || r.cached_names() == 1).await);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(
+        a_queries(&dns, name),
+        1,
+        "prefetched, never asked for, not refreshed"
+    );
+    assert_eq!(r.cached_names(), 1, "kept, stale, until stale_for ends");
+}
+
+#[test]
+fn building_outside_a_runtime_starts_no_background_work() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dns = rt.block_on(MockDns::start()).unwrap();
+    let name = "outside.example.test";
+    dns.set_ips(name, &ips(&["192.0.2.6"]), 60);
+    let mut p = policy(&dns);
+    p.prefetch = vec![name.into()];
+    p.refresh_interval = Some(Duration::from_millis(50));
+    let r = resolver(&p);
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(300)).await });
+    assert_eq!(a_queries(&dns, name), 0, "no prefetch without a runtime");
+    let res = rt.block_on(r.resolve(name)).unwrap();
+    assert_eq!(res.source, DnsSource::Lookup);
+    drop(r);
+    drop(dns);
+}

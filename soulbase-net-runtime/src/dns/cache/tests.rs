@@ -34,7 +34,7 @@ async fn concurrent_misses_share_one_lookup() {
         let (cache, calls, gate) = (cache.clone(), calls.clone(), gate.clone());
         tasks.push(tokio::spawn(async move {
             cache
-                .resolve("api.example.com", || async move {
+                .resolve("api.example.com", Caller::Request, || async move {
                     calls.fetch_add(1, Ordering::SeqCst);
                     gate.notified().await;
                     Ok(answer(1, 30))
@@ -57,7 +57,9 @@ async fn concurrent_misses_share_one_lookup() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(cache.inflight.lock().is_empty());
     let (_, source) = cache
-        .resolve("api.example.com", || async { Err("no".to_owned()) })
+        .resolve("api.example.com", Caller::Request, || async {
+            Err("no".to_owned())
+        })
         .await
         .unwrap();
     assert_eq!(source, Source::Cache);
@@ -68,17 +70,23 @@ async fn ttls_are_clamped_and_stale_answers_serve_failures() {
     let cache = DnsCache::<String>::new(cfg());
     // TTL 0 is raised to min_ttl (1s).
     cache
-        .resolve("a", || async { Ok(answer(1, 0)) })
+        .resolve("a", Caller::Request, || async { Ok(answer(1, 0)) })
         .await
         .unwrap();
     tokio::time::advance(Duration::from_millis(900)).await;
     assert!(cache.get_fresh("a", Instant::now()).is_some());
     tokio::time::advance(Duration::from_millis(200)).await;
     assert!(cache.get_fresh("a", Instant::now()).is_none());
-    assert_eq!(cache.expired_names(Instant::now()), ["a"]);
+    assert_eq!(cache.take_refreshable(Instant::now()), ["a"]);
+    assert!(
+        cache.take_refreshable(Instant::now()).is_empty(),
+        "picked once"
+    );
     // Expired, lookup fails: served stale within stale_for.
     let (addrs, source) = cache
-        .resolve("a", || async { Err("servfail".to_owned()) })
+        .resolve("a", Caller::Request, || async {
+            Err("servfail".to_owned())
+        })
         .await
         .unwrap();
     assert_eq!(
@@ -87,7 +95,9 @@ async fn ttls_are_clamped_and_stale_answers_serve_failures() {
     );
     tokio::time::advance(Duration::from_secs(31)).await;
     let err = cache
-        .resolve("a", || async { Err("servfail".to_owned()) })
+        .resolve("a", Caller::Request, || async {
+            Err("servfail".to_owned())
+        })
         .await
         .unwrap_err();
     assert_eq!(err, "servfail");
@@ -95,7 +105,7 @@ async fn ttls_are_clamped_and_stale_answers_serve_failures() {
     assert_eq!(cache.len(), 0);
     // A huge TTL is cut to max_ttl (60s).
     cache
-        .resolve("b", || async { Ok(answer(2, 86_400)) })
+        .resolve("b", Caller::Request, || async { Ok(answer(2, 86_400)) })
         .await
         .unwrap();
     tokio::time::advance(Duration::from_secs(61)).await;
@@ -109,14 +119,22 @@ async fn a_cancelled_leader_hands_the_lookup_to_a_waiter() {
         let cache = cache.clone();
         tokio::spawn(async move {
             cache
-                .resolve("c", std::future::pending::<Result<Answer, String>>)
+                .resolve(
+                    "c",
+                    Caller::Request,
+                    std::future::pending::<Result<Answer, String>>,
+                )
                 .await
         })
     };
     tokio::task::yield_now().await;
     let waiter = {
         let cache = cache.clone();
-        tokio::spawn(async move { cache.resolve("c", || async { Ok(answer(3, 10)) }).await })
+        tokio::spawn(async move {
+            cache
+                .resolve("c", Caller::Request, || async { Ok(answer(3, 10)) })
+                .await
+        })
     };
     tokio::task::yield_now().await;
     leader.abort();
@@ -136,7 +154,11 @@ async fn an_abandoned_flight_is_removed() {
         let cache = cache.clone();
         tokio::spawn(async move {
             cache
-                .resolve("d", std::future::pending::<Result<Answer, String>>)
+                .resolve(
+                    "d",
+                    Caller::Request,
+                    std::future::pending::<Result<Answer, String>>,
+                )
                 .await
         })
     };
@@ -146,7 +168,7 @@ async fn an_abandoned_flight_is_removed() {
     assert!(leader.await.unwrap_err().is_cancelled());
     assert!(cache.inflight.lock().is_empty());
     let (_, source) = cache
-        .resolve("d", || async { Ok(answer(4, 10)) })
+        .resolve("d", Caller::Request, || async { Ok(answer(4, 10)) })
         .await
         .unwrap();
     assert_eq!(source, Source::Lookup);
@@ -211,4 +233,32 @@ async fn entries_carry_a_wall_clock_expiry_and_restore_from_it() {
     assert!(cut.restore(&long, now, wall()));
     assert!(cut.get_fresh("a", now + Duration::from_secs(61)).is_none());
     assert_eq!(cut.snapshot()[0].expires, wall() + Duration::from_secs(60));
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_names_in_use_are_refreshed() {
+    let cache = DnsCache::<String>::new(cfg());
+    let ok = |last| move || async move { Ok(answer(last, 10)) };
+    cache
+        .resolve("asked", Caller::Request, ok(1))
+        .await
+        .unwrap();
+    cache
+        .resolve("prefetched", Caller::Background, ok(2))
+        .await
+        .unwrap();
+    cache
+        .resolve("hit", Caller::Background, ok(3))
+        .await
+        .unwrap();
+    cache.resolve("hit", Caller::Request, ok(3)).await.unwrap();
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert_eq!(cache.take_refreshable(Instant::now()), ["asked", "hit"]);
+    // Refreshed in the background and not asked for since: not picked again.
+    cache
+        .resolve("asked", Caller::Background, ok(1))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert!(cache.take_refreshable(Instant::now()).is_empty());
 }
