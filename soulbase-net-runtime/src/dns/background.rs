@@ -9,11 +9,15 @@ use std::time::Duration;
 
 use soulbase_net_policy::DnsPolicy;
 use tokio::runtime::Handle;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::cache::{Caller, Source};
 use super::order::{parse_host, Host};
 use super::{persist, Inner};
+
+/// How many background lookups run at once.
+const PARALLEL_LOOKUPS: usize = 8;
 
 /// Starts prefetch, refresh and persistence as the policy asks, if a runtime is present.
 pub(super) fn start(inner: &Arc<Inner>, policy: &DnsPolicy) {
@@ -86,14 +90,7 @@ pub(super) async fn resolve_with_retries(weak: Weak<Inner>, mut names: Vec<Strin
     loop {
         let delay = {
             let Some(inner) = weak.upgrade() else { return };
-            let mut failed = Vec::new();
-            for name in names {
-                match inner.lookup(&name, Caller::Background).await {
-                    Ok((_, Source::Cache | Source::Lookup)) => {}
-                    Ok((_, Source::Stale)) | Err(_) => failed.push(name),
-                }
-            }
-            names = failed;
+            names = resolve_round(&inner, names).await;
             attempt += 1;
             if names.is_empty() || attempt >= inner.resolve_retries.max(1) {
                 return;
@@ -102,6 +99,35 @@ pub(super) async fn resolve_with_retries(weak: Weak<Inner>, mut names: Vec<Strin
         };
         tokio::time::sleep(delay).await;
     }
+}
+
+/// Looks `names` up, [`PARALLEL_LOOKUPS`] at a time, so one slow name does not hold up the
+/// rest; returns the names that got no fresh answer.
+async fn resolve_round(inner: &Arc<Inner>, names: Vec<String>) -> Vec<String> {
+    let mut failed = Vec::new();
+    let mut pending = names.into_iter();
+    let mut set = JoinSet::new();
+    loop {
+        while set.len() < PARALLEL_LOOKUPS {
+            let Some(name) = pending.next() else { break };
+            let inner = inner.clone();
+            set.spawn(async move {
+                let fresh = matches!(
+                    inner.lookup(&name, Caller::Background).await,
+                    Ok((_, Source::Cache | Source::Lookup))
+                );
+                (name, fresh)
+            });
+        }
+        match set.join_next().await {
+            Some(Ok((name, false))) => failed.push(name),
+            // A lookup task cannot panic or be cancelled but by the runtime shutting down:
+            // its name is left to the next round or refresh.
+            Some(Ok((_, true)) | Err(_)) => {}
+            None => break,
+        }
+    }
+    failed
 }
 
 /// A wait of 50–100 % of `delay`.

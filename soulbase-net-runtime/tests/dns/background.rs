@@ -129,3 +129,18 @@ fn building_outside_a_runtime_starts_no_background_work() {
     drop(r);
     drop(dns);
 }
+
+#[tokio::test]
+async fn a_slow_name_does_not_hold_up_the_other_prefetches() {
+    let dns = MockDns::start().await.unwrap();
+    dns.set_ips("slow.example.test", &ips(&["192.0.2.7"]), 60);
+    dns.delay("slow.example.test", Duration::from_millis(1500));
+    dns.set_ips("fast.example.test", &ips(&["192.0.2.8"]), 60);
+    let mut p = policy(&dns);
+    p.prefetch = vec!["slow.example.test".into(), "fast.example.test".into()];
+    let r = resolver(&p);
+    assert!(eventually(Duration::from_millis(700), || r.cached_names() == 1).await);
+    let fast = r.resolve("fast.example.test").await.unwrap();
+    assert_eq!(fast.source, DnsSource::Cache);
+    assert!(eventually(Duration::from_secs(3), || r.cached_names() == 2).await);
+}
