@@ -15,16 +15,19 @@
 //! # let _ = user; Ok(()) }
 //! ```
 //!
-//! [`tls`] is public for services that need the same TLS configuration, pinning or error
+//! [`DnsResolver`] (the cache with singleflight, serve-stale, persistence and refresh) and
+//! [`tls`] are public for services that need the same TLS configuration, pinning or error
 //! classification outside the client.
 
 mod body;
 mod classify;
 mod client;
 mod connect;
+mod dns;
 mod redirect;
 pub mod tls;
 
 pub use crate::body::{check_content_length, collect, decode, LimitedBody};
 pub use crate::client::{Client, ClientBuilder};
 pub use crate::connect::{DialFuture, Dialer, TcpDialer};
+pub use crate::dns::{DnsResolver, Resolution};

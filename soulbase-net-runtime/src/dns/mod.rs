@@ -1,0 +1,274 @@
+//! Name resolution for the client: IP literals, static overrides, a TTL cache with
+//! singleflight and serve-stale, persistence to a file, background refresh and prefetch
+//! (seeds 000, 002, 004), over hickory-resolver.
+
+mod background;
+mod cache;
+mod order;
+mod persist;
+mod upstream;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use soulbase_net_core::{DnsSource, ErrorKind, NetError};
+use soulbase_net_policy::DnsPolicy;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use self::cache::{CacheCfg, Caller, DnsCache, Source};
+use self::order::{order, parse_host, Host};
+use self::upstream::{LookupError, Upstream};
+
+/// The most names the cache holds; past it, expired entries and then those closest to expiry
+/// are evicted, so a flood of distinct names cannot exhaust memory.
+const MAX_NAMES: usize = 10_000;
+
+/// The addresses of a host, in the order to try them, and where they came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Resolution {
+    /// The addresses, shuffled when the policy says so and sorted for happy eyeballs: the
+    /// preferred family first, then the families alternating (RFC 8305 §4). Never empty.
+    pub addrs: Arc<[IpAddr]>,
+    /// Where the answer came from: a lookup, the cache (fresh or stale), a static override or
+    /// an IP literal.
+    pub source: DnsSource,
+    /// How long resolving took, waiting for another caller's lookup included.
+    pub elapsed: Duration,
+}
+
+/// A caching DNS resolver driven by a [`DnsPolicy`].
+///
+/// [`DnsResolver::resolve`] answers, in order: IP literals (`10.0.0.1`, `[::1]`) as they are,
+/// with no lookup; names in `static_hosts` (like curl `--resolve`); fresh cached answers; and
+/// otherwise one lookup per name however many callers ask at once (singleflight). Answers are
+/// cached for their TTL clamped to `[min_ttl, cache_ttl]`; when a lookup fails, an expired
+/// answer is served for up to `stale_for` if `serve_stale` is on.
+///
+/// With `persist_file`, the cache is loaded from the file when the resolver is built (expired
+/// entries are dropped, or kept as stale within `stale_for`; an unreadable file is ignored and
+/// the cache starts cold), written every `persist_interval`, and written once more when the
+/// last clone of the resolver is dropped. Every `refresh_interval`, expired names that requests
+/// asked for since their last lookup are looked up again (a name nobody asks for any more ages
+/// out after `stale_for` instead of being kept warm forever); the `prefetch` names are looked
+/// up right after [`DnsResolver::new`]. Both run in the
+/// background with up to `resolve_retries` attempts `resolve_retry_delay` apart (each wait
+/// randomised to 50–100 % of it). Background work needs a Tokio runtime when the resolver is
+/// built; without one there is none. It stops when the resolver is dropped.
+///
+/// A request-path lookup is made once, within `timeout`: retrying there would only stretch
+/// the request's own deadline, which the retry layer governs.
+///
+/// Cloning is cheap; clones share the cache.
+///
+/// # Examples
+/// ```no_run
+/// # async fn run() -> Result<(), soulbase_net_core::NetError> {
+/// use soulbase_net_policy::DnsPolicy;
+/// use soulbase_net_runtime::DnsResolver;
+///
+/// let resolver = DnsResolver::new(&DnsPolicy::default())?;
+/// let res = resolver.resolve("api.example.com").await?;
+/// println!("{:?} from {:?}", res.addrs, res.source);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DnsResolver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cache: DnsCache<LookupError>,
+    upstream: Upstream,
+    static_hosts: HashMap<String, Arc<[IpAddr]>>,
+    shuffle: bool,
+    prefer_ipv6: bool,
+    happy_eyeballs: bool,
+    persist_file: Option<PathBuf>,
+    resolve_retries: u32,
+    resolve_retry_delay: Duration,
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+// === impl DnsResolver ===
+
+impl DnsResolver {
+    /// Builds a resolver from `policy`, loads the persisted cache if there is one, and, when
+    /// called inside a Tokio runtime, starts the background prefetch, refresh and persistence.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when a `static_hosts` name is not a valid host name; `Dns` when
+    /// `nameservers` is empty and the system DNS configuration cannot be read.
+    pub fn new(policy: &DnsPolicy) -> Result<Self, NetError> {
+        let mut static_hosts = HashMap::new();
+        for (name, ips) in &policy.static_hosts {
+            if ips.is_empty() {
+                continue;
+            }
+            if let Host::Name(name) = parse_host(name)? {
+                static_hosts.insert(name, Arc::from(ips.as_slice()));
+            }
+        }
+        let cfg = CacheCfg {
+            min_ttl: policy.min_ttl,
+            max_ttl: policy.cache_ttl,
+            stale_for: if policy.serve_stale {
+                policy.stale_for
+            } else {
+                Duration::ZERO
+            },
+            max_entries: MAX_NAMES,
+        };
+        let inner = Arc::new(Inner {
+            cache: DnsCache::new(cfg),
+            upstream: Upstream::new(policy)?,
+            static_hosts,
+            shuffle: policy.shuffle,
+            prefer_ipv6: policy.prefer_ipv6,
+            happy_eyeballs: policy.happy_eyeballs,
+            persist_file: policy.persist_file.clone(),
+            resolve_retries: policy.resolve_retries,
+            resolve_retry_delay: policy.resolve_retry_delay,
+            tasks: Mutex::new(Vec::new()),
+        });
+        inner.load();
+        background::start(&inner, policy);
+        Ok(DnsResolver { inner })
+    }
+
+    /// Resolves `host` (a name or an IP literal) to the addresses to connect to.
+    ///
+    /// # Errors
+    /// - `InvalidRequest`: `host` is not a valid host name, or looks numeric without being a
+    ///   canonical IP address (`127.1`);
+    /// - `Timeout(Dns)`: no answer within the policy's `timeout`;
+    /// - `Dns`: the name does not exist, has no addresses, or the name server failed — and no
+    ///   stale answer could be served.
+    pub async fn resolve(&self, host: &str) -> Result<Resolution, NetError> {
+        let start = Instant::now();
+        let name = match parse_host(host)? {
+            Host::Ip(ip) => {
+                return Ok(Resolution {
+                    addrs: Arc::from([ip]),
+                    source: DnsSource::Literal,
+                    elapsed: start.elapsed(),
+                })
+            }
+            Host::Name(name) => name,
+        };
+        let (addrs, source) = match self.inner.static_hosts.get(&name) {
+            Some(addrs) => (addrs.clone(), DnsSource::Static),
+            None => {
+                let (addrs, source) = self
+                    .inner
+                    .lookup(&name, Caller::Request)
+                    .await
+                    .map_err(|e| e.to_net_error(&name))?;
+                let source = match source {
+                    Source::Cache => DnsSource::Cache,
+                    Source::Lookup => DnsSource::Lookup,
+                    Source::Stale => DnsSource::Stale,
+                };
+                (addrs, source)
+            }
+        };
+        let inner = &self.inner;
+        let addrs = order(
+            &addrs,
+            inner.shuffle,
+            inner.prefer_ipv6,
+            inner.happy_eyeballs,
+        );
+        Ok(Resolution {
+            addrs: addrs.into(),
+            source,
+            elapsed: start.elapsed(),
+        })
+    }
+
+    /// Writes the cache to the policy's `persist_file` now; does nothing without one.
+    ///
+    /// # Errors
+    /// `Io` when the file cannot be written.
+    pub async fn persist(&self) -> Result<(), NetError> {
+        let Some(path) = self.inner.persist_file.clone() else {
+            return Ok(());
+        };
+        let entries = self.inner.cache.snapshot();
+        tokio::task::spawn_blocking(move || persist::save(&path, &entries))
+            .await
+            .map_err(|e| {
+                NetError::new(ErrorKind::Io)
+                    .with_message("the dns cache writer stopped")
+                    .with_source(e)
+            })?
+    }
+
+    /// How many names the cache holds (fresh or stale); static overrides are not counted.
+    pub fn cached_names(&self) -> usize {
+        self.inner.cache.len()
+    }
+}
+
+impl fmt::Debug for DnsResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.inner;
+        f.debug_struct("DnsResolver")
+            .field("upstream", &inner.upstream)
+            .field("cached_names", &inner.cache.len())
+            .field("static_hosts", &inner.static_hosts.len())
+            .field("persist_file", &inner.persist_file)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    /// A normalised name through the cache: a fresh answer, or one singleflight lookup.
+    async fn lookup(
+        &self,
+        name: &str,
+        caller: Caller,
+    ) -> Result<(Arc<[IpAddr]>, Source), LookupError> {
+        self.cache
+            .resolve(name, caller, || self.upstream.lookup(name))
+            .await
+    }
+
+    /// Fills the cache from the persistence file. An unreadable file is ignored: it is only a
+    /// cache, and the next write replaces it.
+    fn load(&self) {
+        let Some(path) = &self.persist_file else {
+            return;
+        };
+        let Ok(saved) = persist::load(path) else {
+            return;
+        };
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        for mut entry in saved {
+            if let Ok(Host::Name(name)) = parse_host(&entry.name) {
+                entry.name = name;
+                self.cache.restore(&entry, now, wall);
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for task in self.tasks.get_mut().drain(..) {
+            task.abort();
+        }
+        if let Some(path) = &self.persist_file {
+            // Last write on shutdown; a small synchronous write, and nothing to report to.
+            let _ = persist::save(path, &self.cache.snapshot());
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The cache on disk (seed 004): JSON of name → addresses + wall-clock expiry, written
+//! atomically (a temporary file in the same directory, synced, then renamed over the old one),
+//! so a crash mid-write leaves either the old file or the new one, never half of one.
+//!
+//! ```json
+//! {"version":1,"entries":[{"name":"api.example.com","addrs":["192.0.2.1"],"expires_unix_ms":1767225600000}]}
+//! ```
+
+use std::fs;
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use soulbase_net_core::{ErrorKind, NetError};
+
+use super::cache::Saved;
+
+const VERSION: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct File {
+    version: u32,
+    entries: Vec<FileEntry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct FileEntry {
+    name: String,
+    addrs: Vec<IpAddr>,
+    expires_unix_ms: u64,
+}
+
+fn to_unix_ms(t: SystemTime) -> u64 {
+    let ms = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+fn from_unix_ms(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH
+        .checked_add(Duration::from_millis(ms))
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+fn io_error(what: &str, path: &Path, e: io::Error) -> NetError {
+    NetError::new(ErrorKind::Io)
+        .with_message(format!(
+            "cannot {what} the dns cache file {}",
+            path.display()
+        ))
+        .with_source(e)
+}
+
+/// Writes `entries` to `path` atomically. Blocking: call it off the async threads.
+///
+/// # Errors
+/// `Io` when the temporary file cannot be written or renamed over `path`.
+pub(crate) fn save(path: &Path, entries: &[Saved]) -> Result<(), NetError> {
+    let file = File {
+        version: VERSION,
+        entries: entries
+            .iter()
+            .map(|e| FileEntry {
+                name: e.name.clone(),
+                addrs: e.addrs.to_vec(),
+                expires_unix_ms: to_unix_ms(e.expires),
+            })
+            .collect(),
+    };
+    let json = serde_json::to_vec(&file).map_err(|e| {
+        NetError::new(ErrorKind::Io)
+            .with_message("cannot encode the dns cache")
+            .with_source(e)
+    })?;
+    let tmp = temp_path(path);
+    let written = write_synced(&tmp, &json).and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        // Best effort: a leftover temporary file is harmless but untidy.
+        let _ = fs::remove_file(&tmp);
+        return Err(io_error("write", path, e));
+    }
+    Ok(())
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = fs::File::create(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// A temporary name next to `path`, unique per process and call, so concurrent saves never
+/// write the same temporary file.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "dns-cache".to_owned());
+    let tmp = format!(
+        ".{name}.{}.{:016x}.tmp",
+        std::process::id(),
+        fastrand::u64(..)
+    );
+    path.with_file_name(tmp)
+}
+
+/// Reads the entries saved in `path`. A missing file is an empty cache.
+///
+/// # Errors
+/// `Io` when the file exists but cannot be read or is not a cache file of this version.
+pub(crate) fn load(path: &Path) -> Result<Vec<Saved>, NetError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error("read", path, e)),
+    };
+    let file: File = serde_json::from_slice(&bytes).map_err(|e| {
+        NetError::new(ErrorKind::Io)
+            .with_message(format!(
+                "the dns cache file {} is not valid",
+                path.display()
+            ))
+            .with_source(e)
+    })?;
+    if file.version != VERSION {
+        return Err(NetError::new(ErrorKind::Io).with_message(format!(
+            "the dns cache file {} has version {}, expected {VERSION}",
+            path.display(),
+            file.version
+        )));
+    }
+    Ok(file
+        .entries
+        .into_iter()
+        .map(|e| Saved {
+            name: e.name,
+            addrs: e.addrs.into(),
+            expires: from_unix_ms(e.expires_unix_ms),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "soulbase-dns-persist-{}-{:x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn round_trip_and_atomic_replace() {
+        let d = dir();
+        let path = d.join("dns.json");
+        assert!(load(&path).unwrap().is_empty());
+        let entries = vec![Saved {
+            name: "api.example.test".into(),
+            addrs: vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()].into(),
+            expires: from_unix_ms(1_767_225_600_123),
+        }];
+        save(&path, &entries).unwrap();
+        assert_eq!(load(&path).unwrap(), entries);
+        save(&path, &[]).unwrap();
+        assert!(load(&path).unwrap().is_empty());
+        // No temporary files are left behind.
+        let names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["dns.json"]);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        let d = dir();
+        let path = d.join("dns.json");
+        fs::write(&path, b"{not json").unwrap();
+        assert_eq!(load(&path).unwrap_err().kind(), ErrorKind::Io);
+        fs::write(&path, br#"{"version":9,"entries":[]}"#).unwrap();
+        assert_eq!(load(&path).unwrap_err().kind(), ErrorKind::Io);
+        let missing_dir = d.join("no-such-dir").join("dns.json");
+        assert_eq!(save(&missing_dir, &[]).unwrap_err().kind(), ErrorKind::Io);
+        fs::remove_dir_all(&d).unwrap();
+    }
+}
