@@ -46,6 +46,7 @@ pub struct ClientBuilder {
     pool_idle_timeout: Duration,
     pool_max_idle_per_host: usize,
     http2_prior_knowledge: bool,
+    decompress: bool,
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -63,6 +64,7 @@ struct Inner {
     interceptors: Vec<Arc<dyn Interceptor>>,
     observer: Arc<dyn Observer>,
     user_agent: HeaderValue,
+    decompress: bool,
     transports: Transports,
     next_id: AtomicU64,
 }
@@ -84,6 +86,7 @@ impl ClientBuilder {
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 32,
             http2_prior_knowledge: false,
+            decompress: true,
         }
     }
 
@@ -159,6 +162,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Offers `Accept-Encoding: gzip, br, zstd` when a request sets none, and decodes the
+    /// response (at most 2 stacked encodings; `max_resp_bytes` applies to the decoded
+    /// body). A request that sets its own `Accept-Encoding` gets the body as sent. Default
+    /// is on.
+    pub fn decompress(mut self, on: bool) -> Self {
+        self.decompress = on;
+        self
+    }
+
     /// Builds the client.
     ///
     /// # Errors
@@ -186,6 +198,7 @@ impl ClientBuilder {
                 interceptors: self.interceptors,
                 observer: self.observer,
                 user_agent: self.user_agent,
+                decompress: self.decompress,
                 transports,
                 next_id: AtomicU64::new(1),
             }),

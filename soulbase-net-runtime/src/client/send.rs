@@ -1,7 +1,13 @@
 //! One request through the client: validate, resolve the policy, interceptors, the attempt
 //! with its phase timeouts, and the events that report it.
 
-use std::{sync::atomic::Ordering, sync::Arc, time::Duration};
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request};
@@ -16,7 +22,12 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::{transport::ReqBody, Inner};
-use crate::{classify, connect::ConnectInfo};
+use crate::{
+    body::{check_content_length, decode, LimitedBody},
+    classify,
+    connect::ConnectInfo,
+    redirect::{Action, Redirect, RedirectState},
+};
 
 /// What stays fixed for one request: its number, labels and deadlines.
 struct Call<'a> {
@@ -126,10 +137,7 @@ impl Inner {
             Ok(url) => url,
             Err(e) => return Err(self.after_error(req, e).await),
         };
-        for interceptor in &self.interceptors {
-            interceptor.on_attempt(req, 1);
-        }
-        let result = self.attempt(req, &url, call, timeouts, 1).await;
+        let result = self.follow(req, url, call, timeouts).await;
         match result {
             Ok(mut res) => {
                 for interceptor in self.interceptors.iter().rev() {
@@ -140,6 +148,60 @@ impl Inner {
                 Ok(res)
             }
             Err(e) => Err(self.after_error(req, e).await),
+        }
+    }
+
+    /// The attempt, then every redirect the policy lets it follow. Each hop is a new request
+    /// through the connector, so the allow-list and the address guard check it again.
+    async fn follow(
+        &self,
+        req: &mut NetRequest,
+        mut url: Url,
+        call: &Call<'_>,
+        timeouts: &soulbase_net_policy::TimeoutPolicy,
+    ) -> Result<NetResponse, NetError> {
+        let policy = call.policy;
+        let mut redirects = RedirectState::new(&req.method, &url);
+        let first_headers = req.headers.clone();
+        let replayable = req.body.is_replayable();
+        loop {
+            for interceptor in &self.interceptors {
+                interceptor.on_attempt(req, 1);
+            }
+            let res = self.attempt(req, &url, call, timeouts, 1).await?;
+            if !res.status.is_redirection() {
+                return Ok(res);
+            }
+            let location = res.headers.get(header::LOCATION).cloned();
+            let hop = Redirect {
+                status: res.status,
+                location: location.as_ref(),
+                url: &url,
+                method: &req.method,
+                body_replayable: replayable,
+            };
+            let follow = match redirects.next(&policy.redirect, &policy.security, &hop) {
+                Ok(Action::Follow(follow)) => follow,
+                Ok(Action::Return) => return Ok(res),
+                Err(e) => return Err(e.with_attempts(res.attempts)),
+            };
+            let shown = without_query(&follow.url);
+            self.observer.on_event(&NetEvent::Redirected {
+                req: call.info(),
+                status: res.status,
+                location: &shown,
+            });
+            drop(res);
+            let mut headers = first_headers.clone();
+            redirects.prepare_headers(&follow, &mut headers, &policy.security.strip_headers);
+            req.headers = headers;
+            req.method = follow.method.clone();
+            if !follow.keep_body {
+                req.body = Body::Empty;
+            }
+            req.query.clear();
+            req.url = follow.url.to_string();
+            url = follow.url;
         }
     }
 
@@ -208,7 +270,7 @@ impl Inner {
         began: Instant,
     ) -> Result<NetResponse, NetError> {
         let transport = self.transports.get(call.policy)?;
-        let mut http_req = self.http_request(req, url)?;
+        let (mut http_req, decoding) = self.http_request(req, url)?;
         let mut captured = capture_connection(&mut http_req);
         let request = transport.http.request(http_req);
         tokio::pin!(request);
@@ -233,27 +295,19 @@ impl Inner {
         };
         let res = res.map_err(classify::request_error)?;
         let ttfb = began.elapsed();
-        let (parts, body) = res.into_parts();
+        let (mut parts, body) = res.into_parts();
         let info = parts.extensions.get::<ConnectInfo>();
         if let Some(info) = info {
             tracing::trace!(remote = %info.remote, status = %parts.status, "response head");
         }
         let connect = info.map_or(Duration::ZERO, ConnectInfo::take_connect_time);
         let max = call.policy.security.max_resp_bytes.as_u64();
-        if let Some(len) = content_length(&parts.headers) {
-            if len > max {
-                return Err(NetError::new(ErrorKind::TooLarge).with_message(format!(
-                    "content-length {len} is over the limit of {max} bytes (security.max_resp_bytes)"
-                )));
-            }
-        }
-        let body = body
-            .map_err(|e| {
-                NetError::new(ErrorKind::Io)
-                    .with_message("reading the response body failed")
-                    .with_source(e)
-            })
-            .boxed_unsync();
+        check_content_length(&parts.headers, max)?;
+        let limited = LimitedBody::new(body, max)
+            .read_timeout(timeouts.read)
+            .deadline(call.deadline)
+            .counter(Arc::new(AtomicU64::new(0)));
+        let body = decode(limited, &mut parts.headers, max, decoding)?;
         Ok(NetResponse {
             status: parts.status,
             content_type: parts
@@ -275,7 +329,13 @@ impl Inner {
     }
 
     /// The hyper request for one attempt.
-    fn http_request(&self, req: &mut NetRequest, url: &Url) -> Result<Request<ReqBody>, NetError> {
+    /// The hyper request for one attempt, and whether the response is to be decoded (the
+    /// client offered the encodings itself).
+    fn http_request(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+    ) -> Result<(Request<ReqBody>, bool), NetError> {
         let uri: http::Uri = url.as_str().parse().map_err(|e| {
             NetError::invalid_request("url is not a valid request target").with_source(e)
         })?;
@@ -302,11 +362,21 @@ impl Inner {
             .body(body)
             .map_err(|e| NetError::invalid_request("request could not be built").with_source(e))?;
         *http_req.headers_mut() = req.headers.clone();
+        // Proxy credentials come from the proxy policy and go to the proxy only; one set on
+        // the request would otherwise reach the origin.
+        http_req.headers_mut().remove(header::PROXY_AUTHORIZATION);
         http_req
             .headers_mut()
             .entry(header::USER_AGENT)
             .or_insert_with(|| self.user_agent.clone());
-        Ok(http_req)
+        let decoding = self.decompress && !http_req.headers().contains_key(header::ACCEPT_ENCODING);
+        if decoding {
+            http_req.headers_mut().insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static(ACCEPT_ENCODING),
+            );
+        }
+        Ok((http_req, decoding))
     }
 
     async fn fail_early(&self, req: &NetRequest, e: NetError) -> NetError {
@@ -334,12 +404,15 @@ fn prepare_body(req: &mut NetRequest) -> Result<(), NetError> {
     Ok(())
 }
 
-fn content_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The encodings the client decodes when it offers them itself.
+const ACCEPT_ENCODING: &str = "gzip, br, zstd";
+
+/// A URL without userinfo, query or fragment, for events.
+fn without_query(url: &Url) -> String {
+    let mut u = url.clone();
+    u.set_query(None);
+    u.set_fragment(None);
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.to_string()
 }

@@ -7,7 +7,6 @@
 use std::{
     collections::HashMap,
     fmt,
-    net::IpAddr,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Weak,
@@ -23,10 +22,13 @@ use hyper_util::{
 };
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
-use soulbase_net_core::{BoxError, DnsSource, ErrorKind, NetError, Observer};
-use soulbase_net_policy::{AddressGuard, DnsPolicy, NetPolicy};
+use soulbase_net_core::{BoxError, NetError, Observer};
+use soulbase_net_policy::{AddressGuard, NetPolicy};
 
-use crate::connect::{Connector, ConnectorConfig, Dialer, Resolve};
+use crate::{
+    connect::{Connector, ConnectorConfig, Dialer},
+    dns::DnsResolver,
+};
 
 /// The request body type sent through hyper.
 pub(crate) type ReqBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -57,6 +59,8 @@ pub(crate) struct Transports {
     by_policy: Mutex<HashMap<usize, PolicyEntry>>,
     /// Slow path: the connection-relevant parts of a policy, serialised → its transport.
     by_key: Mutex<HashMap<String, Arc<Transport>>>,
+    /// One resolver (and DNS cache) per distinct DNS policy, shared by transports.
+    resolvers: Mutex<HashMap<String, DnsResolver>>,
 }
 
 /// Bounds the fast-path map; dead policies are pruned when it is full.
@@ -69,6 +73,7 @@ impl Transports {
             opened: Arc::new(AtomicU64::new(0)),
             by_policy: Mutex::new(HashMap::new()),
             by_key: Mutex::new(HashMap::new()),
+            resolvers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -104,6 +109,20 @@ impl Transports {
         Ok(transport)
     }
 
+    /// The resolver for `policy.dns`, created on first use.
+    fn resolver(&self, policy: &NetPolicy) -> Result<DnsResolver, NetError> {
+        let key = serde_json::to_string(&policy.dns).map_err(|e| {
+            NetError::invalid_request("dns policy could not be keyed").with_source(e)
+        })?;
+        let mut resolvers = self.resolvers.lock();
+        if let Some(r) = resolvers.get(&key) {
+            return Ok(r.clone());
+        }
+        let r = DnsResolver::new(&policy.dns)?;
+        resolvers.insert(key, r.clone());
+        Ok(r)
+    }
+
     fn build(&self, policy: &NetPolicy) -> Result<Transport, NetError> {
         let s = &self.settings;
         let guard = AddressGuard::new(&policy.security).map_err(|e| {
@@ -113,7 +132,7 @@ impl Transports {
             guard,
             tls: crate::tls::client_config(&policy.tls, &s.extra_roots)?,
             dialer: s.dialer.clone(),
-            resolver: Arc::new(StaticResolve::new(&policy.dns)),
+            resolver: Arc::new(self.resolver(policy)?),
             observer: s.observer.clone(),
             connect_timeout: policy.timeout.connect,
             happy_eyeballs_delay: policy.dns.happy_eyeballs_delay,
@@ -151,39 +170,4 @@ fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
         policy.timeout.connect,
     ))
     .map_err(|e| NetError::invalid_request("policy could not be keyed").with_source(e))
-}
-
-/// Names from `dns.static_hosts` only.
-#[derive(Debug)]
-struct StaticResolve {
-    hosts: HashMap<String, Arc<[IpAddr]>>,
-}
-
-impl StaticResolve {
-    fn new(policy: &DnsPolicy) -> Self {
-        let hosts = policy
-            .static_hosts
-            .iter()
-            .map(|(name, ips)| {
-                (
-                    name.trim_end_matches('.').to_ascii_lowercase(),
-                    Arc::from(ips.as_slice()),
-                )
-            })
-            .collect();
-        StaticResolve { hosts }
-    }
-}
-
-#[async_trait::async_trait]
-impl Resolve for StaticResolve {
-    async fn resolve(&self, host: &str) -> Result<(Arc<[IpAddr]>, DnsSource), NetError> {
-        let key = host.trim_end_matches('.').to_ascii_lowercase();
-        match self.hosts.get(&key) {
-            Some(ips) => Ok((ips.clone(), DnsSource::Static)),
-            None => {
-                Err(NetError::new(ErrorKind::Dns).with_message(format!("{host} has no address")))
-            }
-        }
-    }
 }

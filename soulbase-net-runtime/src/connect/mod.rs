@@ -40,6 +40,14 @@ pub(crate) trait Resolve: Send + Sync + fmt::Debug {
     async fn resolve(&self, host: &str) -> Result<(Arc<[IpAddr]>, DnsSource), NetError>;
 }
 
+#[async_trait::async_trait]
+impl Resolve for crate::dns::DnsResolver {
+    async fn resolve(&self, host: &str) -> Result<(Arc<[IpAddr]>, DnsSource), NetError> {
+        let answer = crate::dns::DnsResolver::resolve(self, host).await?;
+        Ok((answer.addrs, answer.source))
+    }
+}
+
 /// What a transport's connector needs; one per distinct connection policy.
 #[derive(Clone)]
 pub(crate) struct ConnectorConfig {

@@ -4,8 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod basic;
+mod body;
 mod cap;
+mod dns;
 mod guard;
 mod limits;
+mod redirects;
 mod support;
 mod timeouts;

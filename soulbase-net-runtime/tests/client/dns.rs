@@ -1,0 +1,89 @@
+//! Names resolved through MockDns: singleflight across requests, and DNS rebinding refused
+//! at connect time.
+
+use std::{net::IpAddr, sync::Arc, time::Duration};
+
+use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_testkit::{FaultServer, MockDns, Reply};
+
+use crate::support::{harness, loopback_policy};
+
+fn with_dns(mut p: NetPolicy, dns: &MockDns) -> NetPolicy {
+    p.dns.nameservers = vec![dns.addr()];
+    p.dns.timeout = Duration::from_secs(2);
+    p.dns.prefetch.clear();
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_requests_make_one_lookup() {
+    let srv = FaultServer::http1()
+        .route("/", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    let dns = MockDns::start().await.unwrap();
+    dns.set_ips("svc.test", &[IpAddr::from([127, 0, 0, 1])], 60);
+    dns.delay("svc.test", Duration::from_millis(200));
+    let h = harness(with_dns(loopback_policy(), &dns));
+    let client = Arc::new(h.client);
+    let url = format!("http://svc.test:{}/", srv.addr().port());
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let (client, url) = (client.clone(), url.clone());
+        tasks.spawn(async move { client.send(NetRequest::get(url)).await.map(|r| r.status) });
+    }
+    while let Some(res) = tasks.join_next().await {
+        assert_eq!(res.unwrap().unwrap(), 200);
+    }
+    let a_queries = dns
+        .queries()
+        .iter()
+        .filter(|q| q.name.trim_end_matches('.') == "svc.test" && q.qtype == "A")
+        .count();
+    assert_eq!(a_queries, 1, "{:?}", dns.queries());
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn rebinding_to_loopback_never_reaches_the_canary() {
+    // The canary listens on loopback, which the default policy denies. The name first
+    // answers a public address (the test dialer refuses to dial it), then loopback, TTL 0.
+    let canary = FaultServer::http1()
+        .route("/", Reply::ok("pwned"))
+        .start()
+        .await
+        .unwrap();
+    let dns = MockDns::start().await.unwrap();
+    dns.rebind(
+        "rebind.test",
+        IpAddr::from([93, 184, 215, 14]),
+        IpAddr::from([127, 0, 0, 1]),
+    );
+    let mut p = with_dns(NetPolicy::default(), &dns);
+    p.dns.min_ttl = Duration::ZERO;
+    p.dns.serve_stale = false;
+    let h = harness(p);
+    let url = format!("http://rebind.test:{}/", canary.addr().port());
+    let mut blocked = 0;
+    for _ in 0..1000 {
+        let err = h.client.send(NetRequest::get(&url)).await.unwrap_err();
+        match err.kind() {
+            ErrorKind::Blocked => blocked += 1,
+            ErrorKind::Connect => {} // the public answer, refused by the test dialer
+            other => panic!("unexpected {other:?}: {err}"),
+        }
+    }
+    assert!(blocked >= 999, "blocked {blocked}");
+    assert_eq!(canary.connections(), 0);
+    let loopback_dials = h
+        .dialer
+        .dialled
+        .lock()
+        .iter()
+        .filter(|a| a.ip().is_loopback())
+        .count();
+    assert_eq!(loopback_dials, 0);
+    canary.join().await;
+}

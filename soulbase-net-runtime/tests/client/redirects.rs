@@ -1,0 +1,199 @@
+//! Redirects through the client: chains, limits, loops, credentials across origins, and
+//! hops to internal addresses refused by the guard.
+
+use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_testkit::{FaultServer, Reply};
+
+use crate::support::{harness, loopback_policy};
+
+#[tokio::test]
+async fn a_chain_within_the_cap_is_followed_and_one_over_it_fails() {
+    let srv = FaultServer::http1()
+        .redirect_chain("/c", 5, "/end")
+        .redirect_chain("/d", 6, "/end")
+        .route("/end", Reply::ok("done"))
+        .redirect_loop("/loop")
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/c/0")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 200);
+    assert_eq!(res.url, srv.url("/end"));
+    assert_eq!(res.text().await.unwrap(), "done");
+    let redirected = h
+        .events
+        .seen
+        .lock()
+        .iter()
+        .filter(|e| e.starts_with("Redirected"))
+        .count();
+    assert_eq!(redirected, 5);
+
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/d/0")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RedirectLimit);
+    assert_eq!(srv.hits("/end"), 1, "the hop over the cap was not made");
+
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/loop/a")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RedirectLimit);
+    assert!(err.to_string().contains("loop"), "{err}");
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn credentials_never_cross_origins_and_are_not_restored() {
+    let b = FaultServer::http1()
+        .route("/b", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let a = FaultServer::http1()
+        .route("/same", Reply::redirect(302, "/echo"))
+        .route("/echo", Reply::echo())
+        .route("/away", Reply::redirect(307, b.url("/b")))
+        .start()
+        .await
+        .unwrap();
+    let b_back = FaultServer::http1()
+        .route("/back", Reply::redirect(302, a.url("/echo")))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.security.strip_headers = vec!["x-api-key".to_owned()];
+    let h = harness(p);
+    let with_secrets = |url: String| {
+        NetRequest::get(url)
+            .header("authorization", "Bearer s3cret")
+            .header("cookie", "sid=1")
+            .header("proxy-authorization", "Basic cHg=")
+            .header("x-api-key", "k")
+            .header("x-plain", "kept")
+    };
+    // Same origin: kept (but Proxy-Authorization never reaches an origin).
+    h.client.send(with_secrets(a.url("/same"))).await.unwrap();
+    let got = &a.requests("/echo")[0];
+    assert_eq!(got.header("authorization"), Some("Bearer s3cret"));
+    assert_eq!(got.header("x-api-key"), Some("k"));
+    assert_eq!(got.header("proxy-authorization"), None);
+
+    // Other origin: dropped.
+    h.client.send(with_secrets(a.url("/away"))).await.unwrap();
+    let got = &b.requests("/b")[0];
+    for name in [
+        "authorization",
+        "cookie",
+        "proxy-authorization",
+        "x-api-key",
+    ] {
+        assert_eq!(got.header(name), None, "{name} leaked cross-origin");
+    }
+    assert_eq!(got.header("x-plain"), Some("kept"));
+
+    // A → B → A: still dropped when the chain comes back.
+    h.client
+        .send(with_secrets(b_back.url("/back")))
+        .await
+        .unwrap();
+    let got = a.requests("/echo").last().cloned().unwrap();
+    assert_eq!(
+        got.header("authorization"),
+        None,
+        "restored after leaving the origin"
+    );
+    for s in [a, b, b_back] {
+        s.join().await;
+    }
+}
+
+#[tokio::test]
+async fn redirects_to_internal_addresses_are_refused_at_every_hop() {
+    // The public-facing server is reachable by grant; the internal target is not.
+    let internal = FaultServer::http1()
+        .route("/admin", Reply::ok("secret"))
+        .start()
+        .await
+        .unwrap();
+    let front = FaultServer::http1()
+        .route(
+            "/first",
+            Reply::redirect(302, "http://169.254.169.254/latest/meta-data/"),
+        )
+        .route("/second", Reply::redirect(302, "/hop"))
+        .route("/hop", Reply::redirect(302, "http://10.0.0.1/"))
+        .route("/loopback", Reply::redirect(302, internal.url("/admin")))
+        .start()
+        .await
+        .unwrap();
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = vec![format!("{}/32", front.addr().ip()).parse().unwrap()];
+    let h = harness(p);
+    for path in ["/first", "/second"] {
+        let err = h
+            .client
+            .send(NetRequest::get(front.url(path)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Blocked, "{path}");
+        assert_eq!(err.code(), ErrorCode::AuthForbidden);
+    }
+    assert!(
+        h.dialer.non_loopback().is_empty(),
+        "dialled {:?}",
+        h.dialer.non_loopback()
+    );
+    assert_eq!(internal.hits("/admin"), 0);
+
+    // With cross-origin redirects off, a hop to another port of the same address is refused.
+    let mut p = loopback_policy();
+    p.redirect.allow_cross_origin = false;
+    let h = harness(p);
+    let err = h
+        .client
+        .send(NetRequest::get(front.url("/loopback")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Blocked);
+    assert_eq!(internal.hits("/admin"), 0);
+    front.join().await;
+    internal.join().await;
+}
+
+#[tokio::test]
+async fn post_becomes_get_on_303_and_307_keeps_method_and_body() {
+    let srv = FaultServer::http1()
+        .route("/see-other", Reply::redirect(303, "/echo"))
+        .route("/temp", Reply::redirect(307, "/echo"))
+        .route("/echo", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    h.client
+        .send(NetRequest::post(srv.url("/see-other")).body("payload"))
+        .await
+        .unwrap();
+    h.client
+        .send(NetRequest::post(srv.url("/temp")).body("payload"))
+        .await
+        .unwrap();
+    let echoed = srv.requests("/echo");
+    assert_eq!(echoed[0].method, http::Method::GET);
+    assert!(echoed[0].body.is_empty());
+    assert_eq!(echoed[1].method, http::Method::POST);
+    assert_eq!(&echoed[1].body[..], b"payload");
+    srv.join().await;
+}
