@@ -50,7 +50,12 @@ pub(crate) fn request_error(e: hyper_util::client::legacy::Error) -> NetError {
     let (kind, message) = if e.is_connect() {
         (ErrorKind::Connect, "could not connect")
     } else if let Some(h) = chain(&e).find_map(|s| s.downcast_ref::<hyper::Error>()) {
-        if h.is_incomplete_message() {
+        if h.is_parse_too_large() {
+            (
+                ErrorKind::TooLarge,
+                "the response head is over the header limits",
+            )
+        } else if h.is_incomplete_message() {
             (
                 ErrorKind::Io,
                 "connection closed before the response was complete",

@@ -1,5 +1,6 @@
 //! The client: [`ClientBuilder`] → [`Client`], which implements `NetClient`.
 
+mod body;
 mod send;
 mod transport;
 
@@ -47,6 +48,8 @@ pub struct ClientBuilder {
     pool_max_idle_per_host: usize,
     http2_prior_knowledge: bool,
     decompress: bool,
+    max_response_headers: usize,
+    max_response_head_bytes: usize,
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -87,6 +90,8 @@ impl ClientBuilder {
             pool_max_idle_per_host: 32,
             http2_prior_knowledge: false,
             decompress: true,
+            max_response_headers: 100,
+            max_response_head_bytes: 64 * 1024,
         }
     }
 
@@ -171,6 +176,20 @@ impl ClientBuilder {
         self
     }
 
+    /// The most header fields a response may have; more fail the request with `TooLarge`.
+    /// Default is 100.
+    pub fn max_response_headers(mut self, max: usize) -> Self {
+        self.max_response_headers = max;
+        self
+    }
+
+    /// The largest response head (status line and headers) accepted, in bytes; at least
+    /// 8 KiB. Default is 64 KiB.
+    pub fn max_response_head_bytes(mut self, max: usize) -> Self {
+        self.max_response_head_bytes = max;
+        self
+    }
+
     /// Builds the client.
     ///
     /// # Errors
@@ -191,6 +210,8 @@ impl ClientBuilder {
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
             http2_prior_knowledge: self.http2_prior_knowledge,
+            max_response_headers: self.max_response_headers,
+            max_response_head_bytes: self.max_response_head_bytes,
         });
         Ok(Client {
             inner: Arc::new(Inner {

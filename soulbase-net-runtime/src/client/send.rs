@@ -14,14 +14,18 @@ use http::{header, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::connect::capture_connection;
 use soulbase_net_core::{
-    Body, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome, Phase,
-    RequestInfo, RespBody,
+    Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
+    Phase, RequestInfo, RespBody,
 };
 use soulbase_net_policy::NetPolicy;
 use tokio::time::Instant;
 use url::Url;
 
-use super::{transport::ReqBody, Inner};
+use super::{
+    body::{MeteredBody, OwnedInfo, SendBody},
+    transport::ReqBody,
+    Inner,
+};
 use crate::{
     body::{check_content_length, decode, LimitedBody},
     classify,
@@ -49,6 +53,16 @@ impl Call<'_> {
             scheme: &self.scheme,
             host: &self.host,
             tenant: self.tenant.as_deref(),
+        }
+    }
+
+    fn owned(&self) -> OwnedInfo {
+        OwnedInfo {
+            id: self.id,
+            method: self.method.clone(),
+            scheme: self.scheme.clone(),
+            host: self.host.clone(),
+            tenant: self.tenant.clone(),
         }
     }
 
@@ -270,7 +284,18 @@ impl Inner {
         began: Instant,
     ) -> Result<NetResponse, NetError> {
         let transport = self.transports.get(call.policy)?;
-        let (mut http_req, decoding) = self.http_request(req, url)?;
+        let sent = Arc::new(AtomicU64::new(0));
+        let limits = (
+            call.policy.security.max_req_bytes.as_u64(),
+            timeouts.write,
+            sent.clone(),
+        );
+        let (mut http_req, decoding) = self.http_request(req, url, limits)?;
+        if let Some(auth) = proxy_auth(&transport, http_req.uri()) {
+            http_req
+                .headers_mut()
+                .insert(header::PROXY_AUTHORIZATION, auth);
+        }
         let mut captured = capture_connection(&mut http_req);
         let request = transport.http.request(http_req);
         tokio::pin!(request);
@@ -308,6 +333,12 @@ impl Inner {
             .deadline(call.deadline)
             .counter(Arc::new(AtomicU64::new(0)));
         let body = decode(limited, &mut parts.headers, max, decoding)?;
+        self.observer.on_event(&NetEvent::Bytes {
+            req: call.info(),
+            dir: Direction::Out,
+            bytes: sent.load(Ordering::Relaxed),
+        });
+        let body = MeteredBody::new(body, self.observer.clone(), call.owned()).boxed_unsync();
         Ok(NetResponse {
             status: parts.status,
             content_type: parts
@@ -335,6 +366,7 @@ impl Inner {
         &self,
         req: &mut NetRequest,
         url: &Url,
+        limits: (u64, Duration, Arc<AtomicU64>),
     ) -> Result<(Request<ReqBody>, bool), NetError> {
         let uri: http::Uri = url.as_str().parse().map_err(|e| {
             NetError::invalid_request("url is not a valid request target").with_source(e)
@@ -356,6 +388,8 @@ impl Inner {
             },
             _ => Empty::new().map_err(|never| match never {}).boxed_unsync(),
         };
+        let (max, write_timeout, sent) = limits;
+        let body: ReqBody = SendBody::new(body, max, write_timeout, sent).boxed_unsync();
         let mut http_req = Request::builder()
             .method(req.method.clone())
             .uri(uri)
@@ -402,6 +436,20 @@ fn prepare_body(req: &mut NetRequest) -> Result<(), NetError> {
         req.body = Body::Bytes(bytes);
     }
     Ok(())
+}
+
+/// The proxy credentials for an `http` request that goes to a proxy in absolute form; the
+/// proxy consumes them. `https` requests carry none (the tunnel was authorised by CONNECT).
+fn proxy_auth(transport: &super::transport::Transport, uri: &http::Uri) -> Option<HeaderValue> {
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    transport
+        .proxy
+        .as_ref()?
+        .intercept(uri)?
+        .basic_auth()
+        .cloned()
 }
 
 /// The encodings the client decodes when it offers them itself.

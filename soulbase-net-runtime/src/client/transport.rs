@@ -25,8 +25,10 @@ use rustls::pki_types::CertificateDer;
 use soulbase_net_core::{BoxError, NetError, Observer};
 use soulbase_net_policy::{AddressGuard, NetPolicy};
 
+use hyper_util::client::proxy::matcher::Matcher;
+
 use crate::{
-    connect::{Connector, ConnectorConfig, Dialer},
+    connect::{proxy_matcher, Connector, ConnectorConfig, Dialer},
     dns::DnsResolver,
 };
 
@@ -41,11 +43,15 @@ pub(crate) struct Settings {
     pub(crate) pool_idle_timeout: Duration,
     pub(crate) pool_max_idle_per_host: usize,
     pub(crate) http2_prior_knowledge: bool,
+    pub(crate) max_response_headers: usize,
+    pub(crate) max_response_head_bytes: usize,
 }
 
 /// A pooled client for one connection policy.
 pub(crate) struct Transport {
     pub(crate) http: HyperClient<Connector, ReqBody>,
+    /// The proxy rules, to add proxy credentials to absolute-form requests.
+    pub(crate) proxy: Option<Arc<Matcher>>,
 }
 
 /// A policy a resolver handed out (held weakly) and its transport.
@@ -128,6 +134,7 @@ impl Transports {
         let guard = AddressGuard::new(&policy.security).map_err(|e| {
             NetError::invalid_request(format!("invalid security policy: {e}")).with_source(e)
         })?;
+        let proxy = policy.proxy.as_ref().map(|p| Arc::new(proxy_matcher(p)));
         let connector = Connector::new(ConnectorConfig {
             guard,
             tls: crate::tls::client_config(&policy.tls, &s.extra_roots)?,
@@ -138,6 +145,7 @@ impl Transports {
             happy_eyeballs_delay: policy.dns.happy_eyeballs_delay,
             per_host_cap: policy.limits.per_host_concurrency as usize,
             opened: self.opened.clone(),
+            proxy: proxy.clone(),
         });
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(s.pool_idle_timeout)
@@ -145,8 +153,13 @@ impl Transports {
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .http2_only(s.http2_prior_knowledge)
+            .http1_max_headers(s.max_response_headers)
+            .http1_max_buf_size(s.max_response_head_bytes.max(8192))
+            .http2_max_header_list_size(
+                u32::try_from(s.max_response_head_bytes).unwrap_or(u32::MAX),
+            )
             .build(connector);
-        Ok(Transport { http })
+        Ok(Transport { http, proxy })
     }
 }
 

@@ -28,11 +28,17 @@ pub(crate) struct Conn {
     io: TokioIo<MaybeTls>,
     info: ConnectInfo,
     h2: bool,
+    proxied: bool,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Conn {
-    pub(super) fn new(stream: MaybeTls, info: ConnectInfo, permit: OwnedSemaphorePermit) -> Self {
+    pub(super) fn new(
+        stream: MaybeTls,
+        info: ConnectInfo,
+        permit: OwnedSemaphorePermit,
+        proxied: bool,
+    ) -> Self {
         let h2 = match &stream {
             MaybeTls::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
             MaybeTls::Plain(_) => false,
@@ -41,12 +47,18 @@ impl Conn {
             io: TokioIo::new(stream),
             info,
             h2,
+            proxied,
             _permit: permit,
         }
     }
 
     pub(crate) fn info(&self) -> &ConnectInfo {
         &self.info
+    }
+
+    /// Whether requests on this connection go to a proxy in absolute form.
+    pub(crate) fn is_proxied(&self) -> bool {
+        self.proxied
     }
 
     /// Whether ALPN chose HTTP/2.

@@ -7,6 +7,7 @@
 
 mod dial;
 mod io;
+mod proxy;
 
 use std::{
     collections::HashMap,
@@ -23,7 +24,10 @@ use std::{
 };
 
 use http::Uri;
-use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::{
+    legacy::connect::{Connected, Connection},
+    proxy::matcher::{Intercept, Matcher},
+};
 use parking_lot::Mutex;
 use soulbase_net_core::{DnsSource, ErrorKind, NetError, NetEvent, Observer, Phase};
 use soulbase_net_policy::AddressGuard;
@@ -32,6 +36,7 @@ use tokio::{sync::Semaphore, time::Instant};
 pub use self::dial::{DialFuture, Dialer, TcpDialer};
 pub(crate) use self::io::Conn;
 use self::io::MaybeTls;
+pub(crate) use self::proxy::matcher as proxy_matcher;
 
 /// Resolves host names for the connector.
 #[async_trait::async_trait]
@@ -59,6 +64,8 @@ pub(crate) struct ConnectorConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) happy_eyeballs_delay: Duration,
     pub(crate) per_host_cap: usize,
+    /// Which requests go through a proxy; `None` when the policy has no proxy.
+    pub(crate) proxy: Option<Arc<Matcher>>,
     /// Counts connections opened.
     pub(crate) opened: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -164,6 +171,11 @@ impl Inner {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         self.cfg.guard.check_host(host)?;
+        if let Some(intercept) = self.cfg.proxy.as_ref().and_then(|m| m.intercept(&uri)) {
+            return self
+                .connect_via_proxy(&intercept, https, host, port, started)
+                .await;
+        }
 
         let addrs = self.addresses(host).await?;
         let allowed = self.cfg.guard.filter_addrs(host, &addrs)?;
@@ -181,26 +193,96 @@ impl Inner {
                         .with_message(format!("could not connect to {host}:{port}"))
                         .with_source(e)
                 })?;
-        let stream = if https {
-            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
-                NetError::invalid_request(format!("`{host}` is not a valid TLS server name"))
-                    .with_source(e)
-            })?;
-            let tls = tokio_rustls::TlsConnector::from(self.cfg.tls.clone())
-                .connect(name, tcp)
+        let stream = self.secure(tcp, https, host).await?;
+        Ok(self.finish(stream, remote, started, permit, false))
+    }
+
+    /// Connects through the proxy chosen for this target: a CONNECT tunnel for `https`, a
+    /// plain connection to the proxy (absolute-form requests) for `http`.
+    async fn connect_via_proxy(
+        &self,
+        intercept: &Intercept,
+        https: bool,
+        host: &str,
+        port: u16,
+        started: Instant,
+    ) -> Result<Conn, NetError> {
+        // The proxy resolves names; literal targets are still checked here.
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            self.cfg.guard.check_addr(host, ip)?;
+        }
+        let proxy_uri = intercept.uri();
+        if proxy_uri.scheme_str() != Some("http") {
+            return Err(NetError::invalid_request(format!(
+                "proxy {proxy_uri} is not an http:// proxy; only http proxies are supported"
+            )));
+        }
+        let proxy_host = proxy_uri
+            .host()
+            .ok_or_else(|| NetError::invalid_request("the proxy url has no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let proxy_port = proxy_uri.port_u16().unwrap_or(80);
+        let addrs = self.addresses(proxy_host).await?;
+        let targets: Vec<SocketAddr> = addrs
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, proxy_port))
+            .collect();
+        let permit = self.permit(host, port).await?;
+        let (mut tcp, remote) =
+            dial::happy_eyeballs(&self.cfg.dialer, &targets, self.cfg.happy_eyeballs_delay)
                 .await
-                .map_err(|e| crate::classify::tls_handshake_error(e, host))?;
-            MaybeTls::Tls(Box::new(tls))
-        } else {
-            MaybeTls::Plain(tcp)
-        };
+                .map_err(|e| {
+                    NetError::new(ErrorKind::Proxy)
+                        .with_message(format!(
+                            "could not connect to the proxy {proxy_host}:{proxy_port}"
+                        ))
+                        .with_source(e)
+                })?;
+        if !https {
+            return Ok(self.finish(MaybeTls::Plain(tcp), remote, started, permit, true));
+        }
+        proxy::tunnel(&mut tcp, host, port, intercept.basic_auth()).await?;
+        let stream = self.secure(tcp, true, host).await?;
+        Ok(self.finish(stream, remote, started, permit, false))
+    }
+
+    /// TLS on top of `tcp` for `https`, nothing for `http`.
+    async fn secure(
+        &self,
+        tcp: tokio::net::TcpStream,
+        https: bool,
+        host: &str,
+    ) -> Result<MaybeTls, NetError> {
+        if !https {
+            return Ok(MaybeTls::Plain(tcp));
+        }
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
+            NetError::invalid_request(format!("`{host}` is not a valid TLS server name"))
+                .with_source(e)
+        })?;
+        let tls = tokio_rustls::TlsConnector::from(self.cfg.tls.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| crate::classify::tls_handshake_error(e, host))?;
+        Ok(MaybeTls::Tls(Box::new(tls)))
+    }
+
+    fn finish(
+        &self,
+        stream: MaybeTls,
+        remote: SocketAddr,
+        started: Instant,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        proxied: bool,
+    ) -> Conn {
         let info = ConnectInfo {
             remote,
             connect: started.elapsed(),
             taken: Arc::new(AtomicBool::new(false)),
         };
         self.cfg.opened.fetch_add(1, Ordering::Relaxed);
-        Ok(Conn::new(stream, info, permit))
+        Conn::new(stream, info, permit, proxied)
     }
 
     /// The addresses to try for `host`: an IP literal as it is, else the resolver's answer.
@@ -245,7 +327,9 @@ impl Inner {
 
 impl Connection for Conn {
     fn connected(&self) -> Connected {
-        let connected = Connected::new().extra(self.info().clone());
+        let connected = Connected::new()
+            .extra(self.info().clone())
+            .proxy(self.is_proxied());
         if self.is_h2() {
             connected.negotiated_h2()
         } else {

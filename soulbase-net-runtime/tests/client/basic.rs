@@ -198,3 +198,23 @@ async fn interceptors_run_before_in_order_and_after_in_reverse() {
     );
     srv.join().await;
 }
+
+#[tokio::test]
+async fn bytes_in_and_out_are_reported() {
+    let srv = FaultServer::http1()
+        .route("/b", Reply::ok(vec![1u8; 3000]))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    let res = h
+        .client
+        .send(NetRequest::post(srv.url("/b")).body(vec![0u8; 1234]))
+        .await
+        .unwrap();
+    assert_eq!(res.bytes().await.unwrap().len(), 3000);
+    let seen = h.events.seen.lock().clone();
+    assert!(seen.contains(&"bytes out 1234".to_owned()), "{seen:?}");
+    assert!(seen.contains(&"bytes in 3000".to_owned()), "{seen:?}");
+    srv.join().await;
+}

@@ -63,3 +63,75 @@ async fn declared_content_length_over_the_limit_is_refused_before_reading() {
     assert_eq!(body.len(), 4096);
     srv.join().await;
 }
+
+#[tokio::test]
+async fn response_heads_over_the_header_limits_are_refused() {
+    let srv = FaultServer::http1()
+        .route("/many", Reply::ok("x").many_headers(500))
+        .route("/huge", Reply::ok("x").huge_header(1 << 20))
+        .route("/fine", Reply::ok("x").many_headers(50))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    for path in ["/many", "/huge"] {
+        let err = h
+            .client
+            .send(NetRequest::get(srv.url(path)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TooLarge, "{path}: {err}");
+    }
+    assert_eq!(
+        h.client
+            .send(NetRequest::get(srv.url("/fine")))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_streamed_request_body_is_cut_at_the_limit_while_sending() {
+    let srv = FaultServer::http1()
+        .route("/up", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.security.max_req_bytes = ByteSize(10_000);
+    let h = harness(p);
+    // A body of unknown length: 20 chunks of 1000 bytes.
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(32);
+    for _ in 0..20 {
+        tx.send(bytes::Bytes::from(vec![7u8; 1000])).await.unwrap();
+    }
+    drop(tx);
+    let body = ChannelBody(rx);
+    let err = h
+        .client
+        .send(NetRequest::put(srv.url("/up")).body(soulbase_net_core::Body::stream(body)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    assert!(err.to_string().contains("max_req_bytes"), "{err}");
+    srv.join().await;
+}
+
+/// A request body fed from a channel: its length is unknown until it ends.
+struct ChannelBody(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
+    }
+}

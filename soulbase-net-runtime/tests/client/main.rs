@@ -9,6 +9,7 @@ mod cap;
 mod dns;
 mod guard;
 mod limits;
+mod proxy;
 mod redirects;
 mod support;
 mod timeouts;

@@ -60,6 +60,7 @@ impl Observer for Events {
             NetEvent::Blocked { addr, rule, .. } => format!("blocked {addr:?} {rule}"),
             NetEvent::TimedOut { phase, .. } => format!("timeout {phase}"),
             NetEvent::DnsResolved { host, source, .. } => format!("dns {host} {source:?}"),
+            NetEvent::Bytes { dir, bytes, .. } => format!("bytes {} {bytes}", dir.as_str()),
             NetEvent::RequestFinished {
                 outcome, attempts, ..
             } => {

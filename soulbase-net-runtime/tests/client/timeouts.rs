@@ -65,3 +65,40 @@ async fn connect_timeout_fires_when_no_connection_opens() {
     assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Connect));
     assert_eq!(err.code(), ErrorCode::ProviderTimeout);
 }
+
+/// A request body that never produces its second chunk.
+struct StalledBody(bool);
+
+impl http_body::Body for StalledBody {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        if self.0 {
+            std::task::Poll::Pending
+        } else {
+            self.0 = true;
+            std::task::Poll::Ready(Some(Ok(http_body::Frame::data(bytes::Bytes::from_static(
+                b"first",
+            )))))
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_request_body_hits_the_write_timeout() {
+    let mut srv = FaultServer::http1()
+        .route("/w", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    let req = NetRequest::put(srv.url("/w"))
+        .body(soulbase_net_core::Body::stream(StalledBody(false)))
+        .timeout(TimeoutCfg::default().with_write(Duration::from_millis(150)));
+    let err = h.client.send(req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Write), "{err}");
+    srv.shutdown().await;
+}

@@ -1,0 +1,187 @@
+//! Body wrappers of the send pipeline: the request body as sent (write timeout, size limit
+//! for streams, bytes out) and the response body as handed over (bytes in, reported once).
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    task::{ready, Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::Method;
+use http_body::{Body, Frame, SizeHint};
+use soulbase_net_core::{BoxError, Direction, NetError, NetEvent, Observer, Phase, RequestInfo};
+use tokio::time::{Instant, Sleep};
+
+/// The request body as hyper sends it: counts bytes, refuses a stream that grows past
+/// `max_req_bytes`, and fails with `Timeout(Write)` when the body stays idle (no chunk
+/// produced) for longer than the write timeout once sending started. A connection that stops
+/// taking data is caught by the first-byte and total deadlines.
+pub(crate) struct SendBody<B> {
+    inner: B,
+    max: u64,
+    sent: Arc<AtomicU64>,
+    write_timeout: Duration,
+    idle: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> SendBody<B> {
+    pub(crate) fn new(inner: B, max: u64, write_timeout: Duration, sent: Arc<AtomicU64>) -> Self {
+        SendBody {
+            inner,
+            max,
+            sent,
+            write_timeout,
+            idle: None,
+        }
+    }
+}
+
+impl<B> Body for SendBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let total = this.sent.fetch_add(data.len() as u64, Ordering::Relaxed)
+                        + data.len() as u64;
+                    if total > this.max {
+                        return Poll::Ready(Some(Err(Box::new(NetError::invalid_request(format!(
+                            "streamed body went over the limit of {} bytes (security.max_req_bytes)",
+                            this.max
+                        ))))));
+                    }
+                }
+                let next = Instant::now() + this.write_timeout;
+                if let Some(idle) = this.idle.as_mut() {
+                    idle.as_mut().reset(next);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                let timeout = this.write_timeout;
+                let idle = this
+                    .idle
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                ready!(idle.as_mut().poll(cx));
+                Poll::Ready(Some(Err(Box::new(
+                    NetError::timeout(Phase::Write).with_message("the request body stalled"),
+                ))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Owned labels of a request, for events emitted after the call has returned.
+#[derive(Clone, Debug)]
+pub(crate) struct OwnedInfo {
+    pub(crate) id: u64,
+    pub(crate) method: Method,
+    pub(crate) scheme: String,
+    pub(crate) host: String,
+    pub(crate) tenant: Option<String>,
+}
+
+impl OwnedInfo {
+    fn info(&self) -> RequestInfo<'_> {
+        RequestInfo {
+            id: self.id,
+            method: &self.method,
+            scheme: &self.scheme,
+            host: &self.host,
+            tenant: self.tenant.as_deref(),
+        }
+    }
+}
+
+/// The response body as the caller gets it: reports the bytes received once, when the body
+/// ends, fails, or is dropped unread.
+pub(crate) struct MeteredBody<B> {
+    inner: B,
+    received: u64,
+    report: Option<(Arc<dyn Observer>, OwnedInfo)>,
+}
+
+impl<B> MeteredBody<B> {
+    pub(crate) fn new(inner: B, observer: Arc<dyn Observer>, info: OwnedInfo) -> Self {
+        MeteredBody {
+            inner,
+            received: 0,
+            report: Some((observer, info)),
+        }
+    }
+
+    fn report(&mut self) {
+        if let Some((observer, info)) = self.report.take() {
+            observer.on_event(&NetEvent::Bytes {
+                req: info.info(),
+                dir: Direction::In,
+                bytes: self.received,
+            });
+        }
+    }
+}
+
+impl<B> Drop for MeteredBody<B> {
+    fn drop(&mut self) {
+        self.report();
+    }
+}
+
+impl<B> Body for MeteredBody<B>
+where
+    B: Body<Data = Bytes, Error = NetError> + Unpin,
+{
+    type Data = Bytes;
+    type Error = NetError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, NetError>>> {
+        let this = &mut *self;
+        let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    this.received += data.len() as u64;
+                }
+            }
+            Some(Err(_)) | None => this.report(),
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,173 @@
+//! Proxies through the client: CONNECT tunnels with credentials, absolute-form forwarding,
+//! 407, no_proxy, proxy faults, and the guard still applied to literal targets.
+
+use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
+use soulbase_net_policy::{NetPolicy, ProxyPolicy};
+use soulbase_net_testkit::{CertKit, ConnectProxy, FaultServer, ProxyFault, ProxyOutcome, Reply};
+
+use crate::support::{harness, harness_with, loopback_policy};
+
+fn via(proxy: &ConnectProxy, creds: Option<&str>) -> NetPolicy {
+    let url = match creds {
+        Some(c) => proxy.url().replacen("http://", &format!("http://{c}@"), 1),
+        None => proxy.url(),
+    };
+    let mut pp = ProxyPolicy::default();
+    pp.http_proxy = Some(url.clone());
+    pp.https_proxy = Some(url);
+    let mut p = loopback_policy();
+    p.proxy = Some(pp);
+    p
+}
+
+#[tokio::test]
+async fn https_goes_through_an_authenticated_connect_tunnel() {
+    let kit = CertKit::new().unwrap();
+    let srv = FaultServer::builder()
+        .tls(kit.localhost().unwrap().server_config().unwrap())
+        .route("/t", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let proxy = ConnectProxy::builder()
+        .basic_auth("u", "pw")
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(via(&proxy, Some("u:pw")), |b| {
+        b.add_root_certificate(kit.root_der())
+    });
+    let res = h.client.send(NetRequest::get(srv.url("/t"))).await.unwrap();
+    assert_eq!(res.status, 200);
+    let log = proxy.requests();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].method, "CONNECT");
+    assert_eq!(log[0].target, format!("127.0.0.1:{}", srv.addr().port()));
+    assert!(log[0].authorized);
+    assert_eq!(log[0].outcome, ProxyOutcome::Tunneled);
+    assert_eq!(srv.requests("/t")[0].header("proxy-authorization"), None);
+    // Only the proxy was dialled.
+    assert_eq!(*h.dialer.dialled.lock(), vec![proxy.addr()]);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn http_is_forwarded_in_absolute_form_with_proxy_credentials() {
+    let srv = FaultServer::http1()
+        .route("/f", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let proxy = ConnectProxy::builder()
+        .basic_auth("u", "pw")
+        .start()
+        .await
+        .unwrap();
+    let h = harness(via(&proxy, Some("u:pw")));
+    let res = h.client.send(NetRequest::get(srv.url("/f"))).await.unwrap();
+    assert_eq!(res.status, 200);
+    let log = proxy.requests();
+    assert_eq!(log[0].method, "GET");
+    assert_eq!(log[0].target, srv.url("/f"));
+    assert!(log[0].authorized);
+    assert_eq!(log[0].outcome, ProxyOutcome::Forwarded);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn missing_credentials_get_407_as_a_proxy_error() {
+    let kit = CertKit::new().unwrap();
+    let srv = FaultServer::builder()
+        .tls(kit.localhost().unwrap().server_config().unwrap())
+        .route("/t", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    let proxy = ConnectProxy::builder()
+        .basic_auth("u", "pw")
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(via(&proxy, None), |b| {
+        b.add_root_certificate(kit.root_der())
+    });
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/t")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Proxy);
+    assert_eq!(err.code(), ErrorCode::ProviderUnavailable);
+    assert!(err.to_string().contains("407"), "{err}");
+    assert_eq!(proxy.requests()[0].outcome, ProxyOutcome::AuthRequired);
+    assert_eq!(srv.hits("/t"), 0);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn no_proxy_goes_direct() {
+    let srv = FaultServer::http1()
+        .route("/d", Reply::ok("direct"))
+        .start()
+        .await
+        .unwrap();
+    let proxy = ConnectProxy::builder().start().await.unwrap();
+    let mut p = via(&proxy, None);
+    if let Some(pp) = p.proxy.as_mut() {
+        pp.no_proxy = vec!["127.0.0.1".to_owned()];
+    }
+    let h = harness(p);
+    let res = h.client.send(NetRequest::get(srv.url("/d"))).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "direct");
+    assert!(proxy.requests().is_empty());
+    assert_eq!(*h.dialer.dialled.lock(), vec![srv.addr()]);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn proxy_faults_are_proxy_errors_and_literals_are_still_guarded() {
+    let srv = FaultServer::http1()
+        .route("/x", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    let refusing = ConnectProxy::builder()
+        .fault(ProxyFault::Refuse)
+        .start()
+        .await
+        .unwrap();
+    let kit = CertKit::new().unwrap();
+    let h = harness_with(via(&refusing, None), |b| {
+        b.add_root_certificate(kit.root_der())
+    });
+    let err = h
+        .client
+        .send(NetRequest::get(format!(
+            "https://127.0.0.1:{}/x",
+            srv.addr().port()
+        )))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Proxy, "{err}");
+
+    // Through a proxy, a literal private target is refused locally, before the proxy hears of it.
+    let proxy = ConnectProxy::builder().start().await.unwrap();
+    let mut p = via(&proxy, None);
+    p.security.grants.cidrs.clear();
+    let h = harness(p);
+    let err = h
+        .client
+        .send(NetRequest::get("http://10.0.0.1/"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Blocked);
+    let err = h
+        .client
+        .send(NetRequest::get("http://169.254.169.254/"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Blocked);
+    assert!(proxy.requests().is_empty());
+    assert!(h.dialer.dialled.lock().is_empty());
+    srv.join().await;
+}
