@@ -104,11 +104,121 @@ const CORPUS: &[(&str, ErrorCode)] = &[
     ("ftp://127.0.0.1/", ErrorCode::SchemaValidationFailed),
     ("dict://127.0.0.1:11211/", ErrorCode::SchemaValidationFailed),
     ("/relative/path", ErrorCode::SchemaValidationFailed),
+    // More numeric encodings.
+    (
+        "http://0x7f.0x0.0x0.0x1/",
+        ErrorCode::SchemaValidationFailed,
+    ),
+    ("http://0x7f.0.0.1/", ErrorCode::SchemaValidationFailed),
+    ("http://0177.1/", ErrorCode::SchemaValidationFailed),
+    ("http://127.0.1/", ErrorCode::SchemaValidationFailed),
+    ("http://127.000.000.001/", ErrorCode::SchemaValidationFailed),
+    ("http://4294967295/", ErrorCode::SchemaValidationFailed),
+    ("http://0/", ErrorCode::SchemaValidationFailed),
+    ("http://0xa9fea9fe/", ErrorCode::SchemaValidationFailed),
+    ("http://2852039166/", ErrorCode::SchemaValidationFailed),
+    // More IPv4 ranges, edges and interiors.
+    ("http://10.255.255.255/", ErrorCode::AuthForbidden),
+    ("http://172.31.255.255/", ErrorCode::AuthForbidden),
+    ("http://192.168.255.255/", ErrorCode::AuthForbidden),
+    ("http://127.0.0.2:8080/", ErrorCode::AuthForbidden),
+    ("http://169.254.0.1/", ErrorCode::AuthForbidden),
+    (
+        "http://169.254.169.254:80/computeMetadata/v1/",
+        ErrorCode::AuthForbidden,
+    ),
+    ("http://100.127.255.254/", ErrorCode::AuthForbidden),
+    ("http://192.0.2.1/", ErrorCode::AuthForbidden),
+    ("http://198.51.100.7/", ErrorCode::AuthForbidden),
+    ("http://203.0.113.9/", ErrorCode::AuthForbidden),
+    ("http://192.88.99.1/", ErrorCode::AuthForbidden),
+    ("http://239.255.255.250/", ErrorCode::AuthForbidden),
+    ("HTTP://127.0.0.1/", ErrorCode::AuthForbidden),
+    // More IPv6 forms.
+    (
+        "http://[0:0:0:0:0:ffff:127.0.0.1]/",
+        ErrorCode::AuthForbidden,
+    ),
+    ("http://[::ffff:0a00:0001]/", ErrorCode::AuthForbidden),
+    ("http://[::ffff:a9fe:a9fe]/", ErrorCode::AuthForbidden),
+    ("http://[0000::1]/", ErrorCode::AuthForbidden),
+    ("http://[::ffff:0:7f00:1]/", ErrorCode::AuthForbidden),
+    ("http://[64:ff9b:1::a00:1]/", ErrorCode::AuthForbidden),
+    ("http://[2002:a9fe:a9fe::]/", ErrorCode::AuthForbidden),
+    ("http://[2001:db8::1]/", ErrorCode::AuthForbidden),
+    ("http://[3fff::1]/", ErrorCode::AuthForbidden),
+    ("http://[100::1]/", ErrorCode::AuthForbidden),
+    ("http://[5f00::1]/", ErrorCode::AuthForbidden),
+    // Userinfo and delimiter tricks.
+    (
+        "http://127.0.0.1:80@evil.test/",
+        ErrorCode::SchemaValidationFailed,
+    ),
+    (
+        "http://evil.test@10.0.0.1/",
+        ErrorCode::SchemaValidationFailed,
+    ),
+    (
+        "http://10.0.0.1%2f@evil.test/",
+        ErrorCode::SchemaValidationFailed,
+    ),
+    ("http://@127.0.0.1/", ErrorCode::AuthForbidden),
+    ("http://127.0.0.1\\@evil.test/", ErrorCode::AuthForbidden),
+    // Other schemes.
+    ("javascript:alert(1)", ErrorCode::SchemaValidationFailed),
+    ("data:text/plain,hi", ErrorCode::SchemaValidationFailed),
+    ("ws://127.0.0.1/", ErrorCode::SchemaValidationFailed),
+    ("wss://127.0.0.1/", ErrorCode::SchemaValidationFailed),
+    ("ldap://127.0.0.1/", ErrorCode::SchemaValidationFailed),
+    ("tftp://127.0.0.1/", ErrorCode::SchemaValidationFailed),
+    ("jar:http://127.0.0.1!/", ErrorCode::SchemaValidationFailed),
+    ("netdoc:///etc/passwd", ErrorCode::SchemaValidationFailed),
+    // Names that resolve inside (MockDns records below).
+    ("http://localhost.test/", ErrorCode::AuthForbidden),
+    ("http://LOCALHOST.TEST./", ErrorCode::AuthForbidden),
+    (
+        "http://metadata.test/latest/meta-data/",
+        ErrorCode::AuthForbidden,
+    ),
+    ("http://cname.test/", ErrorCode::AuthForbidden),
+    ("http://ula.test/", ErrorCode::AuthForbidden),
+    ("http://mapped.test/", ErrorCode::AuthForbidden),
+    ("http://nat64.test/", ErrorCode::AuthForbidden),
+    ("http://cgnat.test/", ErrorCode::AuthForbidden),
+    ("http://zero.test/", ErrorCode::AuthForbidden),
+    ("http://linklocal6.test/", ErrorCode::AuthForbidden),
+    ("http://allprivate.test/", ErrorCode::AuthForbidden),
+];
+
+/// Records of the corpus's names, every one resolving inside.
+const INSIDE: &[(&str, &[&str])] = &[
+    ("localhost.test", &["127.0.0.1"]),
+    ("metadata.test", &["169.254.169.254"]),
+    ("ula.test", &["fd00::1"]),
+    ("mapped.test", &["::ffff:10.0.0.1"]),
+    ("nat64.test", &["64:ff9b::a00:1"]),
+    ("cgnat.test", &["100.64.0.1"]),
+    ("zero.test", &["0.0.0.0"]),
+    ("linklocal6.test", &["fe80::1"]),
+    (
+        "allprivate.test",
+        &["10.0.0.1", "192.168.1.1", "172.16.0.1"],
+    ),
 ];
 
 #[tokio::test]
 async fn the_url_corpus_is_refused_and_nothing_is_dialled() {
-    let h = harness(NetPolicy::default());
+    assert!(CORPUS.len() >= 90, "{} vectors", CORPUS.len());
+    let dns = soulbase_net_testkit::MockDns::start().await.unwrap();
+    for (name, ips) in INSIDE {
+        let ips: Vec<IpAddr> = ips.iter().map(|ip| ip.parse().unwrap()).collect();
+        dns.set_ips(name, &ips, 60);
+    }
+    dns.set_cname("cname.test", "metadata.test", 60);
+    let mut p = NetPolicy::default();
+    p.dns.nameservers = vec![dns.addr()];
+    p.dns.prefetch.clear();
+    let h = harness(p);
     for &(url, code) in CORPUS {
         let err = h.client.send(NetRequest::get(url)).await.unwrap_err();
         assert_eq!(err.code(), code, "{url}: {err}");

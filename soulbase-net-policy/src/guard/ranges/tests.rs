@@ -126,6 +126,49 @@ fn both_ends_of_every_range_are_classified() {
     }
 }
 
+/// An address inside each range, away from both ends.
+const INTERIOR: &[(&str, SpecialRange)] = &[
+    ("0.12.34.56", ThisNetwork),
+    ("10.20.30.40", Private),
+    ("100.100.0.1", SharedAddressSpace),
+    ("127.1.2.3", Loopback),
+    ("169.254.10.20", LinkLocal),
+    ("172.20.1.1", Private),
+    ("192.0.0.100", IetfProtocol),
+    ("192.0.2.100", Documentation),
+    ("192.88.99.100", Relay6to4),
+    ("192.168.100.100", Private),
+    ("198.18.200.1", Benchmarking),
+    ("198.51.100.100", Documentation),
+    ("203.0.113.100", Documentation),
+    ("230.1.2.3", Multicast),
+    ("250.1.2.3", Reserved),
+    ("::1:2", Ipv4Compatible),
+    ("::ffff:0:102:304", Ipv4Translated),
+    ("64:ff9b::102:304", Nat64),
+    ("64:ff9b:1:2::3", Nat64),
+    ("100::1:2:3", Discard),
+    ("2001:0:1:2::3", Teredo),
+    ("2001:100::1", IetfProtocol),
+    ("2001:2:0:1::2", Benchmarking),
+    ("2001:db8:1:2::3", Documentation),
+    ("2002:102:304::1", SixToFour),
+    ("3fff:123::1", Documentation),
+    ("5f00:1::1", Srv6),
+    ("fc12:3456::1", UniqueLocal),
+    ("fd12:3456::1", UniqueLocal),
+    ("fe80::1:2:3", LinkLocal),
+    ("fed0::1", SiteLocal),
+    ("ff05::1:3", Multicast),
+];
+
+#[test]
+fn an_interior_address_of_every_range_is_classified() {
+    for &(addr, range) in INTERIOR {
+        assert_eq!(classify(ip(addr)), Some(range), "{addr}");
+    }
+}
+
 #[test]
 fn addresses_just_outside_are_public() {
     for &addr in PUBLIC {
