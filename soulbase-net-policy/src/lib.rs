@@ -75,8 +75,3 @@ pub use crate::policy::NetPolicy;
 pub use crate::resolver::{PolicyResolver, Snapshot, SnapshotResolver};
 pub use crate::size::{ByteSize, ParseByteSizeError};
 pub use crate::validate::{PolicyError, Problem};
-
-/// The README's quick start, compiled and run as a doctest so that it stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeQuickStart;

@@ -31,3 +31,8 @@ pub use crate::body::{check_content_length, collect, decode, LimitedBody};
 pub use crate::client::{Client, ClientBuilder};
 pub use crate::connect::{DialFuture, Dialer, TcpDialer};
 pub use crate::dns::{DnsResolver, Resolution};
+
+/// The README's quick start, compiled and run as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeQuickStart;

@@ -90,9 +90,15 @@ pub(crate) fn harness(policy: NetPolicy) -> Harness {
 }
 
 pub(crate) fn harness_with(
-    policy: NetPolicy,
+    mut policy: NetPolicy,
     edit: impl FnOnce(soulbase_net_runtime::ClientBuilder) -> soulbase_net_runtime::ClientBuilder,
 ) -> Harness {
+    // Never the system resolver (its name server is not on loopback): a test that needs
+    // names gives MockDns; any other name lookup goes to a closed loopback port and fails.
+    if policy.dns.nameservers.is_empty() {
+        policy.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
+        policy.dns.timeout = std::time::Duration::from_millis(500);
+    }
     let dialer = Arc::new(RecordingDialer::default());
     let events = Arc::new(Events::default());
     let builder = Client::builder()
