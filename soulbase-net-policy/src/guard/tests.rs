@@ -163,6 +163,11 @@ fn allow_hosts_matches_by_suffix_with_normalisation() {
         assert_eq!(denied.rule, DenyRule::NotAllowed, "{host}");
         assert_eq!(NetError::from(denied).code(), ErrorCode::AuthForbidden);
     }
+    // Internationalised names are compared as A-labels.
+    let idn = guard(|p| p.allow_hosts = Some(vec!["*.bücher.example".to_owned()]));
+    idn.check_host("shop.xn--bcher-kva.example").unwrap();
+    idn.check_host("shop.BÜCHER.example").unwrap();
+    assert!(idn.check_host("shop.bucher.example").is_err());
     // Without an allow-list every host passes the host check.
     guard(|_| {}).check_host("anything.example").unwrap();
 }

@@ -233,6 +233,11 @@ impl<B> fmt::Debug for LimitedBody<B> {
 pub(super) fn inner_error(e: BoxError) -> NetError {
     match e.downcast::<NetError>() {
         Ok(e) => *e,
-        Err(e) => NetError::new(ErrorKind::Io).with_source(e),
+        Err(e) => {
+            // A TLS alert after the response head (a refused client certificate on TLS 1.3)
+            // is a TLS failure, not a plain I/O error.
+            let kind = crate::tls::classify_error(&*e).unwrap_or(ErrorKind::Io);
+            NetError::new(kind).with_source(e)
+        }
     }
 }

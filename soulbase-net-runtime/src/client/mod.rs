@@ -213,6 +213,12 @@ impl ClientBuilder {
             max_response_headers: self.max_response_headers,
             max_response_head_bytes: self.max_response_head_bytes,
         });
+        // Seed 004: names listed in `dns.prefetch` are resolved in the background as soon as
+        // the client exists (when built inside a Tokio runtime).
+        let default_policy = resolver.resolve(None, "");
+        if !default_policy.dns.prefetch.is_empty() {
+            transports.warm_dns(&default_policy)?;
+        }
         Ok(Client {
             inner: Arc::new(Inner {
                 resolver,

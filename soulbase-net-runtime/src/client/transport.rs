@@ -115,6 +115,12 @@ impl Transports {
         Ok(transport)
     }
 
+    /// Creates the resolver of `policy` now, so that its prefetch list is resolved before the
+    /// first request.
+    pub(crate) fn warm_dns(&self, policy: &NetPolicy) -> Result<(), NetError> {
+        self.resolver(policy).map(drop)
+    }
+
     /// The resolver for `policy.dns`, created on first use.
     fn resolver(&self, policy: &NetPolicy) -> Result<DnsResolver, NetError> {
         let key = serde_json::to_string(&policy.dns).map_err(|e| {

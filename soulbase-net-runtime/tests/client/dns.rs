@@ -87,3 +87,20 @@ async fn rebinding_to_loopback_never_reaches_the_canary() {
     assert_eq!(loopback_dials, 0);
     canary.join().await;
 }
+
+#[tokio::test]
+async fn prefetch_resolves_when_the_client_is_built() {
+    let dns = MockDns::start().await.unwrap();
+    dns.set_ips("warm.test", &[IpAddr::from([127, 0, 0, 1])], 300);
+    let mut p = with_dns(loopback_policy(), &dns);
+    p.dns.prefetch = vec!["warm.test".to_owned()];
+    let _h = harness(p);
+    // Bounded wait for the background prefetch: the query arrives without any request.
+    let waited = tokio::time::timeout(Duration::from_secs(5), async {
+        while dns.query_count("warm.test") == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "no prefetch query within 5s");
+}
