@@ -1,6 +1,6 @@
 //! Integration tests of the client over loopback against the testkit: requests and
 //! responses, the address guard, phase timeouts, limits, the connection cap, interceptors
-//! and events.
+//! and events, and TLS (broken certificates, trust, pins, mTLS, protocol floor).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod basic;
@@ -13,3 +13,4 @@ mod proxy;
 mod redirects;
 mod support;
 mod timeouts;
+mod tls;
