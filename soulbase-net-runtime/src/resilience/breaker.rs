@@ -111,7 +111,7 @@ impl Breakers {
         self.shared
             .circuits
             .lock()
-            .get_mut(key, now)
+            .get(key)
             .map_or(BreakerState::Closed, |c| c.state(now))
     }
 

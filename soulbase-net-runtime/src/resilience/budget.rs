@@ -60,8 +60,8 @@ impl RetryBudgets {
     /// Takes one retry (or hedge) from `key`'s budget; `false` when it is spent, and the
     /// caller then stops with the last outcome and a `RetryBudgetExhausted` event.
     ///
-    /// Always `true` when the budget is off. When the key map is full of keys that cannot be
-    /// evicted (never the case for budgets) the floor alone applies.
+    /// Always `true` when the budget is off. (Budgets are always evictable, so the key map
+    /// always has room; were it not, the retry would be refused.)
     pub(crate) fn try_withdraw(&self, key: &str, cfg: &RetryBudget, now: Instant) -> bool {
         if !cfg.enabled {
             return true;
@@ -121,7 +121,7 @@ fn allowance(cfg: &RetryBudget, deposits: u64) -> f64 {
 }
 
 impl Evictable for Budget {
-    fn evictable(&self, _now: Instant) -> bool {
+    fn evictable(&self, _now: Instant, _idle: bool) -> bool {
         true
     }
 }

@@ -22,8 +22,9 @@ pub(crate) fn scoped_key(host: &str, tenant: Option<&str>, per_tenant: bool) -> 
 
 /// State kept per key that knows whether dropping it now would lose something that matters.
 pub(crate) trait Evictable {
-    /// Whether this entry may be dropped at `now` (an open circuit in its cooldown may not).
-    fn evictable(&self, now: Instant) -> bool;
+    /// Whether this entry may be dropped at `now` (an open circuit in its cooldown may not);
+    /// `idle` says whether it has been unused for the map's idle period.
+    fn evictable(&self, now: Instant, idle: bool) -> bool;
 }
 
 /// A map of at most `max` entries; entries idle for `idle` are replaced or dropped.
@@ -62,6 +63,11 @@ impl<V: Evictable> BoundedMap<V> {
         self.max
     }
 
+    /// The entry for `key`, without marking it used.
+    pub(crate) fn get(&self, key: &str) -> Option<&V> {
+        self.entries.get(key).map(|s| &s.value)
+    }
+
     /// The entry for `key`, marked used at `now`, without creating it.
     pub(crate) fn get_mut(&mut self, key: &str, now: Instant) -> Option<&mut V> {
         let slot = self.entries.get_mut(key)?;
@@ -83,7 +89,9 @@ impl<V: Evictable> BoundedMap<V> {
         if self.entries.contains_key(key) {
             let idle = self.idle;
             let slot = self.entries.get_mut(key)?;
-            if now.saturating_duration_since(slot.last_used) >= idle && slot.value.evictable(now) {
+            if now.saturating_duration_since(slot.last_used) >= idle
+                && slot.value.evictable(now, true)
+            {
                 slot.value = make();
             }
             slot.last_used = slot.last_used.max(now);
@@ -107,7 +115,7 @@ impl<V: Evictable> BoundedMap<V> {
     pub(crate) fn sweep(&mut self, now: Instant) {
         let idle = self.idle;
         self.entries.retain(|_, s| {
-            now.saturating_duration_since(s.last_used) < idle || !s.value.evictable(now)
+            now.saturating_duration_since(s.last_used) < idle || !s.value.evictable(now, true)
         });
     }
 
@@ -121,7 +129,7 @@ impl<V: Evictable> BoundedMap<V> {
         let mut lru: Vec<(Instant, &str)> = self
             .entries
             .iter()
-            .filter(|(_, s)| s.value.evictable(now))
+            .filter(|(_, s)| s.value.evictable(now, false))
             .map(|(k, s)| (s.last_used, &**k))
             .collect();
         let batch = batch.min(lru.len());
@@ -144,7 +152,7 @@ mod tests {
     struct Pinned(bool);
 
     impl Evictable for Pinned {
-        fn evictable(&self, _now: Instant) -> bool {
+        fn evictable(&self, _now: Instant, _idle: bool) -> bool {
             !self.0
         }
     }

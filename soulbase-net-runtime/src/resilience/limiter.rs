@@ -181,7 +181,7 @@ impl Limiter {
             hosts.retain(|_, e| !e.is_idle(now) || Arc::strong_count(e) > 1);
         }
         let entry = Arc::new(HostLimits {
-            slots: Arc::new(Semaphore::new(p.per_host_concurrency as usize)),
+            slots: Arc::new(semaphore(p.per_host_concurrency)),
             cap: p.per_host_concurrency,
             rate: Mutex::new(None),
             aimd: Arc::new(Aimd::new(&p.aimd)),
@@ -200,7 +200,7 @@ impl Limiter {
             let cap = p.per_tenant_concurrency as usize;
             tenants.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < cap);
         }
-        let sem = Arc::new(Semaphore::new(p.per_tenant_concurrency as usize));
+        let sem = Arc::new(semaphore(p.per_tenant_concurrency));
         tenants.insert(tenant.into(), sem.clone());
         sem
     }
@@ -241,6 +241,15 @@ impl LimitPermit {
             aimd.record(p, signal(outcome));
         }
     }
+}
+
+/// A semaphore of `cap` permits (never more than tokio allows, so it cannot panic).
+fn semaphore(cap: u32) -> Semaphore {
+    Semaphore::new(
+        usize::try_from(cap)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS),
+    )
 }
 
 /// A semaphore permit now, or by `deadline` when there is one.

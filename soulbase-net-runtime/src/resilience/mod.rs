@@ -62,3 +62,6 @@ pub(crate) use self::latency::LatencyWindow;
 pub(crate) use self::limiter::{LimitGauges, LimitPermit, Limiter};
 pub(crate) use self::random::{FastRand, Random};
 pub(crate) use self::retry::{decide, is_retryable, AttemptEnd, RetryDecision, StopReason};
+
+#[cfg(test)]
+mod tests;

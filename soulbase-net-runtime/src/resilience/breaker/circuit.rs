@@ -270,13 +270,14 @@ impl State {
 }
 
 impl Evictable for Circuit {
-    /// Only a closed circuit, or an open one whose cooldown is over, may go: evicting one in
-    /// its cooldown or with probes out would let a failing host's traffic through at once.
-    fn evictable(&self, now: Instant) -> bool {
+    /// A closed circuit may go; an open one only once its cooldown is over; a half-open one
+    /// only once idle for the idle period (its probes long finished or lost). Evicting one in
+    /// its cooldown or while probing would let a failing host's traffic through at once.
+    fn evictable(&self, now: Instant, idle: bool) -> bool {
         match self.state {
             State::Closed => true,
             State::Open { until } => now >= until,
-            State::HalfOpen { .. } => false,
+            State::HalfOpen { .. } => idle,
         }
     }
 }

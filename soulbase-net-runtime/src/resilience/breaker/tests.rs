@@ -395,3 +395,28 @@ fn what_counts_as_failure() {
     }
     assert!(!is_failure(s(503), false), "count_5xx off");
 }
+
+#[test]
+fn a_half_open_circuit_is_kept_until_idle() {
+    let b = Breakers::new(1, Duration::from_secs(600), None);
+    let mut p = policy();
+    p.consecutive_failures = 1;
+    let t0 = Instant::now();
+    b.admit("h", &p, t0).unwrap().record(true, FAST, t0);
+    let t1 = t0 + p.cooldown;
+    b.admit("h", &p, t1).unwrap().record(false, FAST, t1); // 1 probe of 3
+    assert_eq!(b.state("h", t1), BreakerState::HalfOpen);
+    // Full map, the half-open circuit stays: "other" passes untracked.
+    b.admit("other", &p, t1 + SEC)
+        .unwrap()
+        .record(true, FAST, t1 + SEC);
+    assert_eq!(b.state("h", t1 + SEC), BreakerState::HalfOpen);
+    assert_eq!(b.state("other", t1 + SEC), BreakerState::Closed);
+    // Idle for idle_evict, it may go.
+    let later = t1 + Duration::from_secs(600);
+    b.admit("other", &p, later)
+        .unwrap()
+        .record(true, FAST, later);
+    assert_eq!(b.len(), 1);
+    assert_eq!(b.state("other", later), BreakerState::Open);
+}

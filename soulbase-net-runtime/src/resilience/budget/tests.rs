@@ -138,3 +138,13 @@ proptest! {
         prop_assert!(retries as f64 <= bound, "{} > {}", retries, bound);
     }
 }
+
+#[test]
+fn without_a_floor_attempts_per_request_stay_below_one_plus_ratio() {
+    let c = cfg(0.2, 0, 10);
+    let requests = 10_000u64;
+    let retries = always_failing(&c, requests, 100, 3);
+    let attempts = (requests + retries) as f64 / requests as f64;
+    assert!(attempts <= 1.0 + 0.2 + 0.01, "attempts/request {attempts}");
+    assert!(attempts >= 1.19, "the budget is used: {attempts}");
+}
