@@ -11,6 +11,7 @@ mod gcra;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use soulbase_net_core::{LimitScope, Outcome};
@@ -107,34 +108,12 @@ impl Limiter {
             None => None,
         };
         let aimd = match self.aimd_for(&entry, &p.aimd) {
-            Some(aimd) => {
-                let permit = match aimd.try_acquire(&p.aimd) {
-                    Some(permit) => permit,
-                    None => {
-                        let _queued = Queued::enter(queued);
-                        aimd.acquire(&p.aimd, deadline)
-                            .await
-                            .ok_or(LimitScope::Adaptive)?
-                    }
-                };
-                Some((permit, aimd, p.aimd.clone()))
-            }
+            Some(aimd) => Some(enter_aimd(aimd, &p.aimd, deadline, queued).await?),
             None => None,
         };
         if let Some(rps) = p.per_host_rate_rps {
             let burst = p.rate_burst.unwrap_or(rps);
-            let now = Instant::now();
-            let max_wait =
-                deadline.map_or(Default::default(), |d| d.saturating_duration_since(now));
-            let wait = {
-                let mut rate = entry.rate.lock();
-                let gcra = match &mut *rate {
-                    Some(g) if g.is(rps, burst) => g,
-                    slot => slot.insert(Gcra::new(rps, burst)),
-                };
-                gcra.reserve(now, max_wait)
-                    .map_err(|_| LimitScope::HostRate)?
-            };
+            let wait = entry.reserve_rate(rps, burst, deadline)?;
             if !wait.is_zero() {
                 let _queued = Queued::enter(queued);
                 tokio::time::sleep(wait).await;
@@ -223,6 +202,24 @@ impl Limiter {
 // === impl HostLimits ===
 
 impl HostLimits {
+    /// Reserves the next rate slot within the wait left before `deadline`; the wait.
+    fn reserve_rate(
+        &self,
+        rps: u32,
+        burst: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Duration, LimitScope> {
+        let now = Instant::now();
+        let max_wait = deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+        let mut rate = self.rate.lock();
+        let gcra = match &mut *rate {
+            Some(g) if g.is(rps, burst) => g,
+            slot => slot.insert(Gcra::new(rps, burst)),
+        };
+        gcra.reserve(now, max_wait)
+            .map_err(|_| LimitScope::HostRate)
+    }
+
     /// Nothing in flight, nobody waiting, the rate bucket full: forgetting it loses nothing.
     fn is_idle(&self, now: Instant) -> bool {
         self.slots.available_permits() >= self.cap as usize
@@ -241,6 +238,25 @@ impl LimitPermit {
             aimd.record(p, signal(outcome));
         }
     }
+}
+
+/// A place in an AIMD window, now or by `deadline` when there is one.
+async fn enter_aimd(
+    aimd: Arc<Aimd>,
+    p: &AimdPolicy,
+    deadline: Option<Instant>,
+    queued: &AtomicUsize,
+) -> Result<(AimdPermit, Arc<Aimd>, AimdPolicy), LimitScope> {
+    let permit = match aimd.try_acquire(p) {
+        Some(permit) => permit,
+        None => {
+            let _queued = Queued::enter(queued);
+            aimd.acquire(p, deadline)
+                .await
+                .ok_or(LimitScope::Adaptive)?
+        }
+    };
+    Ok((permit, aimd, p.clone()))
 }
 
 /// A semaphore of `cap` permits (never more than tokio allows, so it cannot panic).

@@ -157,7 +157,7 @@ impl Circuit {
             State::Closed => self.record_closed(p, result.failure, slow, now),
             State::HalfOpen { .. } if result.failure || slow => self.trip(p, now),
             State::HalfOpen { issued, succeeded } => {
-                let succeeded = succeeded + 1;
+                let succeeded = succeeded.saturating_add(1);
                 if succeeded >= p.half_open_probes.max(1) {
                     return self.enter(State::Closed);
                 }
@@ -238,7 +238,7 @@ impl Circuit {
 
     fn enter(&mut self, to: State) -> Option<Transition> {
         let from = self.state.label();
-        self.generation += 1;
+        self.generation = self.generation.wrapping_add(1);
         self.window.clear();
         self.consecutive = 0;
         self.state = to;
