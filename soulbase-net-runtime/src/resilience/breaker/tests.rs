@@ -420,3 +420,31 @@ fn a_half_open_circuit_is_kept_until_idle() {
     assert_eq!(b.len(), 1);
     assert_eq!(b.state("other", later), BreakerState::Open);
 }
+
+#[test]
+fn only_n_probes_across_threads() {
+    let (b, _) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    let admitted = std::sync::atomic::AtomicUsize::new(0);
+    let permits = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..100 {
+                    if let Ok(permit) = b.admit("h", &p, t1) {
+                        admitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        permits.lock().push(permit);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(admitted.into_inner(), 3);
+    for permit in permits.into_inner() {
+        permit.record(false, FAST, t1);
+    }
+    assert_eq!(b.state("h", t1), BreakerState::Closed);
+}

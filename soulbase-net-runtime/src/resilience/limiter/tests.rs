@@ -231,3 +231,37 @@ async fn futures_take(limiter: &Limiter, p: &LimitsPolicy, n: usize) -> Vec<Limi
     }
     v
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_never_exceed_the_cap_across_threads() {
+    let limiter = Arc::new(Limiter::new(100));
+    let mut p = policy(4);
+    p.per_tenant_concurrency = 3;
+    p.max_wait = Duration::from_secs(60);
+    let p = Arc::new(p);
+    let current = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..1_000)
+        .map(|_| {
+            let (limiter, p, current, peak) =
+                (limiter.clone(), p.clone(), current.clone(), peak.clone());
+            tokio::spawn(async move {
+                let _permit = limiter.acquire("h", Some("t"), &p).await.unwrap();
+                let now = current.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                current.fetch_sub(1, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(
+        peak.load(Ordering::SeqCst) <= 3,
+        "the tenant cap of 3 holds"
+    );
+    assert_eq!(limiter.gauges("h", &p).unwrap().in_flight, 0);
+}
