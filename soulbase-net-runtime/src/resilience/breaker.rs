@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use soulbase_net_core::{BreakerState, ErrorKind, Outcome, Phase};
-use soulbase_net_policy::CircuitBreakerPolicy;
+use soulbase_net_policy::{CbKey, CircuitBreakerPolicy};
 use tokio::time::Instant;
 
 pub(crate) use self::circuit::{CallResult, Circuit, Rejected, Ticket, Transition};
-use super::keymap::BoundedMap;
+use super::keymap::{scoped_key, BoundedMap};
 use super::retry::status_of;
 
 /// Called with the key and the transition, outside the breaker's lock, for every change of
@@ -196,6 +196,12 @@ impl fmt::Debug for BreakerPermit {
             .field("probe", &self.is_probe())
             .finish()
     }
+}
+
+/// The circuit key of a call to `host` for `tenant`: per host, or per (host, tenant) when
+/// `key_by` is [`CbKey::HostTenant`].
+pub(crate) fn breaker_key(p: &CircuitBreakerPolicy, host: &str, tenant: Option<&str>) -> String {
+    scoped_key(host, tenant, matches!(p.key_by, CbKey::HostTenant))
 }
 
 /// Whether an attempt's outcome counts as a failure for the breaker.

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use soulbase_net_policy::RetryBudget;
 use tokio::time::Instant;
 
-use super::keymap::{BoundedMap, Evictable};
+use super::keymap::{scoped_key, BoundedMap, Evictable};
 use super::window::Buckets;
 
 /// Retry budgets for many keys, bounded in number.
@@ -108,6 +108,12 @@ impl Budget {
         self.window.current(now).withdrawals += 1;
         true
     }
+}
+
+/// The budget key of a call to `host` for `tenant`: per host, or per (host, tenant) when
+/// `per_tenant`.
+pub(crate) fn budget_key(cfg: &RetryBudget, host: &str, tenant: Option<&str>) -> String {
+    scoped_key(host, tenant, cfg.per_tenant)
 }
 
 /// Retries allowed in a window that saw `deposits` requests.

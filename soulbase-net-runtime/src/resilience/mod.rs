@@ -8,10 +8,10 @@
 //! 1. [`Limiter::acquire`] for the host and tenant (concurrency, AIMD window, GCRA rate,
 //!    bounded wait) → `RateLimited` with its [`LimitScope`](soulbase_net_core::LimitScope);
 //!    the [`LimitPermit`] is held for the whole request and released on drop.
-//! 2. The budget records the request once: [`RetryBudgets::deposit`].
+//! 2. The budget records the request once: [`RetryBudgets::deposit`] for the [`budget_key`].
 //! 3. For each attempt:
-//!    - [`Breakers::admit`] for the breaker key ([`scoped_key`] with `key_by`) →
-//!      `CircuitOpen` with [`Rejected::retry_after`];
+//!    - [`Breakers::admit`] for the [`breaker_key`] → `CircuitOpen` with the rest of the
+//!      cooldown ([`Rejected::into_error`]);
 //!    - choose the endpoint: [`Freezer::choose`] over the base URLs (and
 //!      [`Freezer::choose_shuffled`] over the resolved addresses);
 //!    - the attempt runs with [`attempt_timeout`] (the dynamic timeout, learnt from a
@@ -51,9 +51,9 @@ mod window;
 
 pub(crate) use self::backoff::backoff_delay;
 pub(crate) use self::breaker::{
-    is_failure, BreakerPermit, Breakers, Listener, Rejected, Transition,
+    breaker_key, is_failure, BreakerPermit, Breakers, Listener, Rejected, Transition,
 };
-pub(crate) use self::budget::RetryBudgets;
+pub(crate) use self::budget::{budget_key, RetryBudgets};
 pub(crate) use self::dynamic::attempt_timeout;
 pub(crate) use self::freeze::Freezer;
 pub(crate) use self::hedge::HedgeSchedule;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use soulbase_net_core::BreakerState;
+use soulbase_net_core::{BreakerState, ErrorKind, NetError};
 use soulbase_net_policy::CircuitBreakerPolicy;
 use tokio::time::Instant;
 
@@ -256,6 +256,18 @@ impl Circuit {
 
     fn owns(&self, ticket: Ticket) -> bool {
         ticket.id == self.id && ticket.generation == self.generation
+    }
+}
+
+impl Rejected {
+    /// The `CircuitOpen` error (`PROVIDER.UNAVAILABLE`) for this refusal, with its
+    /// retry-after when known.
+    pub(crate) fn into_error(self) -> NetError {
+        let err = NetError::new(ErrorKind::CircuitOpen);
+        match self.retry_after {
+            Some(after) => err.with_retry_after(after),
+            None => err,
+        }
     }
 }
 

@@ -448,3 +448,24 @@ fn only_n_probes_across_threads() {
     }
     assert_eq!(b.state("h", t1), BreakerState::Closed);
 }
+
+#[test]
+fn keys_and_errors() {
+    let mut p = policy();
+    assert_eq!(breaker_key(&p, "a.example", Some("t")), "a.example");
+    p.key_by = soulbase_net_policy::CbKey::HostTenant;
+    assert_eq!(breaker_key(&p, "a.example", Some("t")), "a.example/t");
+    let open = Rejected {
+        state: BreakerState::Open,
+        retry_after: Some(SEC),
+    };
+    let err = open.into_error();
+    assert_eq!(err.kind(), ErrorKind::CircuitOpen);
+    assert_eq!(err.code().as_str(), "PROVIDER.UNAVAILABLE");
+    assert_eq!(err.retry_after(), Some(SEC));
+    let half = Rejected {
+        state: BreakerState::HalfOpen,
+        retry_after: None,
+    };
+    assert_eq!(half.into_error().retry_after(), None);
+}

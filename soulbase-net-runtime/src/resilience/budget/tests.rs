@@ -148,3 +148,11 @@ fn without_a_floor_attempts_per_request_stay_below_one_plus_ratio() {
     assert!(attempts <= 1.0 + 0.2 + 0.01, "attempts/request {attempts}");
     assert!(attempts >= 1.19, "the budget is used: {attempts}");
 }
+
+#[test]
+fn keyed_per_host_or_per_tenant() {
+    let mut c = RetryBudget::default();
+    assert_eq!(budget_key(&c, "a.example", Some("t")), "a.example");
+    c.per_tenant = true;
+    assert_eq!(budget_key(&c, "a.example", Some("t")), "a.example/t");
+}
