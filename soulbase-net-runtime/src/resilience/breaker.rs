@@ -19,6 +19,7 @@ use super::retry::status_of;
 
 /// Called with the key and the transition, outside the breaker's lock, for every change of
 /// state (also those caused by a dropped probe), so the client can emit `BreakerTransition`.
+/// It may run inside `Drop`, so it should be quick and must not block.
 pub(crate) type Listener = Box<dyn Fn(&str, Transition) + Send + Sync>;
 
 /// The circuit breakers of a client, one per key, at most `max_keys` of them.
