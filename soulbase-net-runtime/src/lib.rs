@@ -25,6 +25,7 @@ mod client;
 mod connect;
 mod dns;
 mod redirect;
+mod resilience;
 pub mod tls;
 
 pub use crate::body::{check_content_length, collect, decode, LimitedBody};

@@ -1,0 +1,235 @@
+//! Per-key circuit breakers (seed 000 §5.2, DESIGN §4 "Breaker"), with probe permits that
+//! record their result, a bounded key map, and transitions reported to a listener.
+
+mod circuit;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use soulbase_net_core::{BreakerState, ErrorKind, Outcome, Phase};
+use soulbase_net_policy::{CbKey, CircuitBreakerPolicy};
+use tokio::time::Instant;
+
+pub(crate) use self::circuit::{CallResult, Circuit, Rejected, Ticket, Transition};
+use super::keymap::{scoped_key, BoundedMap};
+use super::retry::status_of;
+
+/// Called with the key and the transition, outside the breaker's lock, for every change of
+/// state (also those caused by a dropped probe), so the client can emit `BreakerTransition`.
+/// It may run inside `Drop`, so it should be quick and must not block.
+pub(crate) type Listener = Box<dyn Fn(&str, Transition) + Send + Sync>;
+
+/// The circuit breakers of a client, one per key, at most `max_keys` of them.
+///
+/// Cheap to clone; clones share the circuits.
+#[derive(Clone)]
+pub(crate) struct Breakers {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    circuits: Mutex<BoundedMap<Circuit>>,
+    next_id: AtomicU64,
+    listener: Option<Listener>,
+}
+
+/// Permission for one call. Record its result with [`record`](Self::record); dropped without
+/// a result, a probe counts as failed and a normal call is ignored.
+#[must_use = "a permit that is dropped at once counts as an abandoned call"]
+pub(crate) struct BreakerPermit {
+    tracked: Option<Tracked>,
+}
+
+struct Tracked {
+    shared: Arc<Shared>,
+    key: Box<str>,
+    ticket: Ticket,
+    policy: CircuitBreakerPolicy,
+    admitted_at: Instant,
+}
+
+// === impl Breakers ===
+
+impl Breakers {
+    /// Breakers for at most `max_keys` keys (the policy's `max_keys`), dropping closed ones
+    /// unused for `idle` (`idle_evict`); `listener` hears every transition.
+    pub(crate) fn new(max_keys: usize, idle: Duration, listener: Option<Listener>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                circuits: Mutex::new(BoundedMap::new(max_keys, idle)),
+                next_id: AtomicU64::new(0),
+                listener,
+            }),
+        }
+    }
+
+    /// Asks `key`'s breaker to let a call through at `now`.
+    ///
+    /// A disabled policy admits everything without keeping state. A full key map whose
+    /// circuits are all open or probing admits without tracking (fail open) rather than grow.
+    ///
+    /// # Errors
+    ///
+    /// [`Rejected`] while the circuit is open (with the rest of the cooldown, for
+    /// `CircuitOpen`'s retry-after) or half-open with every probe out.
+    pub(crate) fn admit(
+        &self,
+        key: &str,
+        p: &CircuitBreakerPolicy,
+        now: Instant,
+    ) -> Result<BreakerPermit, Rejected> {
+        if !p.enabled {
+            return Ok(BreakerPermit { tracked: None });
+        }
+        let (admitted, transition) = {
+            let mut map = self.shared.circuits.lock();
+            let id = &self.shared.next_id;
+            match map.get_or_insert(key, now, || {
+                Circuit::new(id.fetch_add(1, Ordering::Relaxed), p, now)
+            }) {
+                Some(circuit) => circuit.admit(p, now),
+                None => return Ok(BreakerPermit { tracked: None }),
+            }
+        };
+        self.shared.notify(key, transition);
+        let ticket = admitted?;
+        Ok(BreakerPermit {
+            tracked: Some(Tracked {
+                shared: self.shared.clone(),
+                key: key.into(),
+                ticket,
+                policy: p.clone(),
+                admitted_at: now,
+            }),
+        })
+    }
+
+    /// The state of `key`'s circuit at `now` (`Closed` for a key without one).
+    pub(crate) fn state(&self, key: &str, now: Instant) -> BreakerState {
+        self.shared
+            .circuits
+            .lock()
+            .get(key)
+            .map_or(BreakerState::Closed, |c| c.state(now))
+    }
+
+    /// How many circuits are held.
+    pub(crate) fn len(&self) -> usize {
+        self.shared.circuits.lock().len()
+    }
+
+    /// Drops closed circuits idle for the idle period.
+    pub(crate) fn sweep(&self, now: Instant) {
+        self.shared.circuits.lock().sweep(now);
+    }
+}
+
+impl fmt::Debug for Breakers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breakers")
+            .field("circuits", &self.len())
+            .field("listener", &self.shared.listener.is_some())
+            .finish()
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    fn notify(&self, key: &str, transition: Option<Transition>) {
+        if let (Some(listener), Some(t)) = (&self.listener, transition) {
+            listener(key, t);
+        }
+    }
+
+    fn finish(&self, t: &Tracked, result: Option<CallResult>, now: Instant) {
+        let transition = {
+            let mut map = self.circuits.lock();
+            let Some(circuit) = map.get_mut(&t.key, now) else {
+                return;
+            };
+            match result {
+                Some(r) => circuit.record(&t.policy, t.ticket, r, now),
+                None => circuit.abandon(&t.policy, t.ticket, now),
+            }
+        };
+        self.notify(&t.key, transition);
+    }
+}
+
+// === impl BreakerPermit ===
+
+impl BreakerPermit {
+    /// Records how the call ended: `failure` as decided by [`is_failure`], `elapsed` for the
+    /// slow-call rule, at `now`.
+    pub(crate) fn record(mut self, failure: bool, elapsed: Duration, now: Instant) {
+        if let Some(t) = self.tracked.take() {
+            let result = CallResult { failure, elapsed };
+            t.shared.finish(&t, Some(result), now);
+        }
+    }
+
+    /// Whether this call is a half-open probe.
+    pub(crate) fn is_probe(&self) -> bool {
+        self.tracked.as_ref().is_some_and(|t| t.ticket.probe)
+    }
+}
+
+impl Drop for BreakerPermit {
+    fn drop(&mut self) {
+        if let Some(t) = self.tracked.take() {
+            // The clock is not injected into `Drop`; never earlier than the admission, so a
+            // test driving its own `now` forward stays consistent.
+            let now = Instant::now().max(t.admitted_at);
+            t.shared.finish(&t, None, now);
+        }
+    }
+}
+
+impl fmt::Debug for BreakerPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = self.tracked.as_ref().map(|t| &*t.key);
+        f.debug_struct("BreakerPermit")
+            .field("key", &key)
+            .field("probe", &self.is_probe())
+            .finish()
+    }
+}
+
+/// The circuit key of a call to `host` for `tenant`: per host, or per (host, tenant) when
+/// `key_by` is [`CbKey::HostTenant`].
+pub(crate) fn breaker_key(p: &CircuitBreakerPolicy, host: &str, tenant: Option<&str>) -> String {
+    scoped_key(host, tenant, matches!(p.key_by, CbKey::HostTenant))
+}
+
+/// Whether an attempt's outcome counts as a failure for the breaker.
+///
+/// Failures: DNS, connect and TLS-handshake errors, I/O errors on an open connection, proxy
+/// failures, timeouts in any phase but `Total` (the total deadline is the caller's budget, not
+/// the upstream's health), and 5xx responses when `count_5xx`. Never: 4xx (429 included: the
+/// upstream is up and pacing us), certificate rejections (`TlsVerify`: a security decision),
+/// and local refusals (`Blocked`, `InvalidRequest`, `RateLimited`, `CircuitOpen`, …).
+pub(crate) fn is_failure(outcome: Outcome, count_5xx: bool) -> bool {
+    if let Some(s) = status_of(outcome) {
+        return count_5xx && (500..600).contains(&s);
+    }
+    match outcome {
+        Outcome::Error(kind) => {
+            matches!(
+                kind,
+                ErrorKind::Dns
+                    | ErrorKind::Connect
+                    | ErrorKind::Tls
+                    | ErrorKind::Io
+                    | ErrorKind::Proxy
+            ) || matches!(kind, ErrorKind::Timeout(phase) if phase != Phase::Total)
+        }
+        Outcome::Response(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

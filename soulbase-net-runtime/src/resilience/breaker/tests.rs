@@ -1,0 +1,471 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use soulbase_net_core::http::StatusCode;
+use soulbase_net_core::{BreakerState, ErrorKind, Outcome, Phase};
+use soulbase_net_policy::{CircuitBreakerPolicy, SlowCallCfg};
+use tokio::time::Instant;
+
+use super::*;
+
+const MS: Duration = Duration::from_millis(1);
+const SEC: Duration = Duration::from_secs(1);
+const FAST: Duration = Duration::from_millis(10);
+
+type Seen = Arc<Mutex<Vec<(String, BreakerState, BreakerState)>>>;
+
+/// Ratio 0.5 over 10s with ≥ 10 samples, consecutive rule off, 30s cooldown, 3 probes.
+fn policy() -> CircuitBreakerPolicy {
+    let mut p = CircuitBreakerPolicy::default();
+    p.enabled = true;
+    p.min_samples = 10;
+    p.consecutive_failures = 0;
+    p
+}
+
+fn breakers() -> (Breakers, Seen) {
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    let listener: Listener =
+        Box::new(move |key, t| sink.lock().push((key.to_owned(), t.from, t.to)));
+    (
+        Breakers::new(1_000, Duration::from_secs(600), Some(listener)),
+        seen,
+    )
+}
+
+fn call(b: &Breakers, p: &CircuitBreakerPolicy, now: Instant, failure: bool) {
+    let permit = b.admit("h", p, now).unwrap();
+    permit.record(failure, FAST, now);
+}
+
+fn open(b: &Breakers, p: &CircuitBreakerPolicy, now: Instant) {
+    for _ in 0..p.min_samples {
+        call(b, p, now, true);
+    }
+    assert_eq!(b.state("h", now), BreakerState::Open);
+}
+
+#[test]
+fn opens_on_ratio_once_min_samples_are_in() {
+    let (b, seen) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    for i in 0..9 {
+        call(&b, &p, t0, i % 2 == 0); // 5 failures, 4 successes
+    }
+    assert_eq!(b.state("h", t0), BreakerState::Closed, "9 < min_samples");
+    call(&b, &p, t0, true); // 6 / 10 ≥ 0.5
+    assert_eq!(b.state("h", t0), BreakerState::Open);
+    assert_eq!(
+        *seen.lock(),
+        [("h".to_owned(), BreakerState::Closed, BreakerState::Open)]
+    );
+}
+
+#[test]
+fn does_not_open_below_min_samples() {
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.min_samples = 20;
+    let t0 = Instant::now();
+    for _ in 0..19 {
+        call(&b, &p, t0, true);
+    }
+    assert_eq!(b.state("h", t0), BreakerState::Closed);
+    call(&b, &p, t0, true);
+    assert_eq!(b.state("h", t0), BreakerState::Open);
+}
+
+#[test]
+fn does_not_open_below_the_ratio() {
+    let (b, _) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    for i in 0..100 {
+        // 40 %, spread so the running ratio never reaches 0.5 past 10 samples.
+        call(&b, &p, t0, i % 5 == 0 || i % 5 == 3);
+    }
+    assert_eq!(b.state("h", t0), BreakerState::Closed);
+}
+
+#[test]
+fn consecutive_failures_open_it() {
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.consecutive_failures = 5;
+    p.min_samples = 1_000;
+    let t0 = Instant::now();
+    for _ in 0..4 {
+        call(&b, &p, t0, true);
+    }
+    call(&b, &p, t0, false); // resets the run
+    for _ in 0..4 {
+        call(&b, &p, t0, true);
+    }
+    assert_eq!(b.state("h", t0), BreakerState::Closed);
+    call(&b, &p, t0, true);
+    assert_eq!(b.state("h", t0), BreakerState::Open);
+}
+
+#[test]
+fn failures_leave_with_the_window() {
+    let (b, _) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    for _ in 0..9 {
+        call(&b, &p, t0, true);
+    }
+    // 10s later those nine are out of the window: one more failure is 1 sample.
+    let t1 = t0 + p.window;
+    call(&b, &p, t1, true);
+    assert_eq!(b.state("h", t1), BreakerState::Closed);
+}
+
+#[test]
+fn open_fails_fast_with_the_rest_of_the_cooldown() {
+    let (b, _) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let err = b.admit("h", &p, t0 + 10 * SEC).unwrap_err();
+    assert_eq!(
+        err,
+        Rejected {
+            state: BreakerState::Open,
+            retry_after: Some(20 * SEC)
+        }
+    );
+    let err = b.admit("h", &p, t0 + 30 * SEC - MS).unwrap_err();
+    assert_eq!(err.retry_after, Some(MS));
+}
+
+#[test]
+fn cooldown_elapses_into_half_open_with_exactly_n_probes() {
+    let (b, seen) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    assert_eq!(b.state("h", t1), BreakerState::HalfOpen);
+    let probes: Vec<_> = (0..10).filter_map(|_| b.admit("h", &p, t1).ok()).collect();
+    assert_eq!(probes.len(), 3, "only half_open_probes probes are admitted");
+    assert!(probes.iter().all(BreakerPermit::is_probe));
+    let err = b.admit("h", &p, t1).unwrap_err();
+    assert_eq!(err.state, BreakerState::HalfOpen);
+    assert_eq!(err.retry_after, None);
+    assert_eq!(
+        seen.lock().last().map(|s| (s.1, s.2)),
+        Some((BreakerState::Open, BreakerState::HalfOpen))
+    );
+    for p_ in probes {
+        p_.record(false, FAST, t1);
+    }
+}
+
+#[test]
+fn closes_when_all_probes_succeed() {
+    let (b, seen) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    let mut probes: Vec<_> = (0..3).map(|_| b.admit("h", &p, t1).unwrap()).collect();
+    let last = probes.pop().unwrap();
+    for probe in probes {
+        probe.record(false, FAST, t1);
+    }
+    assert_eq!(
+        b.state("h", t1),
+        BreakerState::HalfOpen,
+        "2 of 3 is not enough"
+    );
+    last.record(false, FAST, t1);
+    assert_eq!(b.state("h", t1), BreakerState::Closed);
+    let states: Vec<_> = seen.lock().iter().map(|s| (s.1, s.2)).collect();
+    assert_eq!(
+        states,
+        [
+            (BreakerState::Closed, BreakerState::Open),
+            (BreakerState::Open, BreakerState::HalfOpen),
+            (BreakerState::HalfOpen, BreakerState::Closed),
+        ]
+    );
+    // Closed again with a fresh window: nine failures do not reopen it.
+    for _ in 0..9 {
+        call(&b, &p, t1, true);
+    }
+    assert_eq!(b.state("h", t1), BreakerState::Closed);
+}
+
+#[test]
+fn any_probe_failure_reopens_and_late_probes_are_ignored() {
+    let (b, seen) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    let first = b.admit("h", &p, t1).unwrap();
+    let second = b.admit("h", &p, t1).unwrap();
+    first.record(true, FAST, t1 + SEC);
+    assert_eq!(b.state("h", t1 + SEC), BreakerState::Open);
+    // The new cooldown runs from the probe failure.
+    let err = b.admit("h", &p, t1 + SEC).unwrap_err();
+    assert_eq!(err.retry_after, Some(p.cooldown));
+    // The other probe's success belongs to the old half-open period.
+    second.record(false, FAST, t1 + SEC);
+    assert_eq!(b.state("h", t1 + SEC), BreakerState::Open);
+    assert_eq!(
+        seen.lock().last().map(|s| (s.1, s.2)),
+        Some((BreakerState::HalfOpen, BreakerState::Open))
+    );
+}
+
+#[test]
+fn a_dropped_probe_counts_as_failure() {
+    let (b, seen) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    let probe = b.admit("h", &p, t1).unwrap();
+    drop(probe);
+    assert_eq!(b.state("h", t1), BreakerState::Open);
+    assert_eq!(
+        seen.lock().last().map(|s| (s.1, s.2)),
+        Some((BreakerState::HalfOpen, BreakerState::Open))
+    );
+    // Reopened at the probe's admission time (the test clock), not earlier.
+    let err = b.admit("h", &p, t1).unwrap_err();
+    assert_eq!(err.retry_after, Some(p.cooldown));
+}
+
+#[test]
+fn a_dropped_normal_call_is_ignored() {
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.consecutive_failures = 1;
+    let t0 = Instant::now();
+    for _ in 0..100 {
+        drop(b.admit("h", &p, t0).unwrap());
+    }
+    assert_eq!(b.state("h", t0), BreakerState::Closed);
+}
+
+#[test]
+fn results_from_before_a_transition_are_ignored() {
+    let (b, _) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    let early = b.admit("h", &p, t0).unwrap();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    let probes: Vec<_> = (0..3).map(|_| b.admit("h", &p, t1).unwrap()).collect();
+    early.record(true, FAST, t1); // admitted while closed: not a probe result
+    assert_eq!(b.state("h", t1), BreakerState::HalfOpen);
+    for probe in probes {
+        probe.record(false, FAST, t1);
+    }
+    assert_eq!(b.state("h", t1), BreakerState::Closed);
+}
+
+#[test]
+fn slow_calls_open_it() {
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.min_samples = 4;
+    let mut slow = SlowCallCfg::default();
+    slow.threshold = SEC;
+    p.slow_call = Some(slow);
+    let t0 = Instant::now();
+    for elapsed in [FAST, SEC, FAST] {
+        b.admit("h", &p, t0).unwrap().record(false, elapsed, t0);
+    }
+    assert_eq!(b.state("h", t0), BreakerState::Closed, "3 < min_samples");
+    b.admit("h", &p, t0).unwrap().record(false, 2 * SEC, t0); // 2 slow of 4
+    assert_eq!(b.state("h", t0), BreakerState::Open);
+}
+
+#[test]
+fn a_slow_probe_reopens_it() {
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.slow_call = Some(SlowCallCfg::default()); // 5s
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    b.admit("h", &p, t1).unwrap().record(false, 6 * SEC, t1);
+    assert_eq!(b.state("h", t1), BreakerState::Open);
+}
+
+#[test]
+fn disabled_admits_everything_and_keeps_nothing() {
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.enabled = false;
+    let t0 = Instant::now();
+    for _ in 0..1_000 {
+        call(&b, &p, t0, true);
+    }
+    assert_eq!(b.len(), 0);
+}
+
+#[test]
+fn keys_are_independent() {
+    let (b, seen) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    assert!(b.admit("other", &p, t0).is_ok());
+    assert_eq!(seen.lock()[0].0, "h");
+}
+
+#[test]
+fn key_map_is_bounded_under_100_000_hosts() {
+    let (b, _) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    for i in 0..100_000u64 {
+        let now = t0 + Duration::from_micros(i);
+        let host = format!("h{i}.example");
+        b.admit(&host, &p, now)
+            .unwrap()
+            .record(i % 3 == 0, FAST, now);
+        assert!(b.len() <= 1_000);
+    }
+}
+
+#[test]
+fn open_circuits_are_not_evicted_while_cooling_down() {
+    let b = Breakers::new(4, Duration::from_secs(600), None);
+    let mut p = policy();
+    p.consecutive_failures = 1;
+    let t0 = Instant::now();
+    for i in 0..4 {
+        b.admit(&format!("bad{i}"), &p, t0)
+            .unwrap()
+            .record(true, FAST, t0);
+    }
+    // The map is full of open circuits: new hosts pass untracked, the open ones stay open.
+    for i in 0..100 {
+        let permit = b.admit(&format!("new{i}"), &p, t0 + SEC).unwrap();
+        permit.record(true, FAST, t0 + SEC);
+    }
+    assert_eq!(b.len(), 4);
+    for i in 0..4 {
+        assert_eq!(b.state(&format!("bad{i}"), t0 + SEC), BreakerState::Open);
+    }
+    // Once their cooldown is over they may go.
+    let later = t0 + p.cooldown;
+    assert!(b.admit("fresh", &p, later).is_ok());
+    assert_eq!(b.state("fresh", later), BreakerState::Closed);
+    assert!(b.len() <= 4);
+}
+
+#[test]
+fn what_counts_as_failure() {
+    let s = |c: u16| Outcome::Response(StatusCode::from_u16(c).unwrap());
+    let e = Outcome::Error;
+    for o in [
+        e(ErrorKind::Dns),
+        e(ErrorKind::Connect),
+        e(ErrorKind::Tls),
+        e(ErrorKind::Io),
+        e(ErrorKind::Timeout(Phase::Connect)),
+        e(ErrorKind::Timeout(Phase::Ttfb)),
+        e(ErrorKind::Timeout(Phase::Read)),
+        s(500),
+        s(503),
+    ] {
+        assert!(is_failure(o, true), "{o:?}");
+    }
+    for o in [
+        s(200),
+        s(404),
+        s(429),
+        e(ErrorKind::TlsVerify),
+        e(ErrorKind::Blocked),
+        e(ErrorKind::InvalidRequest),
+        e(ErrorKind::Timeout(Phase::Total)),
+        e(ErrorKind::RateLimited),
+        e(ErrorKind::CircuitOpen),
+    ] {
+        assert!(!is_failure(o, true), "{o:?}");
+    }
+    assert!(!is_failure(s(503), false), "count_5xx off");
+}
+
+#[test]
+fn a_half_open_circuit_is_kept_until_idle() {
+    let b = Breakers::new(1, Duration::from_secs(600), None);
+    let mut p = policy();
+    p.consecutive_failures = 1;
+    let t0 = Instant::now();
+    b.admit("h", &p, t0).unwrap().record(true, FAST, t0);
+    let t1 = t0 + p.cooldown;
+    b.admit("h", &p, t1).unwrap().record(false, FAST, t1); // 1 probe of 3
+    assert_eq!(b.state("h", t1), BreakerState::HalfOpen);
+    // Full map, the half-open circuit stays: "other" passes untracked.
+    b.admit("other", &p, t1 + SEC)
+        .unwrap()
+        .record(true, FAST, t1 + SEC);
+    assert_eq!(b.state("h", t1 + SEC), BreakerState::HalfOpen);
+    assert_eq!(b.state("other", t1 + SEC), BreakerState::Closed);
+    // Idle for idle_evict, it may go.
+    let later = t1 + Duration::from_secs(600);
+    b.admit("other", &p, later)
+        .unwrap()
+        .record(true, FAST, later);
+    assert_eq!(b.len(), 1);
+    assert_eq!(b.state("other", later), BreakerState::Open);
+}
+
+#[test]
+fn only_n_probes_across_threads() {
+    let (b, _) = breakers();
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    let admitted = std::sync::atomic::AtomicUsize::new(0);
+    let permits = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                for _ in 0..100 {
+                    if let Ok(permit) = b.admit("h", &p, t1) {
+                        admitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        permits.lock().push(permit);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(admitted.into_inner(), 3);
+    for permit in permits.into_inner() {
+        permit.record(false, FAST, t1);
+    }
+    assert_eq!(b.state("h", t1), BreakerState::Closed);
+}
+
+#[test]
+fn keys_and_errors() {
+    let mut p = policy();
+    assert_eq!(breaker_key(&p, "a.example", Some("t")), "a.example");
+    p.key_by = soulbase_net_policy::CbKey::HostTenant;
+    assert_eq!(breaker_key(&p, "a.example", Some("t")), "a.example/t");
+    let open = Rejected {
+        state: BreakerState::Open,
+        retry_after: Some(SEC),
+    };
+    let err = open.into_error();
+    assert_eq!(err.kind(), ErrorKind::CircuitOpen);
+    assert_eq!(err.code().as_str(), "PROVIDER.UNAVAILABLE");
+    assert_eq!(err.retry_after(), Some(SEC));
+    let half = Rejected {
+        state: BreakerState::HalfOpen,
+        retry_after: None,
+    };
+    assert_eq!(half.into_error().retry_after(), None);
+}

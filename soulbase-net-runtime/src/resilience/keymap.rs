@@ -1,0 +1,215 @@
+//! A bounded map from keys (hosts, host+tenant) to per-key state, with idle eviction, so that
+//! a flood of distinct hosts cannot exhaust memory.
+//!
+//! Why not an LRU list: lookups dominate and eviction is rare, so entries carry a `last_used`
+//! stamp and eviction, when the map is full, sweeps once and drops a batch of the least
+//! recently used evictable entries (an eighth of the map), which keeps inserts amortised
+//! `O(log n)`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The key of per-key state kept per host, or per (host, tenant) when `per_tenant`:
+/// `host` or `host/tenant` (a host never contains `/`, so keys cannot collide).
+pub(crate) fn scoped_key(host: &str, tenant: Option<&str>, per_tenant: bool) -> String {
+    match tenant {
+        Some(t) if per_tenant => format!("{host}/{t}"),
+        _ => host.to_owned(),
+    }
+}
+
+/// State kept per key that knows whether dropping it now would lose something that matters.
+pub(crate) trait Evictable {
+    /// Whether this entry may be dropped at `now` (an open circuit in its cooldown may not);
+    /// `idle` says whether it has been unused for the map's idle period.
+    fn evictable(&self, now: Instant, idle: bool) -> bool;
+}
+
+/// A map of at most `max` entries; entries idle for `idle` are replaced or dropped.
+#[derive(Debug)]
+pub(crate) struct BoundedMap<V> {
+    entries: HashMap<Box<str>, Slot<V>>,
+    max: usize,
+    idle: Duration,
+}
+
+#[derive(Debug)]
+struct Slot<V> {
+    value: V,
+    last_used: Instant,
+}
+
+// === impl BoundedMap ===
+
+impl<V: Evictable> BoundedMap<V> {
+    /// An empty map holding at most `max` entries (at least 1).
+    pub(crate) fn new(max: usize, idle: Duration) -> Self {
+        Self {
+            entries: HashMap::new(),
+            max: max.max(1),
+            idle,
+        }
+    }
+
+    /// How many keys are held.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The most keys held at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.max
+    }
+
+    /// The entry for `key`, without marking it used.
+    pub(crate) fn get(&self, key: &str) -> Option<&V> {
+        self.entries.get(key).map(|s| &s.value)
+    }
+
+    /// The entry for `key`, marked used at `now`, without creating it.
+    pub(crate) fn get_mut(&mut self, key: &str, now: Instant) -> Option<&mut V> {
+        let slot = self.entries.get_mut(key)?;
+        slot.last_used = slot.last_used.max(now);
+        Some(&mut slot.value)
+    }
+
+    /// The entry for `key`, created with `make` when missing, or replaced by a fresh one when
+    /// it has been idle for the idle period and may be evicted. Marked used at `now`.
+    ///
+    /// `None` when the map is full and no entry may be evicted: the caller then goes on without
+    /// per-key state (fail open) rather than grow the map.
+    pub(crate) fn get_or_insert(
+        &mut self,
+        key: &str,
+        now: Instant,
+        make: impl FnOnce() -> V,
+    ) -> Option<&mut V> {
+        if self.entries.contains_key(key) {
+            let idle = self.idle;
+            let slot = self.entries.get_mut(key)?;
+            if now.saturating_duration_since(slot.last_used) >= idle
+                && slot.value.evictable(now, true)
+            {
+                slot.value = make();
+            }
+            slot.last_used = slot.last_used.max(now);
+            return Some(&mut slot.value);
+        }
+        if self.entries.len() >= self.max {
+            self.evict(now);
+            if self.entries.len() >= self.max {
+                return None;
+            }
+        }
+        let slot = self.entries.entry(key.into()).or_insert(Slot {
+            value: make(),
+            last_used: now,
+        });
+        Some(&mut slot.value)
+    }
+
+    /// Drops every entry idle for the idle period that may be evicted. The client may call
+    /// this now and then; inserts into a full map call it anyway.
+    pub(crate) fn sweep(&mut self, now: Instant) {
+        let idle = self.idle;
+        self.entries.retain(|_, s| {
+            now.saturating_duration_since(s.last_used) < idle || !s.value.evictable(now, true)
+        });
+    }
+
+    /// Makes room: idle entries first, then a batch of the least recently used evictable ones.
+    fn evict(&mut self, now: Instant) {
+        self.sweep(now);
+        if self.entries.len() < self.max {
+            return;
+        }
+        let batch = (self.max / 8).max(1);
+        let mut lru: Vec<(Instant, &str)> = self
+            .entries
+            .iter()
+            .filter(|(_, s)| s.value.evictable(now, false))
+            .map(|(k, s)| (s.last_used, &**k))
+            .collect();
+        let batch = batch.min(lru.len());
+        if batch == 0 {
+            return;
+        }
+        lru.select_nth_unstable_by_key(batch - 1, |(t, _)| *t);
+        let victims: Vec<Box<str>> = lru[..batch].iter().map(|(_, k)| (*k).into()).collect();
+        for k in victims {
+            self.entries.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Pinned(bool);
+
+    impl Evictable for Pinned {
+        fn evictable(&self, _now: Instant, _idle: bool) -> bool {
+            !self.0
+        }
+    }
+
+    #[test]
+    fn keys_by_host_or_host_and_tenant() {
+        assert_eq!(scoped_key("a.example", Some("t1"), false), "a.example");
+        assert_eq!(scoped_key("a.example", Some("t1"), true), "a.example/t1");
+        assert_eq!(scoped_key("a.example", None, true), "a.example");
+    }
+
+    #[test]
+    fn stays_within_max_under_many_keys() {
+        let now = Instant::now();
+        let mut m = BoundedMap::new(100, Duration::from_secs(60));
+        for i in 0..10_000u32 {
+            assert!(m
+                .get_or_insert(&format!("h{i}"), now, || Pinned(false))
+                .is_some());
+            assert!(m.len() <= 100);
+        }
+        // The most recent key survived.
+        assert!(m.get_mut("h9999", now).is_some());
+    }
+
+    #[test]
+    fn pinned_entries_are_never_evicted() {
+        let now = Instant::now();
+        let mut m = BoundedMap::new(2, Duration::from_secs(1));
+        assert!(m.get_or_insert("a", now, || Pinned(true)).is_some());
+        assert!(m.get_or_insert("b", now, || Pinned(true)).is_some());
+        let later = now + Duration::from_secs(10);
+        assert!(m.get_or_insert("c", later, || Pinned(false)).is_none());
+        assert_eq!(m.len(), 2);
+        assert!(m.get_mut("a", later).is_some());
+    }
+
+    #[test]
+    fn idle_entries_are_swept_and_replaced() {
+        let now = Instant::now();
+        let mut m = BoundedMap::new(10, Duration::from_secs(5));
+        assert!(m.get_or_insert("a", now, || Pinned(false)).is_some());
+        assert!(m.get_or_insert("p", now, || Pinned(true)).is_some());
+        m.sweep(now + Duration::from_secs(4));
+        assert_eq!(m.len(), 2);
+        m.sweep(now + Duration::from_secs(5));
+        assert_eq!(
+            m.len(),
+            1,
+            "the idle evictable entry is gone, the pinned one stays"
+        );
+        // An idle evictable entry is replaced by a fresh one on access.
+        let later = now + Duration::from_secs(20);
+        if let Some(v) = m.get_or_insert("p", later, || Pinned(false)) {
+            v.0 = false;
+        }
+        let fresh = m.get_or_insert("p", later + Duration::from_secs(6), || Pinned(true));
+        assert!(fresh.is_some_and(|v| v.0), "replaced by make()");
+    }
+}

@@ -1,0 +1,303 @@
+//! Backpressure before an attempt (seed 000 §7, seed 002, DESIGN §4 step 4): per-host and
+//! per-tenant concurrency, the AIMD window (global or per host) and a per-host GCRA rate.
+//!
+//! Over a limit the call fails at once with the [`LimitScope`] that refused it, unless the
+//! policy's `max_wait` allows a bounded wait (one budget shared by all the limits). Permits are
+//! owned and released on drop, so a cancelled or panicking request gives its slot back.
+
+mod aimd;
+mod gcra;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use soulbase_net_core::{LimitScope, Outcome};
+use soulbase_net_policy::{AimdPolicy, AimdScope, LimitsPolicy};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use self::aimd::{signal, Aimd, AimdPermit};
+use self::gcra::Gcra;
+
+/// The limits of a client: one entry per host and per tenant.
+///
+/// The maps keep at most `max_keys` idle entries; entries with calls in flight or waiting are
+/// kept whatever their number (they are bounded by the calls themselves). A host's
+/// concurrency cap is fixed when its entry is made; after a policy reload the new cap applies
+/// once the entry has gone idle and been evicted.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    hosts: Mutex<HashMap<Box<str>, Arc<HostLimits>>>,
+    tenants: Mutex<HashMap<Box<str>, Arc<Semaphore>>>,
+    global: Mutex<Option<Arc<Aimd>>>,
+    max_keys: usize,
+}
+
+#[derive(Debug)]
+struct HostLimits {
+    slots: Arc<Semaphore>,
+    cap: u32,
+    rate: Mutex<Option<Gcra>>,
+    aimd: Arc<Aimd>,
+    queued: AtomicUsize,
+}
+
+/// A call's place under every limit; dropping it frees them all.
+#[derive(Debug)]
+pub(crate) struct LimitPermit {
+    _host: OwnedSemaphorePermit,
+    _tenant: Option<OwnedSemaphorePermit>,
+    aimd: Option<(AimdPermit, Arc<Aimd>, AimdPolicy)>,
+}
+
+/// Gauges of one host for metrics (seed 002: in flight, queue depth, window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LimitGauges {
+    /// Calls holding the host's concurrency slot.
+    pub(crate) in_flight: u32,
+    /// Calls waiting for a slot or a rate reservation (bounded wait only).
+    pub(crate) queued: usize,
+    /// The host's AIMD limit, when per-host AIMD is on.
+    pub(crate) window: Option<u32>,
+}
+
+// === impl Limiter ===
+
+impl Limiter {
+    /// A limiter keeping at most `max_keys` idle host and tenant entries.
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            hosts: Mutex::default(),
+            tenants: Mutex::default(),
+            global: Mutex::default(),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// Takes a place for one call to `host` for `tenant`: host concurrency, tenant
+    /// concurrency, the AIMD window, then the host rate — waiting up to `max_wait` in all.
+    ///
+    /// # Errors
+    ///
+    /// The [`LimitScope`] that refused the call: `HostConcurrency`, `TenantConcurrency`,
+    /// `Adaptive` or `HostRate`; the client turns it into `RateLimited`.
+    pub(crate) async fn acquire(
+        &self,
+        host: &str,
+        tenant: Option<&str>,
+        p: &LimitsPolicy,
+    ) -> Result<LimitPermit, LimitScope> {
+        let start = Instant::now();
+        let deadline = (!p.max_wait.is_zero())
+            .then(|| start.checked_add(p.max_wait))
+            .flatten();
+        let entry = self.host(host, p);
+        let queued = &entry.queued;
+        let host_permit = take(&entry.slots, deadline, queued)
+            .await
+            .ok_or(LimitScope::HostConcurrency)?;
+        let tenant_permit = match tenant {
+            Some(t) => Some(
+                take(&self.tenant(t, p), deadline, queued)
+                    .await
+                    .ok_or(LimitScope::TenantConcurrency)?,
+            ),
+            None => None,
+        };
+        let aimd = match self.aimd_for(&entry, &p.aimd) {
+            Some(aimd) => Some(enter_aimd(aimd, &p.aimd, deadline, queued).await?),
+            None => None,
+        };
+        if let Some(rps) = p.per_host_rate_rps {
+            let burst = p.rate_burst.unwrap_or(rps);
+            let wait = entry.reserve_rate(rps, burst, deadline)?;
+            if !wait.is_zero() {
+                let _queued = Queued::enter(queued);
+                tokio::time::sleep(wait).await;
+            }
+        }
+        Ok(LimitPermit {
+            _host: host_permit,
+            _tenant: tenant_permit,
+            aimd,
+        })
+    }
+
+    /// The gauges of `host`, if it has an entry.
+    pub(crate) fn gauges(&self, host: &str, p: &LimitsPolicy) -> Option<LimitGauges> {
+        let entry = self.hosts.lock().get(host).cloned()?;
+        let window =
+            (p.aimd.enabled && p.aimd.scope == AimdScope::Host).then(|| entry.aimd.limit(&p.aimd));
+        Some(LimitGauges {
+            in_flight: entry
+                .cap
+                .saturating_sub(u32::try_from(entry.slots.available_permits()).unwrap_or(u32::MAX)),
+            queued: entry.queued.load(Ordering::Relaxed),
+            window,
+        })
+    }
+
+    /// The global AIMD limit, when global AIMD is on and has been used.
+    pub(crate) fn global_window(&self, p: &AimdPolicy) -> Option<u32> {
+        self.global.lock().as_ref().map(|a| a.limit(p))
+    }
+
+    /// How many host entries are held.
+    pub(crate) fn hosts_len(&self) -> usize {
+        self.hosts.lock().len()
+    }
+
+    fn host(&self, host: &str, p: &LimitsPolicy) -> Arc<HostLimits> {
+        let mut hosts = self.hosts.lock();
+        if let Some(e) = hosts.get(host) {
+            return e.clone();
+        }
+        if hosts.len() >= self.max_keys {
+            let now = Instant::now();
+            hosts.retain(|_, e| !e.is_idle(now) || Arc::strong_count(e) > 1);
+        }
+        let entry = Arc::new(HostLimits {
+            slots: Arc::new(semaphore(p.per_host_concurrency)),
+            cap: p.per_host_concurrency,
+            rate: Mutex::new(None),
+            aimd: Arc::new(Aimd::new(&p.aimd)),
+            queued: AtomicUsize::new(0),
+        });
+        hosts.insert(host.into(), entry.clone());
+        entry
+    }
+
+    fn tenant(&self, tenant: &str, p: &LimitsPolicy) -> Arc<Semaphore> {
+        let mut tenants = self.tenants.lock();
+        if let Some(s) = tenants.get(tenant) {
+            return s.clone();
+        }
+        if tenants.len() >= self.max_keys {
+            let cap = p.per_tenant_concurrency as usize;
+            tenants.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < cap);
+        }
+        let sem = Arc::new(semaphore(p.per_tenant_concurrency));
+        tenants.insert(tenant.into(), sem.clone());
+        sem
+    }
+
+    fn aimd_for(&self, entry: &HostLimits, p: &AimdPolicy) -> Option<Arc<Aimd>> {
+        if !p.enabled {
+            return None;
+        }
+        Some(match p.scope {
+            AimdScope::Global => self
+                .global
+                .lock()
+                .get_or_insert_with(|| Arc::new(Aimd::new(p)))
+                .clone(),
+            _ => entry.aimd.clone(),
+        })
+    }
+}
+
+// === impl HostLimits ===
+
+impl HostLimits {
+    /// Reserves the next rate slot within the wait left before `deadline`; the wait.
+    fn reserve_rate(
+        &self,
+        rps: u32,
+        burst: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Duration, LimitScope> {
+        let now = Instant::now();
+        let max_wait = deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+        let mut rate = self.rate.lock();
+        let gcra = match &mut *rate {
+            Some(g) if g.is(rps, burst) => g,
+            slot => slot.insert(Gcra::new(rps, burst)),
+        };
+        gcra.reserve(now, max_wait)
+            .map_err(|_| LimitScope::HostRate)
+    }
+
+    /// Nothing in flight, nobody waiting, the rate bucket full: forgetting it loses nothing.
+    fn is_idle(&self, now: Instant) -> bool {
+        self.slots.available_permits() >= self.cap as usize
+            && self.queued.load(Ordering::Relaxed) == 0
+            && self.aimd.in_flight() == 0
+            && self.rate.lock().as_ref().is_none_or(|g| g.is_idle(now))
+    }
+}
+
+// === impl LimitPermit ===
+
+impl LimitPermit {
+    /// Feeds the attempt's outcome to the AIMD window (no-op when AIMD is off).
+    pub(crate) fn record(&self, outcome: Outcome) {
+        if let Some((_, aimd, p)) = &self.aimd {
+            aimd.record(p, signal(outcome));
+        }
+    }
+}
+
+/// A place in an AIMD window, now or by `deadline` when there is one.
+async fn enter_aimd(
+    aimd: Arc<Aimd>,
+    p: &AimdPolicy,
+    deadline: Option<Instant>,
+    queued: &AtomicUsize,
+) -> Result<(AimdPermit, Arc<Aimd>, AimdPolicy), LimitScope> {
+    let permit = match aimd.try_acquire(p) {
+        Some(permit) => permit,
+        None => {
+            let _queued = Queued::enter(queued);
+            aimd.acquire(p, deadline)
+                .await
+                .ok_or(LimitScope::Adaptive)?
+        }
+    };
+    Ok((permit, aimd, p.clone()))
+}
+
+/// A semaphore of `cap` permits (never more than tokio allows, so it cannot panic).
+fn semaphore(cap: u32) -> Semaphore {
+    Semaphore::new(
+        usize::try_from(cap)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS),
+    )
+}
+
+/// A semaphore permit now, or by `deadline` when there is one.
+async fn take(
+    sem: &Arc<Semaphore>,
+    deadline: Option<Instant>,
+    queued: &AtomicUsize,
+) -> Option<OwnedSemaphorePermit> {
+    if let Ok(p) = sem.clone().try_acquire_owned() {
+        return Some(p);
+    }
+    let deadline = deadline?;
+    let _queued = Queued::enter(queued);
+    let acquire = sem.clone().acquire_owned();
+    tokio::time::timeout_at(deadline, acquire).await.ok()?.ok()
+}
+
+/// Counts a call in the queue-depth gauge while it may wait.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn enter(gauge: &'a AtomicUsize) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;
