@@ -19,6 +19,7 @@ use soulbase_net_policy::{NetPolicy, PolicyResolver, SnapshotResolver};
 
 use self::transport::Transports;
 use crate::connect::{Dialer, TcpDialer};
+use crate::resilience::{Breakers, Limiter, RetryBudgets, Transition};
 
 /// The default `User-Agent`, sent when a request sets none.
 const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSION"));
@@ -70,6 +71,9 @@ struct Inner {
     decompress: bool,
     transports: Transports,
     next_id: AtomicU64,
+    breakers: Breakers,
+    budgets: RetryBudgets,
+    limiter: Limiter,
 }
 
 // === impl ClientBuilder ===
@@ -219,6 +223,23 @@ impl ClientBuilder {
         if !default_policy.dns.prefetch.is_empty() {
             transports.warm_dns(&default_policy)?;
         }
+        let events = self.observer.clone();
+        let listener: crate::resilience::Listener = Box::new(move |key: &str, t: Transition| {
+            events.on_event(&soulbase_net_core::NetEvent::BreakerTransition {
+                key,
+                from: t.from,
+                to: t.to,
+            });
+        });
+        // Key maps are bounded: the breaker by the policy's `cbreaker.max_keys` at its
+        // default, budgets and limiter entries likewise; idle entries are evicted.
+        let breakers = Breakers::new(
+            default_policy.cbreaker.max_keys as usize,
+            default_policy.cbreaker.idle_evict,
+            Some(listener),
+        );
+        let budgets = RetryBudgets::new(10_000, Duration::from_secs(600));
+        let limiter = Limiter::new(10_000);
         Ok(Client {
             inner: Arc::new(Inner {
                 resolver,
@@ -228,6 +249,9 @@ impl ClientBuilder {
                 decompress: self.decompress,
                 transports,
                 next_id: AtomicU64::new(1),
+                breakers,
+                budgets,
+                limiter,
             }),
         })
     }

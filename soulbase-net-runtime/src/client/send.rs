@@ -31,6 +31,9 @@ use crate::{
     classify,
     connect::ConnectInfo,
     redirect::{Action, Redirect, RedirectState},
+    resilience::{
+        breaker_key, budget_key, decide, is_failure, AttemptEnd, FastRand, RetryDecision,
+    },
 };
 
 /// What stays fixed for one request: its number, labels and deadlines.
@@ -105,7 +108,30 @@ impl Inner {
         };
         self.observer
             .on_event(&NetEvent::RequestStarted { req: call.info() });
-        let result = self.run(&mut req, &call, &timeouts).await;
+        let result = match self
+            .limiter
+            .acquire(&call.host, call.tenant.as_deref(), &policy.limits)
+            .await
+        {
+            Ok(permit) => {
+                let result = self.run(&mut req, &call, &timeouts).await;
+                permit.record(match &result {
+                    Ok(res) => Outcome::Response(res.status),
+                    Err(e) => Outcome::Error(e.kind()),
+                });
+                result
+            }
+            Err(scope) => {
+                self.observer.on_event(&NetEvent::RateLimited {
+                    req: call.info(),
+                    scope,
+                });
+                let err = NetError::new(ErrorKind::RateLimited)
+                    .with_message(format!("{scope:?} limit reached"))
+                    .at(&call.method, url.as_str());
+                Err(self.after_error(&req, err).await)
+            }
+        };
         let outcome = match &result {
             Ok(res) => Outcome::Response(res.status),
             Err(e) => Outcome::Error(e.kind()),
@@ -151,6 +177,7 @@ impl Inner {
             Ok(url) => url,
             Err(e) => return Err(self.after_error(req, e).await),
         };
+        ensure_idempotency_key(req, &call.policy.retry);
         let result = self.follow(req, url, call, timeouts).await;
         match result {
             Ok(mut res) => {
@@ -175,14 +202,17 @@ impl Inner {
         timeouts: &soulbase_net_policy::TimeoutPolicy,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
+        let budget = budget_key(&policy.retry.budget, &call.host, call.tenant.as_deref());
+        self.budgets
+            .deposit(&budget, &policy.retry.budget, Instant::now());
+        let mut attempts = 0;
         let mut redirects = RedirectState::new(&req.method, &url);
         let first_headers = req.headers.clone();
         let replayable = req.body.is_replayable();
         loop {
-            for interceptor in &self.interceptors {
-                interceptor.on_attempt(req, 1);
-            }
-            let res = self.attempt(req, &url, call, timeouts, 1).await?;
+            let res = self
+                .with_retries(req, &url, call, timeouts, &budget, &mut attempts)
+                .await?;
             if !res.status.is_redirection() {
                 return Ok(res);
             }
@@ -216,6 +246,87 @@ impl Inner {
             req.query.clear();
             req.url = follow.url.to_string();
             url = follow.url;
+        }
+    }
+
+    /// Attempts to `url` until one succeeds or the policy stops retrying: breaker admission
+    /// before each, the retry decision (retryable outcome, replayable request, attempts left,
+    /// `Retry-After`, deadline) and the retry budget after each.
+    async fn with_retries(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: &Call<'_>,
+        timeouts: &soulbase_net_policy::TimeoutPolicy,
+        budget: &str,
+        attempts: &mut u32,
+    ) -> Result<NetResponse, NetError> {
+        let policy = call.policy;
+        let replayable = req.is_replayable();
+        let breaker = breaker_key(&policy.cbreaker, &call.host, call.tenant.as_deref());
+        loop {
+            let permit = match self
+                .breakers
+                .admit(&breaker, &policy.cbreaker, Instant::now())
+            {
+                Ok(permit) => permit,
+                Err(rejected) => {
+                    self.observer
+                        .on_event(&NetEvent::BreakerRejected { req: call.info() });
+                    return Err(rejected
+                        .into_error()
+                        .with_message(format!("circuit for {breaker} is open"))
+                        .at(&call.method, url.as_str())
+                        .with_attempts(*attempts));
+                }
+            };
+            *attempts += 1;
+            for interceptor in &self.interceptors {
+                interceptor.on_attempt(req, *attempts);
+            }
+            let began = Instant::now();
+            let result = self.attempt(req, url, call, timeouts, *attempts).await;
+            let outcome = match &result {
+                Ok(res) => Outcome::Response(res.status),
+                Err(e) => Outcome::Error(e.kind()),
+            };
+            let failure = is_failure(outcome, policy.cbreaker.count_5xx);
+            permit.record(failure, began.elapsed(), Instant::now());
+            let end = AttemptEnd {
+                attempt: *attempts,
+                outcome,
+                retry_after: result
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.retry_after(std::time::SystemTime::now())),
+                time_left: call
+                    .deadline
+                    .saturating_duration_since(Instant::now())
+                    .saturating_sub(timeouts.margin),
+                attempt_timeout: timeouts.attempt,
+            };
+            let delay = match decide(&policy.retry, replayable, &end, &mut FastRand) {
+                RetryDecision::Stop(_) => return result,
+                RetryDecision::Retry { delay, .. } => delay,
+            };
+            if !self
+                .budgets
+                .try_withdraw(budget, &policy.retry.budget, Instant::now())
+            {
+                self.observer.on_event(&NetEvent::RetryBudgetExhausted {
+                    req: call.info(),
+                    reason: outcome,
+                });
+                return result;
+            }
+            self.observer.on_event(&NetEvent::RetryScheduled {
+                req: call.info(),
+                attempt: *attempts,
+                reason: outcome,
+                delay,
+            });
+            drop(result);
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -311,7 +422,9 @@ impl Inner {
         let res = match early {
             Some(res) => res,
             None => {
-                let (at, phase) = call.phase_deadline(Phase::Ttfb, timeouts.ttfb);
+                let left_in_attempt = timeouts.attempt.saturating_sub(began.elapsed());
+                let (at, phase) =
+                    call.phase_deadline(Phase::Ttfb, timeouts.ttfb.min(left_in_attempt));
                 match tokio::time::timeout_at(at, request).await {
                     Ok(res) => res,
                     Err(_) => return Err(NetError::timeout(phase)),
@@ -422,6 +535,21 @@ impl Inner {
             interceptor.on_error(req, &e).await;
         }
         e
+    }
+}
+
+/// Gives an idempotent POST or PATCH an `Idempotency-Key` when it has none, so that every
+/// attempt of it (retries, later hedges) carries the same key and the server can drop
+/// duplicates (seed 000 §5.1).
+fn ensure_idempotency_key(req: &mut NetRequest, retry: &soulbase_net_policy::RetryPolicy) {
+    const IDEMPOTENCY_KEY: &str = "idempotency-key";
+    let wants_key = req.idempotent && matches!(req.method, Method::POST | Method::PATCH);
+    if !wants_key || !retry.enabled || req.headers.contains_key(IDEMPOTENCY_KEY) {
+        return;
+    }
+    let key = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    if let Ok(value) = HeaderValue::from_str(&key) {
+        req.headers.insert(IDEMPOTENCY_KEY, value);
     }
 }
 

@@ -33,7 +33,7 @@
 #![allow(
     dead_code,
     unused_imports,
-    reason = "wired into the client's send pipeline by the next change"
+    reason = "hedging, endpoint freezing and dynamic timeouts are wired into the send pipeline next; the rest is in use"
 )]
 
 mod backoff;

@@ -46,25 +46,36 @@ async fn responses_carry_status_headers_timings_and_attempts() {
             "/x",
             Reply::status(503).header("x-trace", "t1").body("down"),
         )
+        .route("/ok", Reply::ok("up"))
         .start()
         .await
         .unwrap();
     let h = harness(loopback_policy());
+    let first = h
+        .client
+        .send(NetRequest::get(srv.url("/ok")))
+        .await
+        .unwrap();
+    assert!(
+        first.elapsed.connect > std::time::Duration::ZERO,
+        "first request opened a connection"
+    );
+    assert!(first.elapsed.ttfb >= first.elapsed.connect);
+    assert_eq!(first.attempts, 1);
+    drop(first.bytes().await.unwrap());
+
     let res = h.client.send(NetRequest::get(srv.url("/x"))).await.unwrap();
     assert_eq!(res.status, 503);
     assert_eq!(res.headers["x-trace"], "t1");
-    assert_eq!(res.attempts, 1);
-    assert!(
-        res.elapsed.connect > std::time::Duration::ZERO,
-        "first request opened a connection"
-    );
-    assert!(res.elapsed.ttfb >= res.elapsed.connect);
+    // A 503 to a GET is retried: 3 attempts by default, the last response is returned.
+    assert_eq!(res.attempts, 3);
+    assert_eq!(srv.hits("/x"), 3);
+    // Every attempt reused the pooled connection: no connect time.
+    assert_eq!(res.elapsed.connect, std::time::Duration::ZERO);
     assert_eq!(res.url, srv.url("/x"));
     let err = res.error_for_status().unwrap_err();
     assert_eq!(err.code(), ErrorCode::ProviderUnavailable);
-    // The connection is reused: no connect time on the second request.
-    let again = h.client.send(NetRequest::get(srv.url("/x"))).await.unwrap();
-    assert_eq!(again.elapsed.connect, std::time::Duration::ZERO);
+    assert_eq!(err.attempts(), 3);
     assert_eq!(srv.connections(), 1);
     assert_eq!(h.client.connections_opened(), 1);
     let seen = h.events.seen.lock().clone();
@@ -72,7 +83,7 @@ async fn responses_carry_status_headers_timings_and_attempts() {
         seen.contains(&"attempt 1 status_5xx".to_owned()),
         "{seen:?}"
     );
-    assert!(seen.contains(&"finish status_5xx 1".to_owned()), "{seen:?}");
+    assert!(seen.contains(&"finish status_5xx 3".to_owned()), "{seen:?}");
     srv.join().await;
 }
 
@@ -192,10 +203,23 @@ async fn interceptors_run_before_in_order_and_after_in_reverse() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connect);
+    // `before` once, `on_attempt` before each of the 3 attempts (connect errors are retried),
+    // `on_error` once, in reverse.
     assert_eq!(
-        log.lock()[4..],
-        ["error b connect".to_owned(), "error a connect".to_owned()]
+        log.lock()[2..],
+        [
+            "attempt a 1",
+            "attempt b 1",
+            "attempt a 2",
+            "attempt b 2",
+            "attempt a 3",
+            "attempt b 3",
+            "error b connect",
+            "error a connect"
+        ]
+        .map(str::to_owned)
     );
+    assert_eq!(err.attempts(), 3);
     srv.join().await;
 }
 

@@ -26,7 +26,9 @@ async fn a_hundred_concurrent_requests_make_one_lookup() {
     let dns = MockDns::start().await.unwrap();
     dns.set_ips("svc.test", &[IpAddr::from([127, 0, 0, 1])], 60);
     dns.delay("svc.test", Duration::from_millis(200));
-    let h = harness(with_dns(loopback_policy(), &dns));
+    let mut p = with_dns(loopback_policy(), &dns);
+    p.limits.max_wait = Duration::from_secs(30);
+    let h = harness(p);
     let client = Arc::new(h.client);
     let url = format!("http://svc.test:{}/", srv.addr().port());
     let mut tasks = tokio::task::JoinSet::new();

@@ -11,6 +11,7 @@ mod guard;
 mod limits;
 mod proxy;
 mod redirects;
+mod resilience;
 mod support;
 mod timeouts;
 mod tls;

@@ -66,6 +66,9 @@ impl Observer for Events {
             } => {
                 format!("finish {} {attempts}", outcome.label())
             }
+            NetEvent::BreakerTransition { from, to, .. } => {
+                format!("BreakerTransition {from:?} -> {to:?}")
+            }
             other => format!("{other:?}"),
         };
         self.seen.lock().push(line);

@@ -1,0 +1,323 @@
+//! Retries, the retry budget, the circuit breaker and the limiter through the client.
+
+use std::{sync::Arc, time::Duration};
+
+use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_testkit::{FaultServer, Reply, Script};
+
+use crate::support::{harness, loopback_policy};
+
+/// Fast backoff so retry tests take milliseconds.
+fn quick(mut p: NetPolicy) -> NetPolicy {
+    p.retry.backoff.base = Duration::from_millis(5);
+    p.retry.backoff.cap = Duration::from_secs(2);
+    p
+}
+
+#[tokio::test]
+async fn get_is_retried_on_503_then_succeeds() {
+    let srv = FaultServer::http1()
+        .route("/flaky", Script::status(503).times(1).then(Reply::ok("hi")))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(quick(loopback_policy()));
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/flaky")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 200);
+    assert_eq!(res.attempts, 2);
+    assert_eq!(srv.hits("/flaky"), 2);
+    let seen = h.events.seen.lock().clone();
+    assert!(
+        seen.iter().any(|e| e.starts_with("RetryScheduled")),
+        "{seen:?}"
+    );
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn post_is_never_retried_without_the_flag_and_keeps_one_key_with_it() {
+    let srv = FaultServer::http1()
+        .route("/once", Script::status(503).times(5).then(Reply::ok("x")))
+        .route(
+            "/keyed",
+            Script::status(503).times(2).then(Reply::ok("done")),
+        )
+        .start()
+        .await
+        .unwrap();
+    let h = harness(quick(loopback_policy()));
+    let res = h
+        .client
+        .send(NetRequest::post(srv.url("/once")).body("order"))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 503);
+    assert_eq!(srv.hits("/once"), 1, "exactly one side effect");
+
+    let res = h
+        .client
+        .send(
+            NetRequest::post(srv.url("/keyed"))
+                .body("order")
+                .idempotent(true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status, 200);
+    let seen = srv.requests("/keyed");
+    assert_eq!(seen.len(), 3);
+    let keys: Vec<_> = seen
+        .iter()
+        .map(|r| r.header("idempotency-key").map(str::to_owned))
+        .collect();
+    assert!(
+        keys[0].as_deref().is_some_and(|k| k.len() == 32),
+        "{keys:?}"
+    );
+    assert!(keys.iter().all(|k| k == &keys[0]), "{keys:?}");
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn client_errors_are_never_retried() {
+    let srv = FaultServer::http1()
+        .route("/bad", Reply::status(400))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(quick(loopback_policy()));
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/bad")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 400);
+    assert_eq!(srv.hits("/bad"), 1);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn retry_after_is_obeyed_and_one_over_the_cap_stops() {
+    let srv = FaultServer::http1()
+        .route(
+            "/wait",
+            Script::reply(Reply::status(503).header("retry-after", "1"))
+                .times(1)
+                .then(Reply::ok("ok")),
+        )
+        .route("/long", Reply::status(503).header("retry-after", "30"))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(quick(loopback_policy()));
+    let started = tokio::time::Instant::now();
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/wait")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 200);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited {:?}",
+        started.elapsed()
+    );
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/long")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 503);
+    assert_eq!(
+        srv.hits("/long"),
+        1,
+        "Retry-After above the cap is not waited for"
+    );
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn the_total_deadline_bounds_every_retry() {
+    let mut srv = FaultServer::http1()
+        .route(
+            "/slow",
+            Reply::status(503).delay(Duration::from_millis(150)),
+        )
+        .start()
+        .await
+        .unwrap();
+    let mut p = quick(loopback_policy());
+    p.retry.max_attempts = 10;
+    // The policy must keep its own deadline (10 attempts × 1 s + backoff ≤ 30 s − margin).
+    p.timeout.attempt = Duration::from_secs(1);
+    p.timeout.connect = Duration::from_millis(500);
+    p.timeout.ttfb = Duration::from_secs(1);
+    p.timeout.read = Duration::from_secs(1);
+    p.timeout.write = Duration::from_secs(1);
+    p.timeout.dynamic.max = Duration::from_secs(1);
+    let h = harness(p);
+    let started = tokio::time::Instant::now();
+    let req = NetRequest::get(srv.url("/slow")).total_timeout(Duration::from_millis(600));
+    let res = h.client.send(req).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(600) + Duration::from_millis(150),
+        "took {took:?}"
+    );
+    match res {
+        Ok(r) => assert_eq!(r.status, 503),
+        Err(e) => assert_eq!(
+            e.kind(),
+            ErrorKind::Timeout(soulbase_net_core::Phase::Total)
+        ),
+    }
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn dropping_the_call_stops_further_attempts() {
+    let mut srv = FaultServer::http1()
+        .route("/r", Reply::status(503).header("retry-after", "1"))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(quick(loopback_policy()));
+    let client = Arc::new(h.client);
+    let call = {
+        let (client, url) = (client.clone(), srv.url("/r"));
+        tokio::spawn(async move { client.send(NetRequest::get(url)).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while srv.hits("/r") == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    // The retry was due after 1 s; watch 1.5 s for an attempt that must not come.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(srv.hits("/r"), 1);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_breaker_cuts_requests_to_a_failing_upstream_by_over_90_percent() {
+    let mut counts = Vec::new();
+    for breaker_on in [false, true] {
+        let srv = FaultServer::http1()
+            .route("/down", Reply::status(503))
+            .start()
+            .await
+            .unwrap();
+        let mut p = quick(loopback_policy());
+        p.retry.enabled = false;
+        p.cbreaker.enabled = breaker_on;
+        p.cbreaker.consecutive_failures = 5;
+        p.cbreaker.cooldown = Duration::from_secs(60);
+        let h = harness(p);
+        let mut open = 0;
+        for _ in 0..100 {
+            match h.client.send(NetRequest::get(srv.url("/down"))).await {
+                Ok(res) => assert_eq!(res.status, 503),
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::CircuitOpen);
+                    assert_eq!(e.code(), ErrorCode::ProviderUnavailable);
+                    assert!(e.retry_after().is_some());
+                    open += 1;
+                }
+            }
+        }
+        assert_eq!(open > 0, breaker_on);
+        if breaker_on {
+            let seen = h.events.seen.lock().clone();
+            assert!(
+                seen.iter()
+                    .any(|e| e.contains("BreakerTransition") && e.contains("Open")),
+                "{seen:?}"
+            );
+        }
+        counts.push(srv.hits("/down"));
+        srv.join().await;
+    }
+    let (off, on) = (counts[0], counts[1]);
+    assert_eq!(off, 100);
+    let reduction = 1.0 - on as f64 / off as f64;
+    assert!(reduction >= 0.9, "breaker off {off} hits, on {on} hits");
+}
+
+#[tokio::test]
+async fn the_retry_budget_caps_retries_under_total_failure() {
+    let srv = FaultServer::http1()
+        .route("/down", Reply::status(503))
+        .start()
+        .await
+        .unwrap();
+    let mut p = quick(loopback_policy());
+    p.retry.backoff.base = Duration::from_millis(1);
+    p.retry.budget.retry_ratio = 0.2;
+    p.retry.budget.min_retries_per_sec = 0;
+    let h = harness(p);
+    let requests = 200;
+    for _ in 0..requests {
+        let res = h
+            .client
+            .send(NetRequest::get(srv.url("/down")))
+            .await
+            .unwrap();
+        assert_eq!(res.status, 503);
+    }
+    let per_request = srv.hits("/down") as f64 / requests as f64;
+    assert!(
+        per_request <= 1.0 + 0.2 + 0.02,
+        "{per_request} attempts per request"
+    );
+    assert!(per_request > 1.0, "some retries were allowed");
+    assert!(h
+        .events
+        .seen
+        .lock()
+        .iter()
+        .any(|e| e.starts_with("RetryBudgetExhausted")));
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn over_the_concurrency_limit_is_rate_limited_at_once() {
+    let mut srv = FaultServer::http1()
+        .route("/hold", Reply::ok("x").delay(Duration::from_secs(2)))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.limits.per_host_concurrency = 1;
+    let h = harness(p);
+    let client = Arc::new(h.client);
+    let first = {
+        let (client, url) = (client.clone(), srv.url("/hold"));
+        tokio::spawn(async move { client.send(NetRequest::get(url)).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while srv.hits("/hold") == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    let err = client
+        .send(NetRequest::get(srv.url("/hold")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited);
+    assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
+    assert_eq!(err.public_code(), ErrorCode::ProviderUnavailable);
+    assert_eq!(srv.hits("/hold"), 1);
+    first.abort();
+    srv.shutdown().await;
+}
