@@ -1,6 +1,7 @@
 //! The client: [`ClientBuilder`] → [`Client`], which implements `NetClient`.
 
 mod body;
+mod learn;
 mod send;
 mod transport;
 
@@ -74,6 +75,8 @@ struct Inner {
     breakers: Breakers,
     budgets: RetryBudgets,
     limiter: Limiter,
+    latencies: learn::Latencies,
+    endpoints: learn::Endpoints,
 }
 
 // === impl ClientBuilder ===
@@ -252,6 +255,8 @@ impl ClientBuilder {
                 breakers,
                 budgets,
                 limiter,
+                latencies: learn::Latencies::default(),
+                endpoints: learn::Endpoints::default(),
             }),
         })
     }

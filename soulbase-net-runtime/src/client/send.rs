@@ -2,10 +2,13 @@
 //! with its phase timeouts, and the events that report it.
 
 use std::{
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
+    task::Poll,
     time::Duration,
 };
 
@@ -32,7 +35,8 @@ use crate::{
     connect::ConnectInfo,
     redirect::{Action, Redirect, RedirectState},
     resilience::{
-        breaker_key, budget_key, decide, is_failure, AttemptEnd, FastRand, RetryDecision,
+        breaker_key, budget_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule,
+        RetryDecision,
     },
 };
 
@@ -280,12 +284,39 @@ impl Inner {
                         .with_attempts(*attempts));
                 }
             };
-            *attempts += 1;
-            for interceptor in &self.interceptors {
-                interceptor.on_attempt(req, *attempts);
-            }
+            let now = Instant::now();
+            let target = self.endpoints.target(url, &policy.endpoints, now);
+            let learnt =
+                self.latencies
+                    .timeout(&call.host, &policy.timeout.dynamic, timeouts.attempt);
+            let mut timeouts = timeouts.clone();
+            timeouts.attempt = learnt;
             let began = Instant::now();
-            let result = self.attempt(req, url, call, timeouts, *attempts).await;
+            let schedule = HedgeSchedule::new(&policy.hedge, replayable, None);
+            let result = match schedule {
+                Some(schedule) => {
+                    self.hedged(req, &target, call, &timeouts, attempts, schedule, budget)
+                        .await
+                }
+                None => {
+                    *attempts += 1;
+                    for interceptor in &self.interceptors {
+                        interceptor.on_attempt(req, *attempts);
+                    }
+                    self.attempt(req, &target, call, &timeouts, *attempts, false)
+                        .await
+                }
+            };
+            match &result {
+                Ok(res) if res.status.as_u16() < 500 => {
+                    self.latencies.record(&call.host, res.elapsed.ttfb);
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Connect | ErrorKind::Dns) => {
+                    self.endpoints
+                        .fail(&target, &policy.endpoints, Instant::now());
+                }
+                _ => {}
+            }
             let outcome = match &result {
                 Ok(res) => Outcome::Response(res.status),
                 Err(e) => Outcome::Error(e.kind()),
@@ -330,6 +361,108 @@ impl Inner {
         }
     }
 
+    /// The attempt and its hedged copies (seed 001): after each `hedge.delay` without a
+    /// successful answer, another copy of the request starts (while the deadline leaves
+    /// room and the retry budget allows), up to `max_hedges`. The first success wins; the
+    /// other copies are dropped, which cancels them. All copies carry the same
+    /// `Idempotency-Key`, set before the first attempt.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the pipeline's state for one attempt group"
+    )]
+    async fn hedged(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: &Call<'_>,
+        timeouts: &soulbase_net_policy::TimeoutPolicy,
+        attempts: &mut u32,
+        schedule: HedgeSchedule,
+        budget: &str,
+    ) -> Result<NetResponse, NetError> {
+        type Attempt<'f> = Pin<Box<dyn Future<Output = Result<NetResponse, NetError>> + Send + 'f>>;
+        let time_left = call.deadline.saturating_duration_since(Instant::now());
+        let starts: Vec<Duration> = schedule
+            .starts_within(time_left, timeouts.attempt)
+            .collect();
+        let mut copies: Vec<NetRequest> = Vec::with_capacity(starts.len() + 1);
+        copies.push(std::mem::replace(req, NetRequest::get(String::new())));
+        for _ in &starts {
+            match copies[0].try_clone() {
+                Some(copy) => copies.push(copy),
+                None => break,
+            }
+        }
+        let began = Instant::now();
+        let interceptors = &self.interceptors;
+        let start = |copy: &'_ mut NetRequest, attempts: &mut u32| {
+            *attempts += 1;
+            for interceptor in interceptors {
+                interceptor.on_attempt(copy, *attempts);
+            }
+            *attempts
+        };
+        let mut pending = copies.iter_mut();
+        let mut running: Vec<Attempt<'_>> = Vec::new();
+        if let Some(first) = pending.next() {
+            let n = start(first, attempts);
+            running.push(Box::pin(self.attempt(first, url, call, timeouts, n, false)));
+        }
+        let mut last: Option<Result<NetResponse, NetError>> = None;
+        let mut hedges = 0usize;
+        let mut next_start = starts.first().map(|d| began + *d);
+        let mut timer = Box::pin(tokio::time::sleep_until(
+            next_start.unwrap_or(call.deadline),
+        ));
+        let winner = std::future::poll_fn(|cx| loop {
+            let mut i = 0;
+            while i < running.len() {
+                if let Poll::Ready(result) = running[i].as_mut().poll(cx) {
+                    drop(running.swap_remove(i));
+                    let won =
+                        matches!(&result, Ok(r) if r.status.as_u16() < 500 && r.status != 429);
+                    if won {
+                        return Poll::Ready(Some(result));
+                    }
+                    last = Some(result);
+                    continue;
+                }
+                i += 1;
+            }
+            // Every copy failed: the retry loop decides what comes next.
+            if running.is_empty() {
+                return Poll::Ready(None);
+            }
+            if next_start.is_none() || timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            hedges += 1;
+            let allowed =
+                self.budgets
+                    .try_withdraw(budget, &call.policy.retry.budget, Instant::now());
+            if allowed {
+                if let Some(copy) = pending.next() {
+                    let n = start(copy, attempts);
+                    running.push(Box::pin(self.attempt(copy, url, call, timeouts, n, true)));
+                }
+            }
+            next_start = starts.get(hedges).map(|d| began + *d);
+            if let Some(at) = next_start {
+                timer.as_mut().reset(at);
+            }
+        })
+        .await;
+        let result = winner.or(last).unwrap_or_else(|| {
+            Err(NetError::timeout(Phase::Total).with_message("no hedged attempt could start"))
+        });
+        drop(running);
+        drop(pending);
+        if let Some(first) = copies.into_iter().next() {
+            *req = first;
+        }
+        result
+    }
+
     /// One attempt: connect (or reuse), write, wait for the head, hand over the body.
     async fn attempt(
         &self,
@@ -338,12 +471,13 @@ impl Inner {
         call: &Call<'_>,
         timeouts: &soulbase_net_policy::TimeoutPolicy,
         attempt: u32,
+        hedge: bool,
     ) -> Result<NetResponse, NetError> {
         let began = Instant::now();
         self.observer.on_event(&NetEvent::AttemptStarted {
             req: call.info(),
             attempt,
-            hedge: false,
+            hedge,
         });
         let result = self.exchange(req, url, call, timeouts, began).await;
         let result = result.map(|mut res| {

@@ -321,3 +321,155 @@ async fn over_the_concurrency_limit_is_rate_limited_at_once() {
     first.abort();
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_hedge_answers_for_a_slow_replica_with_the_same_key() {
+    let mut srv = FaultServer::http1()
+        .route(
+            "/h",
+            Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
+                .times(1)
+                .then(Reply::ok("fast")),
+        )
+        .start()
+        .await
+        .unwrap();
+    let mut p = quick(loopback_policy());
+    p.hedge.enabled = true;
+    p.hedge.delay = Duration::from_millis(50);
+    p.hedge.max_hedges = 1;
+    let h = harness(p);
+    let started = tokio::time::Instant::now();
+    let res = h
+        .client
+        .send(NetRequest::post(srv.url("/h")).body("x").idempotent(true))
+        .await
+        .unwrap();
+    assert_eq!(res.text().await.unwrap(), "fast");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    let seen = srv.requests("/h");
+    assert_eq!(seen.len(), 2);
+    let key = seen[0].header("idempotency-key").unwrap();
+    assert_eq!(seen[1].header("idempotency-key"), Some(key));
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn hedging_cuts_the_tail_of_a_slow_replica() {
+    let mut tails = Vec::new();
+    for hedged in [false, true] {
+        let mut srv = FaultServer::http1()
+            .route(
+                "/t",
+                Script::random(
+                    soulbase_net_testkit::RandomFaults::seeded(7)
+                        .fault(0.2, Reply::ok("slow").delay(Duration::from_millis(800)))
+                        .otherwise(Reply::ok("fast")),
+                ),
+            )
+            .start()
+            .await
+            .unwrap();
+        let mut p = quick(loopback_policy());
+        p.hedge.enabled = hedged;
+        p.hedge.delay = Duration::from_millis(40);
+        let h = harness(p);
+        let mut worst = Duration::ZERO;
+        for _ in 0..30 {
+            let started = tokio::time::Instant::now();
+            let res = h.client.send(NetRequest::get(srv.url("/t"))).await.unwrap();
+            res.bytes().await.unwrap();
+            worst = worst.max(started.elapsed());
+        }
+        tails.push(worst);
+        srv.shutdown().await;
+    }
+    assert!(
+        tails[0] >= Duration::from_millis(800),
+        "unhedged worst {:?}",
+        tails[0]
+    );
+    assert!(
+        tails[1] < Duration::from_millis(400),
+        "hedged worst {:?}",
+        tails[1]
+    );
+}
+
+#[tokio::test]
+async fn a_failing_origin_is_frozen_and_the_alternative_serves() {
+    let good = FaultServer::http1()
+        .route("/v1/x", Reply::ok("alt"))
+        .start()
+        .await
+        .unwrap();
+    let dead = soulbase_net_testkit::refused_addr().await.unwrap();
+    let mut p = quick(loopback_policy());
+    p.endpoints.urls = vec![good.origin().to_owned()];
+    let h = harness(p);
+    let url = format!("http://{dead}/v1/x");
+    let res = h.client.send(NetRequest::get(&url)).await.unwrap();
+    assert_eq!(res.attempts, 2);
+    assert_eq!(res.text().await.unwrap(), "alt");
+    // The frozen origin is skipped at once on the next call.
+    let res = h.client.send(NetRequest::get(&url)).await.unwrap();
+    assert_eq!(res.attempts, 1);
+    let dials_to_dead = h
+        .dialer
+        .dialled
+        .lock()
+        .iter()
+        .filter(|a| **a == dead)
+        .count();
+    assert_eq!(dials_to_dead, 1);
+    assert_eq!(good.hits("/v1/x"), 2);
+    good.join().await;
+}
+
+#[tokio::test]
+async fn the_dynamic_timeout_learns_from_recent_latency() {
+    let mut srv = FaultServer::http1()
+        .route("/fast", Reply::ok("f"))
+        .route("/slow", Reply::ok("s").delay(Duration::from_millis(600)))
+        .start()
+        .await
+        .unwrap();
+    let mut p = quick(loopback_policy());
+    p.retry.enabled = false;
+    p.timeout.dynamic.enabled = true;
+    p.timeout.dynamic.min_samples = 10;
+    p.timeout.dynamic.min = Duration::from_millis(100);
+    let h = harness(p.clone());
+    for _ in 0..20 {
+        h.client
+            .send(NetRequest::get(srv.url("/fast")))
+            .await
+            .unwrap();
+    }
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/slow")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Timeout(soulbase_net_core::Phase::Ttfb)
+    );
+    // Without the learnt timeout the same call succeeds.
+    p.timeout.dynamic.enabled = false;
+    let fixed = harness(p);
+    assert_eq!(
+        fixed
+            .client
+            .send(NetRequest::get(srv.url("/slow")))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    srv.shutdown().await;
+}
