@@ -32,6 +32,9 @@ pub use crate::body::{check_content_length, collect, decode, LimitedBody};
 pub use crate::client::{Client, ClientBuilder};
 pub use crate::connect::{DialFuture, Dialer, TcpDialer};
 pub use crate::dns::{DnsResolver, Resolution};
+/// Put one in `NetRequest::extensions` to cancel the call from elsewhere: the call stops at
+/// once, no further attempt starts, and it ends with `ErrorKind::Cancelled`.
+pub use tokio_util::sync::CancellationToken;
 
 /// The README's quick start, compiled and run as a doctest so that it stays true.
 #[cfg(doctest)]

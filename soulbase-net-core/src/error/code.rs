@@ -107,7 +107,8 @@ pub(crate) const fn kind_code(kind: ErrorKind) -> ErrorCode {
         | ErrorKind::BudgetExhausted
         | ErrorKind::TooLarge
         | ErrorKind::RedirectLimit
-        | ErrorKind::Interceptor => ErrorCode::ProviderUnavailable,
+        | ErrorKind::Interceptor
+        | ErrorKind::Cancelled => ErrorCode::ProviderUnavailable,
         ErrorKind::Timeout(_) => ErrorCode::ProviderTimeout,
         ErrorKind::TlsVerify | ErrorKind::Blocked => ErrorCode::AuthForbidden,
         ErrorKind::InvalidRequest | ErrorKind::Decode => ErrorCode::SchemaValidationFailed,
@@ -174,6 +175,12 @@ mod tests {
         ),
         (
             ErrorKind::RedirectLimit,
+            ProviderUnavailable,
+            ProviderUnavailable,
+            ProviderUnavailable,
+        ),
+        (
+            ErrorKind::Cancelled,
             ProviderUnavailable,
             ProviderUnavailable,
             ProviderUnavailable,

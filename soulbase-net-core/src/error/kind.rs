@@ -108,12 +108,15 @@ pub enum ErrorKind {
     Proxy,
     /// An interceptor failed without giving a more precise kind. `PROVIDER.UNAVAILABLE`.
     Interceptor,
+    /// The caller cancelled the call (its cancel token fired); no further attempt was made.
+    /// `PROVIDER.UNAVAILABLE`: the call has no answer.
+    Cancelled,
 }
 
 impl ErrorKind {
     /// Every kind without a payload, plus one representative of each kind with one
     /// (a `Timeout` per phase and the statuses 429 / 503), for exhaustive tests.
-    pub const ALL_SIMPLE: [ErrorKind; 18] = [
+    pub const ALL_SIMPLE: [ErrorKind; 19] = [
         ErrorKind::Dns,
         ErrorKind::Connect,
         ErrorKind::Tls,
@@ -132,6 +135,7 @@ impl ErrorKind {
         ErrorKind::Io,
         ErrorKind::Proxy,
         ErrorKind::Interceptor,
+        ErrorKind::Cancelled,
     ];
 
     /// The stable SB-02 code of this kind.
@@ -174,6 +178,7 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::Proxy => "proxy",
             ErrorKind::Interceptor => "interceptor",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 
@@ -203,6 +208,7 @@ impl ErrorKind {
             ErrorKind::Io => f.write_str("connection i/o failed"),
             ErrorKind::Proxy => f.write_str("proxy failed"),
             ErrorKind::Interceptor => f.write_str("interceptor failed"),
+            ErrorKind::Cancelled => f.write_str("call cancelled"),
         }
     }
 }

@@ -22,6 +22,7 @@ use soulbase_net_core::{
 };
 use soulbase_net_policy::NetPolicy;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use super::{
@@ -112,28 +113,50 @@ impl Inner {
         };
         self.observer
             .on_event(&NetEvent::RequestStarted { req: call.info() });
-        let result = match self
-            .limiter
-            .acquire(&call.host, call.tenant.as_deref(), &policy.limits)
-            .await
-        {
-            Ok(permit) => {
-                let result = self.run(&mut req, &call, &timeouts).await;
-                permit.record(match &result {
-                    Ok(res) => Outcome::Response(res.status),
-                    Err(e) => Outcome::Error(e.kind()),
-                });
-                result
+        let token = req.extensions.get::<CancellationToken>().cloned();
+        let work = async {
+            match self
+                .limiter
+                .acquire(&call.host, call.tenant.as_deref(), &policy.limits)
+                .await
+            {
+                Ok(permit) => {
+                    let result = self.run(&mut req, &call, &timeouts).await;
+                    permit.record(match &result {
+                        Ok(res) => Outcome::Response(res.status),
+                        Err(e) => Outcome::Error(e.kind()),
+                    });
+                    result
+                }
+                Err(scope) => {
+                    self.observer.on_event(&NetEvent::RateLimited {
+                        req: call.info(),
+                        scope,
+                    });
+                    let err = NetError::new(ErrorKind::RateLimited)
+                        .with_message(format!("{scope:?} limit reached"))
+                        .at(&call.method, url.as_str());
+                    Err(self.after_error(&req, err).await)
+                }
             }
-            Err(scope) => {
-                self.observer.on_event(&NetEvent::RateLimited {
-                    req: call.info(),
-                    scope,
-                });
-                let err = NetError::new(ErrorKind::RateLimited)
-                    .with_message(format!("{scope:?} limit reached"))
-                    .at(&call.method, url.as_str());
-                Err(self.after_error(&req, err).await)
+        };
+        let result = match token {
+            None => work.await,
+            Some(token) => {
+                let cancelled = tokio::select! {
+                    biased;
+                    () = token.cancelled() => None,
+                    result = work => Some(result),
+                };
+                match cancelled {
+                    Some(result) => result,
+                    None => {
+                        let err = NetError::new(ErrorKind::Cancelled)
+                            .with_message("the cancel token fired")
+                            .at(&call.method, url.as_str());
+                        Err(self.after_error(&req, err).await)
+                    }
+                }
             }
         };
         let outcome = match &result {

@@ -152,6 +152,10 @@ impl Transports {
             per_host_cap: policy.limits.per_host_concurrency as usize,
             opened: self.opened.clone(),
             proxy: proxy.clone(),
+            freeze_addresses: policy
+                .endpoints
+                .freeze
+                .then_some(policy.endpoints.frozen_duration),
         });
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(s.pool_idle_timeout)

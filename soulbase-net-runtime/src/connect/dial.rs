@@ -35,10 +35,14 @@ impl Dialer for TcpDialer {
 /// when the previous one failed or has not connected within `delay`, without abandoning it.
 ///
 /// `addrs` must already be ordered (families interleaved) and allowed by the guard.
+///
+/// Every address that failed before the winner is pushed to `failed`, so the caller can
+/// freeze it.
 pub(crate) async fn happy_eyeballs(
     dialer: &Arc<dyn Dialer>,
     addrs: &[SocketAddr],
     delay: Duration,
+    failed: &mut Vec<SocketAddr>,
 ) -> io::Result<(TcpStream, SocketAddr)> {
     let mut pending = addrs.iter().copied();
     let mut attempts: JoinSet<(SocketAddr, io::Result<TcpStream>)> = JoinSet::new();
@@ -66,7 +70,10 @@ pub(crate) async fn happy_eyeballs(
         tokio::select! {
             done = next => match done {
                 Some((addr, Ok(stream))) => return Ok((stream, addr)),
-                Some((_, Err(e))) => last_err = Some(e),
+                Some((addr, Err(e))) => {
+                    failed.push(addr);
+                    last_err = Some(e);
+                }
                 None => {}
             },
             _ = tokio::time::sleep(delay), if more_to_try => {}
@@ -107,9 +114,14 @@ mod tests {
         let silent: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let scripted = Arc::new(Scripted::default());
         let dialer: Arc<dyn Dialer> = scripted.clone();
-        let (_, addr) = happy_eyeballs(&dialer, &[silent, good], Duration::from_millis(20))
-            .await
-            .unwrap();
+        let (_, addr) = happy_eyeballs(
+            &dialer,
+            &[silent, good],
+            Duration::from_millis(20),
+            &mut Vec::new(),
+        )
+        .await
+        .unwrap();
         assert_eq!(addr, good);
         assert_eq!(*scripted.dialled.lock(), vec![silent, good]);
     }
@@ -123,20 +135,27 @@ mod tests {
             l.local_addr().unwrap()
         };
         let dialer: Arc<dyn Dialer> = Arc::new(TcpDialer);
+        let mut failed = Vec::new();
         // A long delay: the refusal, not the timer, must move on to the next address.
         let (_, addr) = tokio::time::timeout(
             Duration::from_secs(5),
-            happy_eyeballs(&dialer, &[closed, good], Duration::from_secs(30)),
+            happy_eyeballs(
+                &dialer,
+                &[closed, good],
+                Duration::from_secs(30),
+                &mut failed,
+            ),
         )
         .await
         .unwrap()
         .unwrap();
         assert_eq!(addr, good);
-        let err = happy_eyeballs(&dialer, &[closed], Duration::from_secs(30))
+        assert_eq!(failed, vec![closed]);
+        let err = happy_eyeballs(&dialer, &[closed], Duration::from_secs(30), &mut Vec::new())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
-        let err = happy_eyeballs(&dialer, &[], Duration::from_secs(30))
+        let err = happy_eyeballs(&dialer, &[], Duration::from_secs(30), &mut Vec::new())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrNotAvailable);

@@ -64,6 +64,9 @@ pub(crate) struct ConnectorConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) happy_eyeballs_delay: Duration,
     pub(crate) per_host_cap: usize,
+    /// How long an address that refused a connection is skipped (`endpoints.freeze`);
+    /// `None` when the policy does not freeze.
+    pub(crate) freeze_addresses: Option<Duration>,
     /// Which requests go through a proxy; `None` when the policy has no proxy.
     pub(crate) proxy: Option<Arc<Matcher>>,
     /// Counts connections opened.
@@ -102,6 +105,8 @@ pub(crate) struct Connector {
 struct Inner {
     cfg: ConnectorConfig,
     caps: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Addresses that failed to connect, skipped while frozen (seed 004).
+    frozen: crate::resilience::Freezer<SocketAddr>,
 }
 
 /// Idle per-host cap entries are pruned once the map grows past this many hosts.
@@ -115,6 +120,7 @@ impl Connector {
             inner: Arc::new(Inner {
                 cfg,
                 caps: Mutex::new(HashMap::new()),
+                frozen: crate::resilience::Freezer::new(MAX_CAP_ENTRIES),
             }),
         }
     }
@@ -183,16 +189,30 @@ impl Inner {
             .iter()
             .map(|ip| SocketAddr::new(*ip, port))
             .collect();
+        let targets = match self.cfg.freeze_addresses {
+            Some(_) => self.frozen.choose(&targets, Instant::now()),
+            None => targets,
+        };
 
         let permit = self.permit(host, port).await?;
-        let (tcp, remote) =
-            dial::happy_eyeballs(&self.cfg.dialer, &targets, self.cfg.happy_eyeballs_delay)
-                .await
-                .map_err(|e| {
-                    NetError::new(ErrorKind::Connect)
-                        .with_message(format!("could not connect to {host}:{port}"))
-                        .with_source(e)
-                })?;
+        let mut failed = Vec::new();
+        let dialled = dial::happy_eyeballs(
+            &self.cfg.dialer,
+            &targets,
+            self.cfg.happy_eyeballs_delay,
+            &mut failed,
+        )
+        .await;
+        if let Some(duration) = self.cfg.freeze_addresses {
+            for addr in &failed {
+                self.frozen.freeze(addr, duration, Instant::now());
+            }
+        }
+        let (tcp, remote) = dialled.map_err(|e| {
+            NetError::new(ErrorKind::Connect)
+                .with_message(format!("could not connect to {host}:{port}"))
+                .with_source(e)
+        })?;
         let stream = self.secure(tcp, https, host).await?;
         Ok(self.finish(stream, remote, started, permit, false))
     }
@@ -229,16 +249,20 @@ impl Inner {
             .map(|ip| SocketAddr::new(*ip, proxy_port))
             .collect();
         let permit = self.permit(host, port).await?;
-        let (mut tcp, remote) =
-            dial::happy_eyeballs(&self.cfg.dialer, &targets, self.cfg.happy_eyeballs_delay)
-                .await
-                .map_err(|e| {
-                    NetError::new(ErrorKind::Proxy)
-                        .with_message(format!(
-                            "could not connect to the proxy {proxy_host}:{proxy_port}"
-                        ))
-                        .with_source(e)
-                })?;
+        let (mut tcp, remote) = dial::happy_eyeballs(
+            &self.cfg.dialer,
+            &targets,
+            self.cfg.happy_eyeballs_delay,
+            &mut Vec::new(),
+        )
+        .await
+        .map_err(|e| {
+            NetError::new(ErrorKind::Proxy)
+                .with_message(format!(
+                    "could not connect to the proxy {proxy_host}:{proxy_port}"
+                ))
+                .with_source(e)
+        })?;
         if !https {
             return Ok(self.finish(MaybeTls::Plain(tcp), remote, started, permit, true));
         }

@@ -473,3 +473,71 @@ async fn the_dynamic_timeout_learns_from_recent_latency() {
     );
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_cancel_token_stops_the_call_and_its_retries() {
+    let mut srv = FaultServer::http1()
+        .route("/r", Reply::status(503).header("retry-after", "1"))
+        .start()
+        .await
+        .unwrap();
+    let h = harness(quick(loopback_policy()));
+    let token = soulbase_net_runtime::CancellationToken::new();
+    let mut req = NetRequest::get(srv.url("/r"));
+    req.extensions.insert(token.clone());
+    let client = Arc::new(h.client);
+    let call = {
+        let client = client.clone();
+        tokio::spawn(async move { client.send(req).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while srv.hits("/r") == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    token.cancel();
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    // The retry was due after 1 s; watch 1.5 s for an attempt that must not come.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(srv.hits("/r"), 1);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_address_that_refuses_is_frozen_and_skipped() {
+    let srv = FaultServer::http1()
+        .route("/a", Reply::ok("up"))
+        .start()
+        .await
+        .unwrap();
+    let port = srv.addr().port();
+    // 127.0.0.2 is loopback too, but nothing listens there on this port.
+    let mut p = loopback_policy();
+    p.dns.shuffle = false;
+    p.dns.static_hosts.insert(
+        "two.test".to_owned(),
+        vec!["127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap()],
+    );
+    let h = crate::support::harness_with(p, |b| b.pool_max_idle_per_host(0));
+    let url = format!("http://two.test:{port}/a");
+    for _ in 0..3 {
+        assert_eq!(
+            h.client.send(NetRequest::get(&url)).await.unwrap().status,
+            200
+        );
+    }
+    let dead: std::net::SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
+    let dials_to_dead = h
+        .dialer
+        .dialled
+        .lock()
+        .iter()
+        .filter(|a| **a == dead)
+        .count();
+    assert_eq!(dials_to_dead, 1, "{:?}", h.dialer.dialled.lock());
+    assert_eq!(srv.hits("/a"), 3);
+    srv.join().await;
+}
