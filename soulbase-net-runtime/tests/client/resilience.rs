@@ -355,6 +355,17 @@ async fn a_hedge_answers_for_a_slow_replica_with_the_same_key() {
     assert_eq!(seen.len(), 2);
     let key = seen[0].header("idempotency-key").unwrap();
     assert_eq!(seen[1].header("idempotency-key"), Some(key));
+    // Two attempts started, one finished: the slow copy was dropped (cancelled) mid-flight.
+    let events = h.events.seen.lock().clone();
+    let started = events
+        .iter()
+        .filter(|e| e.starts_with("attempt ") && e.split(' ').count() == 2)
+        .count();
+    let finished = events
+        .iter()
+        .filter(|e| e.starts_with("attempt ") && e.split(' ').count() == 3)
+        .count();
+    assert_eq!((started, finished), (2, 1), "{events:?}");
     srv.shutdown().await;
 }
 
