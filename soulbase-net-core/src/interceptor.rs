@@ -7,8 +7,9 @@ use crate::{error::NetError, request::NetRequest, response::NetResponse};
 /// Code run around each request: adds headers, signs, checks, meters, caches.
 ///
 /// The client runs `before` of every interceptor in order **once per request**, around the
-/// retry loop; `on_attempt` before every attempt (first, retries and hedges); then `after` in
-/// reverse order on a response, or `on_error` (reverse order) on an error. So what must stay
+/// retry loop; then `respond` (which may answer without sending); `on_attempt` before every
+/// attempt (first, retries and hedges); `should_resend` on the final response; then `after`
+/// in reverse order on a response, or `on_error` (reverse order) on an error. So what must stay
 /// the same across attempts (request id, idempotency key, signature) is set in `before`, and
 /// what must change per attempt (a trace span id) in `on_attempt`.
 ///
@@ -47,8 +48,23 @@ pub trait Interceptor: Send + Sync {
         Ok(())
     }
 
+    /// Answers the request without sending it (a fresh cache entry, a duplicate inside a
+    /// dedup window). Asked in order after every `before`; the first `Some` is the result of
+    /// the call as it is: nothing is sent and no `after` or `on_error` runs.
+    async fn respond(&self, _req: &NetRequest) -> Option<Result<NetResponse, NetError>> {
+        None
+    }
+
     /// Runs before every attempt, `attempt` counting from 1 (hedged attempts included).
     fn on_attempt(&self, _req: &mut NetRequest, _attempt: u32) {}
+
+    /// Asks the client to send the request once more after this response, e.g. a 401 after
+    /// the interceptor refreshed its token (it may change `req`, such as its headers). Asked
+    /// in order before any `after`; the client resends at most once per call, and only a
+    /// request that can be sent again (not a stream body).
+    async fn should_resend(&self, _req: &mut NetRequest, _res: &mut NetResponse) -> bool {
+        false
+    }
 
     /// Runs once on the final response (after retries and redirects), in reverse order.
     ///
@@ -74,8 +90,16 @@ impl<T: Interceptor + ?Sized> Interceptor for Arc<T> {
         (**self).before(req).await
     }
 
+    async fn respond(&self, req: &NetRequest) -> Option<Result<NetResponse, NetError>> {
+        (**self).respond(req).await
+    }
+
     fn on_attempt(&self, req: &mut NetRequest, attempt: u32) {
         (**self).on_attempt(req, attempt);
+    }
+
+    async fn should_resend(&self, req: &mut NetRequest, res: &mut NetResponse) -> bool {
+        (**self).should_resend(req, res).await
     }
 
     async fn after(&self, req: &NetRequest, res: &mut NetResponse) -> Result<(), NetError> {
@@ -105,7 +129,9 @@ mod tests {
         let i: Arc<dyn Interceptor> = Arc::new(Nothing);
         i.before(&mut req).await.unwrap();
         i.on_attempt(&mut req, 1);
+        assert!(i.respond(&req).await.is_none());
         let mut res = NetResponse::from_bytes(http::StatusCode::OK, "x");
+        assert!(!i.should_resend(&mut req, &mut res).await);
         i.after(&req, &mut res).await.unwrap();
         i.on_error(&req, &NetError::new(crate::ErrorKind::Io)).await;
         assert_eq!(req.headers, before);

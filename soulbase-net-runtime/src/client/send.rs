@@ -205,7 +205,25 @@ impl Inner {
             Err(e) => return Err(self.after_error(req, e).await),
         };
         ensure_idempotency_key(req, &call.policy.retry);
-        let result = self.follow(req, url, call, timeouts).await;
+        for interceptor in &self.interceptors {
+            if let Some(answer) = interceptor.respond(req).await {
+                return answer;
+            }
+        }
+        let mut result = self.follow(req, url.clone(), call, timeouts).await;
+        if let Ok(res) = &mut result {
+            let mut resend = false;
+            for interceptor in &self.interceptors {
+                if interceptor.should_resend(req, res).await {
+                    resend = true;
+                    break;
+                }
+            }
+            if resend && req.body.is_replayable() {
+                drop(result);
+                result = self.follow(req, url, call, timeouts).await;
+            }
+        }
         match result {
             Ok(mut res) => {
                 for interceptor in self.interceptors.iter().rev() {

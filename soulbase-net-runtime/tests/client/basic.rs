@@ -242,3 +242,79 @@ async fn bytes_in_and_out_are_reported() {
     assert!(seen.contains(&"bytes in 3000".to_owned()), "{seen:?}");
     srv.join().await;
 }
+
+/// Answers `/cached` itself; asks for one resend after a 401, with a fresh token.
+struct Hooks {
+    resends: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl Interceptor for Hooks {
+    async fn respond(&self, req: &NetRequest) -> Option<Result<NetResponse, NetError>> {
+        req.url.ends_with("/cached").then(|| {
+            Ok(NetResponse::from_bytes(
+                http::StatusCode::OK,
+                "from the hook",
+            ))
+        })
+    }
+    async fn should_resend(&self, req: &mut NetRequest, res: &mut NetResponse) -> bool {
+        if res.status != 401 {
+            return false;
+        }
+        self.resends
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        req.headers.insert(
+            "authorization",
+            http::HeaderValue::from_static("Bearer fresh"),
+        );
+        true
+    }
+}
+
+#[tokio::test]
+async fn interceptors_can_answer_without_sending_and_ask_for_one_resend() {
+    let srv = FaultServer::http1()
+        .route("/cached", Reply::ok("origin"))
+        .route(
+            "/auth",
+            soulbase_net_testkit::Script::status(401)
+                .times(1)
+                .then(Reply::ok("welcome")),
+        )
+        .route("/always401", Reply::status(401))
+        .start()
+        .await
+        .unwrap();
+    let hooks = Arc::new(Hooks {
+        resends: std::sync::atomic::AtomicU32::new(0),
+    });
+    let h = harness_with(loopback_policy(), |b| b.interceptors(vec![hooks.clone()]));
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/cached")))
+        .await
+        .unwrap();
+    assert_eq!(res.text().await.unwrap(), "from the hook");
+    assert_eq!(srv.hits("/cached"), 0);
+
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/auth")))
+        .await
+        .unwrap();
+    assert_eq!(res.text().await.unwrap(), "welcome");
+    let seen = srv.requests("/auth");
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].header("authorization"), Some("Bearer fresh"));
+
+    // At most one resend per call.
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/always401")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 401);
+    assert_eq!(srv.hits("/always401"), 2);
+    srv.join().await;
+}
