@@ -108,7 +108,8 @@ pub(crate) struct OwnedInfo {
 }
 
 impl OwnedInfo {
-    fn info(&self) -> RequestInfo<'_> {
+    /// The borrowed labels events carry.
+    pub(crate) fn info(&self) -> RequestInfo<'_> {
         RequestInfo {
             id: self.id,
             method: &self.method,

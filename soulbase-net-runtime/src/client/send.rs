@@ -43,11 +43,7 @@ use crate::{
 
 /// What stays fixed for one request: its number, labels and deadlines.
 struct Call<'a> {
-    id: u64,
-    method: Method,
-    scheme: String,
-    host: String,
-    tenant: Option<String>,
+    labels: OwnedInfo,
     policy: &'a Arc<NetPolicy>,
     started: Instant,
     deadline: Instant,
@@ -55,23 +51,7 @@ struct Call<'a> {
 
 impl Call<'_> {
     fn info(&self) -> RequestInfo<'_> {
-        RequestInfo {
-            id: self.id,
-            method: &self.method,
-            scheme: &self.scheme,
-            host: &self.host,
-            tenant: self.tenant.as_deref(),
-        }
-    }
-
-    fn owned(&self) -> OwnedInfo {
-        OwnedInfo {
-            id: self.id,
-            method: self.method.clone(),
-            scheme: self.scheme.clone(),
-            host: self.host.clone(),
-            tenant: self.tenant.clone(),
-        }
+        self.labels.info()
     }
 
     /// `Timeout(phase)`, or `Timeout(Total)` when the total deadline comes first.
@@ -102,11 +82,13 @@ impl Inner {
         let policy = self.resolver.resolve(req.tenant.as_deref(), &host);
         let timeouts = policy.timeout.with_request(&req.timeout);
         let call = Call {
-            id,
-            method: req.method.clone(),
-            scheme: url.scheme().to_owned(),
-            host,
-            tenant: req.tenant.clone(),
+            labels: OwnedInfo {
+                id,
+                method: req.method.clone(),
+                scheme: url.scheme().to_owned(),
+                host,
+                tenant: req.tenant.clone(),
+            },
             policy: &policy,
             started,
             deadline: started + timeouts.total,
@@ -117,7 +99,11 @@ impl Inner {
         let work = async {
             match self
                 .limiter
-                .acquire(&call.host, call.tenant.as_deref(), &policy.limits)
+                .acquire(
+                    &call.labels.host,
+                    call.labels.tenant.as_deref(),
+                    &policy.limits,
+                )
                 .await
             {
                 Ok(permit) => {
@@ -135,7 +121,7 @@ impl Inner {
                     });
                     let err = NetError::new(ErrorKind::RateLimited)
                         .with_message(format!("{scope:?} limit reached"))
-                        .at(&call.method, url.as_str());
+                        .at(&call.labels.method, url.as_str());
                     Err(self.after_error(&req, err).await)
                 }
             }
@@ -153,7 +139,7 @@ impl Inner {
                     None => {
                         let err = NetError::new(ErrorKind::Cancelled)
                             .with_message("the cancel token fired")
-                            .at(&call.method, url.as_str());
+                            .at(&call.labels.method, url.as_str());
                         Err(self.after_error(&req, err).await)
                     }
                 }
@@ -247,7 +233,11 @@ impl Inner {
         timeouts: &soulbase_net_policy::TimeoutPolicy,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
-        let budget = budget_key(&policy.retry.budget, &call.host, call.tenant.as_deref());
+        let budget = budget_key(
+            &policy.retry.budget,
+            &call.labels.host,
+            call.labels.tenant.as_deref(),
+        );
         self.budgets
             .deposit(&budget, &policy.retry.budget, Instant::now());
         let mut attempts = 0;
@@ -308,7 +298,11 @@ impl Inner {
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
         let replayable = req.is_replayable();
-        let breaker = breaker_key(&policy.cbreaker, &call.host, call.tenant.as_deref());
+        let breaker = breaker_key(
+            &policy.cbreaker,
+            &call.labels.host,
+            call.labels.tenant.as_deref(),
+        );
         loop {
             let permit = match self
                 .breakers
@@ -321,15 +315,17 @@ impl Inner {
                     return Err(rejected
                         .into_error()
                         .with_message(format!("circuit for {breaker} is open"))
-                        .at(&call.method, url.as_str())
+                        .at(&call.labels.method, url.as_str())
                         .with_attempts(*attempts));
                 }
             };
             let now = Instant::now();
             let target = self.endpoints.target(url, &policy.endpoints, now);
-            let learnt =
-                self.latencies
-                    .timeout(&call.host, &policy.timeout.dynamic, timeouts.attempt);
+            let learnt = self.latencies.timeout(
+                &call.labels.host,
+                &policy.timeout.dynamic,
+                timeouts.attempt,
+            );
             let mut timeouts = timeouts.clone();
             timeouts.attempt = learnt;
             let began = Instant::now();
@@ -350,7 +346,7 @@ impl Inner {
             };
             match &result {
                 Ok(res) if res.status.as_u16() < 500 => {
-                    self.latencies.record(&call.host, res.elapsed.ttfb);
+                    self.latencies.record(&call.labels.host, res.elapsed.ttfb);
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::Connect | ErrorKind::Dns) => {
                     self.endpoints
@@ -540,7 +536,8 @@ impl Inner {
                     rule: denied.map_or("address_guard", |d| d.rule.as_str()),
                 });
             }
-            e.at(&call.method, url.as_str()).with_attempts(attempt)
+            e.at(&call.labels.method, url.as_str())
+                .with_attempts(attempt)
         });
         let (outcome, elapsed) = match &result {
             Ok(res) => (Outcome::Response(res.status), res.elapsed),
@@ -626,7 +623,8 @@ impl Inner {
             dir: Direction::Out,
             bytes: sent.load(Ordering::Relaxed),
         });
-        let body = MeteredBody::new(body, self.observer.clone(), call.owned()).boxed_unsync();
+        let body =
+            MeteredBody::new(body, self.observer.clone(), call.labels.clone()).boxed_unsync();
         Ok(NetResponse {
             status: parts.status,
             content_type: parts
