@@ -4,6 +4,7 @@
 //! fresh CI machine that has only the Rust toolchain (rust-analyzer's pattern).
 
 mod ci;
+mod contract;
 mod tidy;
 
 use std::{
@@ -15,14 +16,17 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci      fmt check, clippy -D warnings, tests, docs, repository rules (what CI runs)
+  ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts (what CI runs)
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
+  contract [--json PATH]
+          the contract matrix (seed 000 §10, seed 001 §XI) against the testkit on loopback
 ";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci::run(),
+        Some("contract") => contract::run(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");

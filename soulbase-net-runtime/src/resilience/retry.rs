@@ -119,8 +119,10 @@ pub(crate) fn decide(
 
 /// Whether `retry_on` lists `outcome`.
 ///
-/// - `dns_err` → [`ErrorKind::Dns`]; `connect_err` → [`ErrorKind::Connect`] only (an `Io`
-///   error may come after the request was written, so it is not retried);
+/// - `dns_err` → [`ErrorKind::Dns`]; `connect_err` → [`ErrorKind::Connect`] and
+///   [`ErrorKind::Io`] (the connection reset or closed before the response was complete, as
+///   Envoy's `reset`): the request may have reached the server, which is safe only because
+///   retries are for idempotent, replayable requests;
 /// - `connect_timeout` → a timeout in the DNS, connect or TLS phase; `ttfb_timeout`,
 ///   `read_timeout` → those phases;
 /// - `http_5xx` → 500–599 except 501 (Not Implemented) and 505 (HTTP Version Not
@@ -141,7 +143,7 @@ pub(crate) fn is_retryable(on: &RetryOn, outcome: Outcome) -> bool {
     }
     match outcome {
         Outcome::Error(ErrorKind::Dns) => on.dns_err,
-        Outcome::Error(ErrorKind::Connect) => on.connect_err,
+        Outcome::Error(ErrorKind::Connect | ErrorKind::Io) => on.connect_err,
         Outcome::Error(ErrorKind::Timeout(Phase::Dns | Phase::Connect | Phase::Tls)) => {
             on.connect_timeout
         }

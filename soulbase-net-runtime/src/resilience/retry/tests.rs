@@ -144,8 +144,9 @@ fn deadline_stops_an_attempt_that_cannot_finish() {
 #[test]
 fn retry_on_maps_outcomes_to_flags() {
     type Flag = fn(&mut RetryOn);
-    let table: [(Outcome, Flag); 10] = [
+    let table: [(Outcome, Flag); 11] = [
         (Outcome::Error(ErrorKind::Dns), |o| o.dns_err = false),
+        (Outcome::Error(ErrorKind::Io), |o| o.connect_err = false),
         (Outcome::Error(ErrorKind::Connect), |o| {
             o.connect_err = false
         }),
@@ -191,7 +192,6 @@ fn some_outcomes_are_never_retried() {
         Outcome::Error(ErrorKind::RedirectLimit),
         Outcome::Error(ErrorKind::Timeout(Phase::Total)),
         Outcome::Error(ErrorKind::Timeout(Phase::Write)),
-        Outcome::Error(ErrorKind::Io),
         Outcome::Error(ErrorKind::CircuitOpen),
         Outcome::Error(ErrorKind::RateLimited),
         status(501),
