@@ -261,6 +261,9 @@ impl Metrics {
 
     /// The registry in the OpenMetrics text format (the Prometheus scrape format), ending in
     /// `# EOF`.
+    ///
+    /// Empty if a metric fails to encode, which only a collector the caller registered in the
+    /// registry given to [`MetricsBuilder::registry`] can do.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail, and no metric of ours returns an error.
