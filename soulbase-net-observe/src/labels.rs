@@ -4,44 +4,70 @@
 //! Prometheus. A client that calls user-supplied hosts would otherwise grow without bound, so
 //! values past the cap share the label [`OTHER`].
 
-use std::collections::HashSet;
+use std::{
+    collections::HashSet,
+    fmt::{self, Write as _},
+    sync::Arc,
+};
 
 use parking_lot::RwLock;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use soulbase_net_core::http::Method;
 
 /// The label value that stands for every value past a cap.
 pub(crate) const OTHER: &str = "_other";
 
+/// A label value shared by every series that uses it: cloning it never allocates.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct Label(Arc<str>);
+
+impl Label {
+    pub(crate) fn new(value: &str) -> Self {
+        Label(Arc::from(value))
+    }
+}
+
+impl EncodeLabelValue for Label {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+        encoder.write_str(&self.0)
+    }
+}
+
 /// A set of admitted label values, at most `max` of them.
+///
+/// Why interned: the hot path looks a value up under a read lock and clones an `Arc`, so
+/// counting an event for a known host allocates nothing.
 #[derive(Debug)]
 pub(crate) struct LabelCap {
     max: usize,
-    seen: RwLock<HashSet<String>>,
+    other: Label,
+    seen: RwLock<HashSet<Arc<str>>>,
 }
 
 impl LabelCap {
     pub(crate) fn new(max: usize) -> Self {
         LabelCap {
             max,
+            other: Label::new(OTHER),
             seen: RwLock::new(HashSet::new()),
         }
     }
 
     /// `value` if it is already admitted or there is room for it, else [`OTHER`].
-    pub(crate) fn admit(&self, value: &str) -> String {
-        if self.seen.read().contains(value) {
-            return value.to_owned();
+    pub(crate) fn admit(&self, value: &str) -> Label {
+        if let Some(known) = self.seen.read().get(value) {
+            return Label(Arc::clone(known));
         }
         let mut seen = self.seen.write();
-        if seen.contains(value) {
-            return value.to_owned();
+        if let Some(known) = seen.get(value) {
+            return Label(Arc::clone(known));
         }
         if seen.len() < self.max {
-            seen.insert(value.to_owned());
-            return value.to_owned();
+            let label: Arc<str> = Arc::from(value);
+            seen.insert(Arc::clone(&label));
+            return Label(label);
         }
-        OTHER.to_owned()
+        self.other.clone()
     }
 }
 
@@ -76,8 +102,8 @@ pub(crate) fn scheme_label(scheme: &str) -> &'static str {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
-    pub(crate) tenant: String,
-    pub(crate) host: String,
+    pub(crate) tenant: Label,
+    pub(crate) host: Label,
     pub(crate) method: &'static str,
     pub(crate) scheme: &'static str,
     pub(crate) outcome: &'static str,
@@ -91,8 +117,8 @@ pub(crate) struct PhaseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BytesLabels {
     pub(crate) dir: &'static str,
-    pub(crate) tenant: String,
-    pub(crate) host: String,
+    pub(crate) tenant: Label,
+    pub(crate) host: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -102,23 +128,23 @@ pub(crate) struct ReasonLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct HostLabels {
-    pub(crate) host: String,
+    pub(crate) host: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct KeyLabels {
-    pub(crate) key: String,
+    pub(crate) key: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct LimitLabels {
-    pub(crate) host: String,
+    pub(crate) host: Label,
     pub(crate) scope: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RuleLabels {
-    pub(crate) rule: String,
+    pub(crate) rule: Label,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -133,11 +159,11 @@ mod tests {
     #[test]
     fn values_past_the_cap_become_other() {
         let cap = LabelCap::new(2);
-        assert_eq!(cap.admit("a"), "a");
-        assert_eq!(cap.admit("b"), "b");
-        assert_eq!(cap.admit("c"), OTHER);
-        assert_eq!(cap.admit("a"), "a");
-        assert_eq!(LabelCap::new(0).admit("a"), OTHER);
+        assert_eq!(cap.admit("a"), Label::new("a"));
+        assert_eq!(cap.admit("b"), Label::new("b"));
+        assert_eq!(cap.admit("c"), Label::new(OTHER));
+        assert_eq!(cap.admit("a"), Label::new("a"));
+        assert_eq!(LabelCap::new(0).admit("a"), Label::new(OTHER));
     }
 
     #[test]

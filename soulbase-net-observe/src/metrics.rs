@@ -14,8 +14,8 @@ use soulbase_net_core::{
 
 use crate::{
     labels::{
-        method_label, scheme_label, BytesLabels, HostLabels, KeyLabels, LabelCap, LimitLabels,
-        PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels, OTHER,
+        method_label, scheme_label, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
+        LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels, OTHER,
     },
     sli::{SliCollector, SliState, Slis},
 };
@@ -81,6 +81,7 @@ pub struct Metrics {
     tenants: LabelCap,
     keys: LabelCap,
     rules: LabelCap,
+    no_tenant: Label,
     requests: Family<RequestLabels, Counter>,
     latency: Family<PhaseLabels, Histogram, fn() -> Histogram>,
     bytes: Family<BytesLabels, Counter>,
@@ -148,6 +149,7 @@ impl MetricsBuilder {
             tenants: LabelCap::new(self.max_tenants),
             keys: LabelCap::new(self.max_hosts),
             rules: LabelCap::new(MAX_RULES),
+            no_tenant: Label::new(""),
             requests: Family::default(),
             latency: Family::new_with_constructor(new_histogram),
             bytes: Family::default(),
@@ -284,13 +286,13 @@ impl Metrics {
         self.sli.on_dedup(drops, consumed);
     }
 
-    fn host(&self, req: &RequestInfo<'_>) -> String {
+    fn host(&self, req: &RequestInfo<'_>) -> Label {
         self.hosts.admit(req.host)
     }
 
-    fn tenant(&self, req: &RequestInfo<'_>) -> String {
+    fn tenant(&self, req: &RequestInfo<'_>) -> Label {
         req.tenant
-            .map_or_else(String::new, |t| self.tenants.admit(t))
+            .map_or_else(|| self.no_tenant.clone(), |t| self.tenants.admit(t))
     }
 
     fn observe_ms(&self, phase: &'static str, d: Duration) {
