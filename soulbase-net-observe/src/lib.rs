@@ -1,10 +1,39 @@
-//! Observability for soulbase-net.
+//! Observability for soulbase-net: Prometheus metrics, `tracing` spans and the SLIs of the
+//! timeout / retry policy, all from the runtime's [`NetEvent`](soulbase_net_core::NetEvent)s.
 //!
-//! This crate will hold an implementation of [`soulbase_net_core::Observer`] that turns the
-//! runtime's [`soulbase_net_core::NetEvent`]s into the seed's metrics
-//! (`net_requests_total`, `net_latency_ms_bucket`, `net_bytes`, `net_retry_total`,
-//! `net_circuit_open_total`, `net_redirect_total`) in Prometheus text format, `tracing` spans per
-//! request and per attempt with OpenTelemetry HTTP-client field names, and the SLIs of the
-//! timeout / retry policy (retry rate, timeout rate, p50 / p99 latency, error ratio).
+//! - [`Metrics`]: the seed's metrics (`net_requests_total`, `net_latency_ms`, `net_bytes_total`,
+//!   `net_retry_total`, `net_circuit_open_total`, `net_redirect_total`, …) with bounded labels,
+//!   in the OpenMetrics text format, and [`Slis`] (retry rate, timeout rate, error ratio,
+//!   dedup drop rate, p50 / p99 latency) as a struct and as gauges.
+//! - [`TracingObserver`]: one span per request and one per attempt, OpenTelemetry field names.
+//! - [`Fanout`]: both at once.
 //!
-//! It is built by the observability issue; until then it exports nothing.
+//! ```
+//! use std::sync::Arc;
+//! use soulbase_net_core::Observer;
+//! use soulbase_net_observe::{Fanout, Metrics, TracingObserver};
+//!
+//! let metrics = Arc::new(Metrics::new());
+//! let observer: Arc<dyn Observer> =
+//!     Arc::new(Fanout::new().with(metrics.clone()).with(Arc::new(TracingObserver::new())));
+//! // Give `observer` to the client; serve `metrics.encode()` on the scrape endpoint.
+//! assert!(metrics.encode().ends_with("# EOF\n"));
+//! # drop(observer);
+//! ```
+//!
+//! This crate depends on `soulbase-net-core` only; it has no features.
+
+mod fanout;
+mod labels;
+mod metrics;
+mod sli;
+mod trace;
+
+pub use crate::fanout::Fanout;
+pub use crate::metrics::{Metrics, MetricsBuilder, LATENCY_BUCKETS_MS};
+pub use crate::sli::Slis;
+pub use crate::trace::{TracingObserver, TracingObserverBuilder};
+
+/// Re-exported so that users name the registry type of [`Metrics::registry`] without a
+/// version mismatch.
+pub use prometheus_client;

@@ -1,0 +1,75 @@
+//! [`Fanout`]: one [`Observer`] that forwards every event to several, e.g. metrics and tracing.
+
+use std::{fmt, sync::Arc};
+
+use soulbase_net_core::{NetEvent, Observer};
+
+/// Forwards each event to every observer it holds, in the order they were added.
+///
+/// Default is empty (events are dropped).
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use soulbase_net_observe::{Fanout, Metrics, TracingObserver};
+///
+/// let metrics = Arc::new(Metrics::new());
+/// let observer = Fanout::new().with(metrics.clone()).with(Arc::new(TracingObserver::new()));
+/// assert_eq!(observer.len(), 2);
+/// ```
+#[derive(Clone, Default)]
+pub struct Fanout {
+    observers: Vec<Arc<dyn Observer>>,
+}
+
+impl Fanout {
+    /// A fan-out with no observers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `observer` after those already held.
+    pub fn with(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// Adds `observer` after those already held.
+    pub fn push(&mut self, observer: Arc<dyn Observer>) {
+        self.observers.push(observer);
+    }
+
+    /// How many observers are held.
+    pub fn len(&self) -> usize {
+        self.observers.len()
+    }
+
+    /// Whether no observer is held.
+    pub fn is_empty(&self) -> bool {
+        self.observers.is_empty()
+    }
+}
+
+impl fmt::Debug for Fanout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fanout")
+            .field("observers", &self.observers.len())
+            .finish()
+    }
+}
+
+impl Observer for Fanout {
+    fn on_event(&self, event: &NetEvent<'_>) {
+        for observer in &self.observers {
+            observer.on_event(event);
+        }
+    }
+}
+
+impl FromIterator<Arc<dyn Observer>> for Fanout {
+    fn from_iter<I: IntoIterator<Item = Arc<dyn Observer>>>(iter: I) -> Self {
+        Fanout {
+            observers: iter.into_iter().collect(),
+        }
+    }
+}

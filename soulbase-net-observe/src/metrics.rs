@@ -1,0 +1,463 @@
+//! [`Metrics`]: an [`Observer`] that keeps the seed's metrics in a `prometheus-client` registry
+//! and writes them in the OpenMetrics text format.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use soulbase_net_core::{
+    BreakerState, DnsSource, LimitScope, NetEvent, Observer, Outcome, RequestInfo,
+};
+
+use crate::{
+    labels::{
+        method_label, scheme_label, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
+        LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels, OTHER,
+    },
+    sli::{SliCollector, SliState, Slis},
+};
+
+/// The upper bounds of the `net_latency_ms` buckets, in milliseconds.
+pub const LATENCY_BUCKETS_MS: [f64; 13] = [
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
+];
+
+/// How many distinct `rule` labels `net_blocked_total` keeps before using `"_other"`.
+const MAX_RULES: usize = 64;
+
+/// Turns [`NetEvent`]s into Prometheus metrics and [`Slis`]. Cheap to share: wrap it in an
+/// [`Arc`] and hand the same value to the client and to the scrape endpoint.
+///
+/// Metrics (counters get the `_total` suffix in the exposition):
+///
+/// | metric | labels | from |
+/// | --- | --- | --- |
+/// | `net_requests_total` | `tenant, host, method, scheme, outcome` | `RequestFinished`; `outcome` is [`Outcome::label`] |
+/// | `net_latency_ms` (histogram, [`LATENCY_BUCKETS_MS`]) | `phase = connect, ttfb, total` | `connect`: attempts that opened a connection; `ttfb`: attempts that got a response; `total`: `RequestFinished` |
+/// | `net_bytes_total` | `dir, tenant, host` | `Bytes` |
+/// | `net_retry_total` | `reason` | `RetryScheduled`; the failed attempt's outcome label |
+/// | `net_circuit_open_total` | `host` (the breaker key) | `BreakerTransition` to open |
+/// | `net_breaker_state` (gauge: 0 closed, 1 half-open, 2 open) | `key` | `BreakerTransition` |
+/// | `net_breaker_rejected_total` | `host` | `BreakerRejected` |
+/// | `net_redirect_total` | `host` | `Redirected` |
+/// | `net_rate_limited_total` | `host, scope` | `RateLimited` |
+/// | `net_retry_budget_exhausted_total` | `host` | `RetryBudgetExhausted` |
+/// | `net_blocked_total` | `rule` | `Blocked` |
+/// | `net_timeouts_total` | `phase` | `TimedOut` |
+/// | `net_dns_lookups_total` | `source` | `DnsResolved` |
+/// | `net_sli_*` (gauges) | — | see [`Slis`], computed at scrape time |
+///
+/// A request without a tenant has `tenant=""`. Label values are bounded: past
+/// [`MetricsBuilder::max_hosts`] distinct hosts (and breaker keys), [`MetricsBuilder::max_tenants`]
+/// tenants and 64 block rules, new values are counted under `"_other"`; extension methods and
+/// schemes other than `http`/`https` are `"_other"` too.
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use soulbase_net_core::{http::{Method, StatusCode}, Elapsed, NetEvent, Observer, Outcome, RequestInfo};
+/// use soulbase_net_observe::Metrics;
+///
+/// let metrics = Arc::new(Metrics::new());
+/// let req = RequestInfo { id: 1, method: &Method::GET, scheme: "https", host: "api.example", tenant: None };
+/// metrics.on_event(&NetEvent::RequestFinished {
+///     req,
+///     outcome: Outcome::Response(StatusCode::OK),
+///     attempts: 1,
+///     elapsed: Elapsed::default(),
+/// });
+/// let text = metrics.encode();
+/// assert!(text.contains(
+///     r#"net_requests_total{tenant="",host="api.example",method="GET",scheme="https",outcome="ok"} 1"#
+/// ));
+/// assert_eq!(metrics.slis().requests, 1);
+/// ```
+pub struct Metrics {
+    registry: Registry,
+    hosts: LabelCap,
+    tenants: LabelCap,
+    keys: LabelCap,
+    rules: LabelCap,
+    no_tenant: Label,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<PhaseLabels, Histogram, fn() -> Histogram>,
+    bytes: Family<BytesLabels, Counter>,
+    retries: Family<ReasonLabels, Counter>,
+    circuit_open: Family<HostLabels, Counter>,
+    breaker_state: Family<KeyLabels, Gauge>,
+    breaker_rejected: Family<HostLabels, Counter>,
+    redirects: Family<HostLabels, Counter>,
+    rate_limited: Family<LimitLabels, Counter>,
+    budget_exhausted: Family<HostLabels, Counter>,
+    blocked: Family<RuleLabels, Counter>,
+    timeouts: Family<PhaseLabels, Counter>,
+    dns: Family<SourceLabels, Counter>,
+    sli: Arc<SliState>,
+}
+
+/// Configures [`Metrics`]; from [`Metrics::builder`].
+#[derive(Debug)]
+pub struct MetricsBuilder {
+    max_hosts: usize,
+    max_tenants: usize,
+    latency_window: usize,
+    registry: Option<Registry>,
+}
+
+// === impl MetricsBuilder ===
+
+impl MetricsBuilder {
+    /// How many distinct hosts (and, separately, breaker keys) get their own label value;
+    /// later ones share `"_other"`. Default is 1 000.
+    pub fn max_hosts(mut self, max: usize) -> Self {
+        self.max_hosts = max;
+        self
+    }
+
+    /// How many distinct tenants get their own label value; later ones share `"_other"`.
+    /// Default is 100.
+    pub fn max_tenants(mut self, max: usize) -> Self {
+        self.max_tenants = max;
+        self
+    }
+
+    /// How many of the most recent request latencies the p50 / p99 SLIs are computed over;
+    /// `0` turns the sample off (percentiles stay `0.0`). Default is 10 000.
+    pub fn latency_window(mut self, len: usize) -> Self {
+        self.latency_window = len;
+        self
+    }
+
+    /// Registers the metrics in `registry` (which may already hold the service's own metrics)
+    /// instead of a new empty one, so that one exposition carries both. Default is a new
+    /// registry.
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Builds the metrics and registers them. Every setting is valid, so this cannot fail.
+    pub fn build(self) -> Metrics {
+        let mut registry = self.registry.unwrap_or_default();
+        let sli = Arc::new(SliState::new(self.latency_window));
+        let new_histogram: fn() -> Histogram = || Histogram::new(LATENCY_BUCKETS_MS);
+        let metrics = Metrics {
+            hosts: LabelCap::new(self.max_hosts),
+            tenants: LabelCap::new(self.max_tenants),
+            keys: LabelCap::new(self.max_hosts),
+            rules: LabelCap::new(MAX_RULES),
+            no_tenant: Label::new(""),
+            requests: Family::default(),
+            latency: Family::new_with_constructor(new_histogram),
+            bytes: Family::default(),
+            retries: Family::default(),
+            circuit_open: Family::default(),
+            breaker_state: Family::default(),
+            breaker_rejected: Family::default(),
+            redirects: Family::default(),
+            rate_limited: Family::default(),
+            budget_exhausted: Family::default(),
+            blocked: Family::default(),
+            timeouts: Family::default(),
+            dns: Family::default(),
+            sli: Arc::clone(&sli),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        // Families are handles on shared state: the registry gets clones.
+        r.register(
+            "net_requests",
+            "Requests finished.",
+            metrics.requests.clone(),
+        );
+        r.register(
+            "net_latency_ms",
+            "Latency by phase, in milliseconds.",
+            metrics.latency.clone(),
+        );
+        r.register("net_bytes", "Bytes on the wire.", metrics.bytes.clone());
+        r.register(
+            "net_retry",
+            "Retries scheduled, by the failed attempt's outcome.",
+            metrics.retries.clone(),
+        );
+        r.register(
+            "net_circuit_open",
+            "Circuit breakers that opened.",
+            metrics.circuit_open.clone(),
+        );
+        r.register(
+            "net_breaker_state",
+            "Breaker state: 0 closed, 1 half-open, 2 open.",
+            metrics.breaker_state.clone(),
+        );
+        r.register(
+            "net_breaker_rejected",
+            "Calls refused by an open breaker.",
+            metrics.breaker_rejected.clone(),
+        );
+        r.register(
+            "net_redirect",
+            "Redirects followed.",
+            metrics.redirects.clone(),
+        );
+        r.register(
+            "net_rate_limited",
+            "Calls refused or delayed by a limit.",
+            metrics.rate_limited.clone(),
+        );
+        r.register(
+            "net_retry_budget_exhausted",
+            "Retries refused by the retry budget.",
+            metrics.budget_exhausted.clone(),
+        );
+        r.register(
+            "net_blocked",
+            "Destinations refused by the address guard or allow-list.",
+            metrics.blocked.clone(),
+        );
+        r.register(
+            "net_timeouts",
+            "Timeouts fired, by phase.",
+            metrics.timeouts.clone(),
+        );
+        r.register(
+            "net_dns_lookups",
+            "Host names resolved, by answer source.",
+            metrics.dns.clone(),
+        );
+        r.register_collector(Box::new(SliCollector(sli)));
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Metrics with the default settings of [`MetricsBuilder`] in a registry of their own.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// A builder; see its setters for the defaults.
+    pub fn builder() -> MetricsBuilder {
+        MetricsBuilder {
+            max_hosts: 1_000,
+            max_tenants: 100,
+            latency_window: 10_000,
+            registry: None,
+        }
+    }
+
+    /// The registry holding these metrics (and whatever it held before
+    /// [`MetricsBuilder::registry`]).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The registry in the OpenMetrics text format (the Prometheus scrape format), ending in
+    /// `# EOF`.
+    ///
+    /// Empty if a metric fails to encode, which only a collector the caller registered in the
+    /// registry given to [`MetricsBuilder::registry`] can do.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail, and no metric of ours returns an error.
+        if encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+
+    /// The SLIs of seed 001 §X as of now.
+    pub fn slis(&self) -> Slis {
+        self.sli.snapshot()
+    }
+
+    /// Adds `drops` duplicate requests dropped by a dedup window out of `consumed` requests
+    /// seen; this feeds [`Slis::dup_drop_rate`], which stays `None` until `consumed` is non-zero.
+    pub fn record_dedup(&self, drops: u64, consumed: u64) {
+        self.sli.on_dedup(drops, consumed);
+    }
+
+    fn host(&self, req: &RequestInfo<'_>) -> Label {
+        self.hosts.admit(req.host)
+    }
+
+    fn tenant(&self, req: &RequestInfo<'_>) -> Label {
+        req.tenant
+            .map_or_else(|| self.no_tenant.clone(), |t| self.tenants.admit(t))
+    }
+
+    fn observe_ms(&self, phase: &'static str, d: Duration) {
+        self.latency
+            .get_or_create(&PhaseLabels { phase })
+            .observe(d.as_secs_f64() * 1000.0);
+    }
+
+    fn on_finished(&self, req: &RequestInfo<'_>, outcome: &Outcome, total: Duration) {
+        let labels = RequestLabels {
+            tenant: self.tenant(req),
+            host: self.host(req),
+            method: method_label(req.method),
+            scheme: scheme_label(req.scheme),
+            outcome: outcome.label(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.observe_ms("total", total);
+        self.sli.on_finished(outcome, total.as_secs_f64() * 1000.0);
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics")
+            .field("slis", &self.slis())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer for Metrics {
+    fn on_event(&self, event: &NetEvent<'_>) {
+        match *event {
+            NetEvent::RequestFinished {
+                req,
+                outcome,
+                elapsed,
+                ..
+            } => {
+                self.on_finished(&req, &outcome, elapsed.total);
+            }
+            NetEvent::AttemptFinished {
+                outcome, elapsed, ..
+            } => {
+                // A pooled connection reports zero connect time: not a connect latency.
+                if !elapsed.connect.is_zero() {
+                    self.observe_ms("connect", elapsed.connect);
+                }
+                if matches!(outcome, Outcome::Response(_)) {
+                    self.observe_ms("ttfb", elapsed.ttfb);
+                }
+            }
+            NetEvent::Bytes { req, dir, bytes } => {
+                let labels = BytesLabels {
+                    dir: dir.as_str(),
+                    tenant: self.tenant(&req),
+                    host: self.host(&req),
+                };
+                self.bytes.get_or_create(&labels).inc_by(bytes);
+            }
+            NetEvent::RetryScheduled { reason, .. } => {
+                self.retries
+                    .get_or_create(&ReasonLabels {
+                        reason: reason.label(),
+                    })
+                    .inc();
+                self.sli.on_retry();
+            }
+            NetEvent::BreakerTransition { key, to, .. } => {
+                let key = self.keys.admit(key);
+                if to == BreakerState::Open {
+                    self.circuit_open
+                        .get_or_create(&HostLabels { host: key.clone() })
+                        .inc();
+                }
+                self.breaker_state
+                    .get_or_create(&KeyLabels { key })
+                    .set(breaker_value(to));
+            }
+            NetEvent::BreakerRejected { req } => {
+                self.breaker_rejected
+                    .get_or_create(&HostLabels {
+                        host: self.host(&req),
+                    })
+                    .inc();
+            }
+            NetEvent::Redirected { req, .. } => {
+                self.redirects
+                    .get_or_create(&HostLabels {
+                        host: self.host(&req),
+                    })
+                    .inc();
+            }
+            NetEvent::RateLimited { req, scope } => {
+                let labels = LimitLabels {
+                    host: self.host(&req),
+                    scope: scope_label(scope),
+                };
+                self.rate_limited.get_or_create(&labels).inc();
+            }
+            NetEvent::RetryBudgetExhausted { req, .. } => {
+                self.budget_exhausted
+                    .get_or_create(&HostLabels {
+                        host: self.host(&req),
+                    })
+                    .inc();
+            }
+            NetEvent::Blocked { rule, .. } => {
+                self.blocked
+                    .get_or_create(&RuleLabels {
+                        rule: self.rules.admit(rule),
+                    })
+                    .inc();
+            }
+            NetEvent::TimedOut { phase, .. } => {
+                self.timeouts
+                    .get_or_create(&PhaseLabels {
+                        phase: phase.as_str(),
+                    })
+                    .inc();
+            }
+            NetEvent::DnsResolved { source, .. } => {
+                self.dns
+                    .get_or_create(&SourceLabels {
+                        source: source_label(source),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn breaker_value(state: BreakerState) -> i64 {
+    match state {
+        BreakerState::Closed => 0,
+        BreakerState::HalfOpen => 1,
+        BreakerState::Open => 2,
+    }
+}
+
+fn scope_label(scope: LimitScope) -> &'static str {
+    match scope {
+        LimitScope::HostConcurrency => "host_concurrency",
+        LimitScope::TenantConcurrency => "tenant_concurrency",
+        LimitScope::HostRate => "host_rate",
+        LimitScope::Adaptive => "adaptive",
+        LimitScope::Quota => "quota",
+        _ => OTHER,
+    }
+}
+
+fn source_label(source: DnsSource) -> &'static str {
+    match source {
+        DnsSource::Lookup => "lookup",
+        DnsSource::Cache => "cache",
+        DnsSource::Stale => "stale",
+        DnsSource::Static => "static",
+        DnsSource::Literal => "literal",
+        _ => OTHER,
+    }
+}

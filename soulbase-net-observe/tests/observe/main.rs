@@ -1,0 +1,8 @@
+//! Observe: metrics exposition, SLIs and tracing spans, driven by scripted `NetEvent`s.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod capture;
+mod events;
+mod metrics;
+mod slis;
+mod spans;
