@@ -9,6 +9,7 @@ mod cap;
 mod dns;
 mod guard;
 mod limits;
+mod metrics;
 mod proxy;
 mod redirects;
 mod resilience;
