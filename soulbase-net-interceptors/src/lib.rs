@@ -43,5 +43,20 @@ mod idempotency;
 #[cfg(feature = "idempotency")]
 pub use crate::idempotency::IdempotencyKey;
 
+#[cfg(feature = "bearer")]
+mod bearer;
+#[cfg(feature = "bearer")]
+pub use crate::bearer::{Bearer, Token, TokenProvider};
+
+#[cfg(feature = "sandbox")]
+mod sandbox;
+#[cfg(feature = "sandbox")]
+pub use crate::sandbox::SandboxGuard;
+
+#[cfg(feature = "qos")]
+mod qos;
+#[cfg(feature = "qos")]
+pub use crate::qos::{ByteCount, QosBytes, Reservation};
+
 #[cfg(any(feature = "trace", feature = "idempotency"))]
 mod hex;

@@ -3,7 +3,13 @@
 
 mod support;
 
+#[cfg(feature = "bearer")]
+mod bearer;
 #[cfg(feature = "idempotency")]
 mod idempotency;
+#[cfg(feature = "qos")]
+mod qos;
+#[cfg(feature = "sandbox")]
+mod sandbox;
 #[cfg(feature = "trace")]
 mod trace;
