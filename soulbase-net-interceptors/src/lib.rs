@@ -48,6 +48,11 @@ mod bearer;
 #[cfg(feature = "bearer")]
 pub use crate::bearer::{Bearer, Token, TokenProvider};
 
+#[cfg(feature = "crypto")]
+mod jws;
+#[cfg(feature = "crypto")]
+pub use crate::jws::{verify as jws_verify, A2aJws, JwsClaims, JwsError};
+
 #[cfg(feature = "sandbox")]
 mod sandbox;
 #[cfg(feature = "sandbox")]

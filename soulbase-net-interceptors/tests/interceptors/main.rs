@@ -7,6 +7,8 @@ mod support;
 mod bearer;
 #[cfg(feature = "idempotency")]
 mod idempotency;
+#[cfg(feature = "crypto")]
+mod jws;
 #[cfg(feature = "qos")]
 mod qos;
 #[cfg(feature = "sandbox")]
