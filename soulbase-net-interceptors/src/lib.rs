@@ -63,5 +63,10 @@ mod qos;
 #[cfg(feature = "qos")]
 pub use crate::qos::{ByteCount, QosBytes, Reservation};
 
+#[cfg(feature = "cache")]
+mod cache;
+#[cfg(feature = "cache")]
+pub use crate::cache::{CacheHook, CacheStore, CachedResponse, MemoryStore};
+
 #[cfg(any(feature = "trace", feature = "idempotency"))]
 mod hex;

@@ -5,6 +5,8 @@ mod support;
 
 #[cfg(feature = "bearer")]
 mod bearer;
+#[cfg(feature = "cache")]
+mod cache;
 #[cfg(feature = "idempotency")]
 mod idempotency;
 #[cfg(feature = "crypto")]
