@@ -1,6 +1,8 @@
 //! Each interceptor through a real client against the testkit's servers over loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Feature sets that leave some interceptors out use only part of the helpers.
+#[allow(dead_code)]
 mod support;
 
 #[cfg(feature = "bearer")]
