@@ -71,3 +71,50 @@ async fn a_second_401_is_returned_not_retried_again() {
     assert_eq!(srv.hits("/me"), 2);
     srv.join().await;
 }
+
+/// Collects everything the client logs (every level) for one test.
+#[derive(Clone, Default)]
+struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_token_never_appears_in_captured_logs() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let srv = FaultServer::http1()
+        .route("/me", Script::status(401).times(1).then(Reply::echo()))
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(Bearer::new(|| async {
+        Ok(Token::expires_in("SECRET-abc123", Duration::from_secs(60)))
+    }))]);
+    let req = NetRequest::get(srv.url("/me"));
+    tracing::debug!(?req, "sending");
+    let res = c.send(req).await.unwrap();
+    tracing::debug!(status = %res.status, "done");
+    assert_eq!(
+        srv.requests("/me")[1].header("authorization"),
+        Some("Bearer SECRET-abc123")
+    );
+    srv.join().await;
+
+    let text = String::from_utf8_lossy(&captured.0.lock()).into_owned();
+    assert!(text.contains("sending"), "the capture works: {text}");
+    assert!(!text.contains("SECRET-abc123"), "{text}");
+}
