@@ -2,13 +2,15 @@
 
 use soulbase_net_core::http::{header, HeaderMap};
 
-/// `no-store`, `no-cache`, `private` and `max-age` of every `Cache-Control` header.
+/// `no-store`, `no-cache`, `private`, `max-age` and `stale-while-revalidate` of every
+/// `Cache-Control` header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Directives {
     pub(crate) no_store: bool,
     pub(crate) no_cache: bool,
     pub(crate) private: bool,
     pub(crate) max_age: Option<u64>,
+    pub(crate) stale_while_revalidate: Option<u64>,
 }
 
 impl Directives {
@@ -29,6 +31,9 @@ impl Directives {
                     "max-age" => {
                         let secs = arg.and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
                         d.max_age = Some(d.max_age.map_or(secs, |m| m.min(secs)));
+                    }
+                    "stale-while-revalidate" => {
+                        d.stale_while_revalidate = arg.and_then(|a| a.parse::<u64>().ok());
                     }
                     _ => {}
                 }
@@ -63,5 +68,9 @@ mod tests {
         let d = parse(&["no-store, private, max-age=x"]);
         assert_eq!((d.max_age, d.no_store, d.private), (Some(0), true, true));
         assert_eq!(parse(&["max-age=60, max-age=5"]).max_age, Some(5));
+        assert_eq!(
+            parse(&["max-age=0, stale-while-revalidate=30"]).stale_while_revalidate,
+            Some(30)
+        );
     }
 }

@@ -4,12 +4,16 @@
 mod control;
 mod store;
 
-use std::{fmt, sync::Arc};
+use std::{
+    collections::HashSet,
+    fmt,
+    sync::{Arc, OnceLock, Weak},
+};
 
 use soulbase_net_core::{
     bytes::Bytes,
     http::{header, HeaderMap, Method, StatusCode},
-    Interceptor, NetError, NetRequest, NetResponse, RespBody,
+    Interceptor, NetClient, NetError, NetRequest, NetResponse, RespBody,
 };
 use tokio::time::Instant;
 
@@ -27,6 +31,9 @@ pub use self::store::{CacheStore, CachedResponse, MemoryStore};
 /// - Stale with a validator: `before` adds `If-None-Match` / `If-Modified-Since`, and a `304`
 ///   is replaced in `after` by the stored response (status 200, the 304's headers merged), which
 ///   is then fresh again.
+/// - Stale within its `stale-while-revalidate` window, once a client is given with
+///   [`CacheHook::revalidate_with`]: served as it is, while one background request through
+///   that client revalidates it (at most one per entry at a time).
 /// - A request that sets its own conditional headers bypasses the cache.
 ///
 /// Entries live in a [`CacheStore`]; the default is a bounded in-memory [`MemoryStore`].
@@ -41,7 +48,13 @@ pub use self::store::{CacheStore, CachedResponse, MemoryStore};
 /// ```
 pub struct CacheHook {
     store: Arc<dyn CacheStore>,
+    revalidator: OnceLock<Weak<dyn NetClient>>,
+    revalidating: Arc<parking_lot::Mutex<HashSet<String>>>,
 }
+
+/// Marks the background request that revalidates an entry served stale.
+#[derive(Clone, Copy, Debug)]
+struct Revalidation;
 
 /// What `before` found, for `respond` and `after`.
 #[derive(Clone)]
@@ -49,6 +62,7 @@ struct Lookup {
     key: String,
     entry: Option<Arc<CachedResponse>>,
     fresh: bool,
+    serve_stale: bool,
 }
 
 // === impl CacheHook ===
@@ -69,7 +83,40 @@ impl CacheHook {
     pub fn with_store(store: impl CacheStore + 'static) -> Self {
         CacheHook {
             store: Arc::new(store),
+            revalidator: OnceLock::new(),
+            revalidating: Arc::new(parking_lot::Mutex::new(HashSet::new())),
         }
+    }
+
+    /// Turns stale-while-revalidate on: background revalidations are sent through `client`
+    /// (normally the client this hook is installed in; held weakly, so no cycle). Set once;
+    /// later calls are ignored. Default is off: stale entries are revalidated in line.
+    pub fn revalidate_with(&self, client: Weak<dyn NetClient>) {
+        let _ = self.revalidator.set(client);
+    }
+
+    /// Starts one background revalidation of `key` with a copy of `req`, unless one is
+    /// running; false when none could be started.
+    fn spawn_revalidation(&self, key: &str, req: &NetRequest) -> bool {
+        let (Some(client), Some(mut copy), Ok(rt)) = (
+            self.revalidator.get().and_then(Weak::upgrade),
+            req.try_clone(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return false;
+        };
+        if !self.revalidating.lock().insert(key.to_owned()) {
+            return true;
+        }
+        copy.extensions.insert(Revalidation);
+        let running = self.revalidating.clone();
+        let key = key.to_owned();
+        rt.spawn(async move {
+            // The outcome lands in the store through this hook's `after`.
+            let _ = client.send(copy).await;
+            running.lock().remove(&key);
+        });
+        true
     }
 }
 
@@ -77,7 +124,8 @@ impl fmt::Debug for CacheHook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CacheHook")
             .field("store", &self.store)
-            .finish()
+            .field("stale_while_revalidate", &self.revalidator.get().is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -102,8 +150,13 @@ impl Interceptor for CacheHook {
             .get(&key)
             .await
             .filter(|e| e.vary_matches(&req.headers));
-        let fresh = entry.as_ref().is_some_and(|e| e.is_fresh(Instant::now()));
-        if let (Some(e), false) = (&entry, fresh) {
+        let now = Instant::now();
+        let fresh = entry.as_ref().is_some_and(|e| e.is_fresh(now));
+        let serve_stale = !fresh
+            && self.revalidator.get().is_some()
+            && req.extensions.get::<Revalidation>().is_none()
+            && entry.as_ref().is_some_and(|e| e.is_within_swr(now));
+        if let (Some(e), false, false) = (&entry, fresh, serve_stale) {
             if let Some(etag) = &e.etag {
                 req.headers.insert(header::IF_NONE_MATCH, etag.clone());
             }
@@ -111,13 +164,25 @@ impl Interceptor for CacheHook {
                 req.headers.insert(header::IF_MODIFIED_SINCE, lm.clone());
             }
         }
-        req.extensions.insert(Lookup { key, entry, fresh });
+        req.extensions.insert(Lookup {
+            key,
+            entry,
+            fresh,
+            serve_stale,
+        });
         Ok(())
     }
 
     async fn respond(&self, req: &NetRequest) -> Option<Result<NetResponse, NetError>> {
         let lookup = req.extensions.get::<Lookup>()?;
-        let entry = lookup.entry.as_ref().filter(|_| lookup.fresh)?;
+        let entry = lookup.entry.as_ref()?;
+        // A stale entry is served only when its background revalidation could start;
+        // otherwise the request goes out (unconditionally) and refreshes the entry.
+        let serve =
+            lookup.fresh || (lookup.serve_stale && self.spawn_revalidation(&lookup.key, req));
+        if !serve {
+            return None;
+        }
         let mut res = entry.to_response(&req.url);
         res.attempts = 0;
         Some(Ok(res))
@@ -149,7 +214,9 @@ impl Interceptor for CacheHook {
             }
             (StatusCode::OK, _) => {
                 let d = Directives::parse(&res.headers);
-                let worth_keeping = d.max_age.is_some() || has_validator(&res.headers);
+                let worth_keeping = d.max_age.is_some()
+                    || d.stale_while_revalidate.is_some()
+                    || has_validator(&res.headers);
                 if d.no_store || d.private || !worth_keeping {
                     return Ok(());
                 }

@@ -27,6 +27,9 @@ pub struct CachedResponse {
     pub stored_at: Instant,
     /// How long it is fresh after `stored_at`; zero when it must be revalidated each time.
     pub lifetime: Duration,
+    /// How long after `lifetime` it may still be served while it is revalidated in the
+    /// background (`stale-while-revalidate`); zero for none.
+    pub stale_while_revalidate: Duration,
     /// Its `ETag`, sent back as `If-None-Match`.
     pub etag: Option<HeaderValue>,
     /// Its `Last-Modified`, sent back as `If-Modified-Since`.
@@ -38,7 +41,7 @@ pub struct CachedResponse {
 impl CachedResponse {
     /// The entry for a response to a request with `req_headers`, stored at `now`; `None`
     /// when it may not be stored (`no-store`, `private`, `Vary: *`) or has neither a
-    /// lifetime nor a validator.
+    /// lifetime, a stale-while-revalidate window nor a validator.
     pub fn new(
         status: StatusCode,
         headers: HeaderMap,
@@ -71,7 +74,13 @@ impl CachedResponse {
         };
         let etag = headers.get(header::ETAG).cloned();
         let last_modified = headers.get(header::LAST_MODIFIED).cloned();
-        if lifetime.is_zero() && etag.is_none() && last_modified.is_none() {
+        let stale_while_revalidate =
+            Duration::from_secs(d.stale_while_revalidate.unwrap_or(0)).min(MAX_LIFETIME);
+        if lifetime.is_zero()
+            && stale_while_revalidate.is_zero()
+            && etag.is_none()
+            && last_modified.is_none()
+        {
             return None;
         }
         Some(CachedResponse {
@@ -80,6 +89,7 @@ impl CachedResponse {
             body,
             stored_at: now,
             lifetime,
+            stale_while_revalidate,
             etag,
             last_modified,
             vary,
@@ -89,6 +99,13 @@ impl CachedResponse {
     /// Whether it may be served without asking the server at `now`.
     pub fn is_fresh(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.stored_at) < self.lifetime
+    }
+
+    /// Whether it is stale at `now` but may still be served while revalidated in the
+    /// background.
+    pub fn is_within_swr(&self, now: Instant) -> bool {
+        let age = now.saturating_duration_since(self.stored_at);
+        age >= self.lifetime && age < self.lifetime.saturating_add(self.stale_while_revalidate)
     }
 
     /// Whether a request with `req_headers` has the values this entry was stored for.

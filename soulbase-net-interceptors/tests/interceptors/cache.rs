@@ -132,3 +132,56 @@ async fn vary_keeps_variants_apart() {
     assert_eq!(srv.hits("/v"), 2);
     srv.join().await;
 }
+
+#[tokio::test]
+async fn stale_while_revalidate_serves_stale_once_then_updates() {
+    use soulbase_net_core::NetClient as _;
+    use soulbase_net_testkit::Script;
+    let cc = "max-age=0, stale-while-revalidate=60";
+    let srv = FaultServer::http1()
+        .route(
+            "/swr",
+            Script::reply(Reply::ok("v1").header("cache-control", cc))
+                .times(1)
+                .then(Reply::ok("v2").header("cache-control", cc)),
+        )
+        .start()
+        .await
+        .unwrap();
+    let hook = Arc::new(CacheHook::new());
+    let c: Arc<dyn soulbase_net_core::NetClient> = Arc::new(client(vec![hook.clone()]));
+    hook.revalidate_with(Arc::downgrade(&c));
+    let body = |r: soulbase_net_core::NetResponse| async move { r.text().await.unwrap() };
+    assert_eq!(
+        body(c.send(NetRequest::get(srv.url("/swr"))).await.unwrap()).await,
+        "v1"
+    );
+    // Stale: served at once from the cache, revalidated in the background.
+    let stale = c.send(NetRequest::get(srv.url("/swr"))).await.unwrap();
+    assert_eq!(stale.attempts, 0);
+    assert_eq!(body(stale).await, "v1");
+    for _ in 0..100 {
+        if srv.hits("/swr") == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(srv.hits("/swr"), 2);
+    // The background task stores what it got right after the server answered.
+    let mut updated = false;
+    for _ in 0..50 {
+        match body(c.send(NetRequest::get(srv.url("/swr"))).await.unwrap())
+            .await
+            .as_str()
+        {
+            "v2" => {
+                updated = true;
+                break;
+            }
+            other => assert_eq!(other, "v1"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(updated, "the entry was updated in the background");
+    srv.join().await;
+}
