@@ -29,11 +29,11 @@ pub struct Token {
 }
 
 impl Token {
-    /// A token valid for `ttl` from now.
+    /// A token valid for `ttl` from now (a `ttl` too large to represent never expires).
     pub fn expires_in(value: impl Into<String>, ttl: Duration) -> Self {
         Token {
             value: value.into(),
-            expires_at: Some(Instant::now() + ttl),
+            expires_at: Instant::now().checked_add(ttl),
         }
     }
 }
@@ -140,11 +140,15 @@ impl Bearer {
     /// expire, or it is the generation `stale` (refused by the server).
     async fn header(&self, stale: Option<u64>) -> Result<(HeaderValue, u64), NetError> {
         let mut cached = self.cached.lock().await;
+        // A margin too large to add to now makes every token due for refresh.
+        let due = Instant::now().checked_add(self.refresh_before);
         let usable = cached.as_ref().filter(|c| {
             Some(c.generation) != stale
-                && c.token
-                    .expires_at
-                    .is_none_or(|at| Instant::now() + self.refresh_before < at)
+                && match (c.token.expires_at, due) {
+                    (None, _) => true,
+                    (Some(at), Some(due)) => due < at,
+                    (Some(_), None) => false,
+                }
         });
         let (value, generation) = match usable {
             Some(c) => (c.token.value.clone(), c.generation),
@@ -248,6 +252,20 @@ mod tests {
         assert_eq!(req.headers["authorization"], "Bearer tok-2");
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(bearer.fetches(), 2);
+    }
+
+    #[tokio::test]
+    async fn huge_durations_do_not_panic() {
+        assert!(Token::expires_in("x", Duration::MAX).expires_at.is_none());
+        let (bearer, calls) = counting();
+        let bearer = bearer.refresh_before(Duration::MAX);
+        for _ in 0..2 {
+            bearer
+                .before(&mut NetRequest::get("http://h.example/"))
+                .await
+                .unwrap();
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "always due for refresh");
     }
 
     #[tokio::test]

@@ -119,3 +119,48 @@ async fn request_id_and_key_constant_while_span_changes() {
     assert_ne!(seen[0].header("traceparent"), seen[1].header("traceparent"));
     srv.join().await;
 }
+
+#[cfg(feature = "trace")]
+#[tokio::test]
+async fn a_hedge_carries_the_same_key_and_request_id_with_its_own_span() {
+    use soulbase_net_interceptors::TraceUa;
+    let mut srv = FaultServer::http1()
+        .route(
+            "/h",
+            Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
+                .times(1)
+                .then(Reply::echo()),
+        )
+        .start()
+        .await
+        .unwrap();
+    let (c, _) = crate::support::client_with(
+        vec![
+            Arc::new(TraceUa::new()),
+            Arc::new(IdempotencyKey::derived(Duration::from_secs(60))),
+        ],
+        |p| {
+            p.hedge.enabled = true;
+            p.hedge.delay = Duration::from_millis(50);
+            p.hedge.max_hedges = 1;
+        },
+    );
+    let req = NetRequest::post(srv.url("/h")).idempotent(true).body("x");
+    assert_eq!(c.send(req).await.unwrap().status, 200);
+    let seen = srv.requests("/h");
+    assert_eq!(seen.len(), 2);
+    let key = seen[0].header("idempotency-key").unwrap();
+    assert_eq!(key.len(), 64, "the derived key, not another one: {key}");
+    assert_eq!(seen[1].header("idempotency-key"), Some(key));
+    assert_eq!(
+        seen[0].header("x-request-id"),
+        seen[1].header("x-request-id")
+    );
+    let (a, b) = (
+        seen[0].header("traceparent").unwrap(),
+        seen[1].header("traceparent").unwrap(),
+    );
+    assert_eq!(a[..36], b[..36], "same trace id");
+    assert_ne!(a, b, "own span id");
+    srv.shutdown().await;
+}
