@@ -108,6 +108,8 @@ impl CacheHook {
         if !self.revalidating.lock().insert(key.to_owned()) {
             return true;
         }
+        // A fresh call: nothing another interceptor noted for the original is carried over.
+        copy.extensions = Default::default();
         copy.extensions.insert(Revalidation);
         let running = self.revalidating.clone();
         let key = key.to_owned();
