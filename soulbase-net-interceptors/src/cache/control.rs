@@ -1,0 +1,76 @@
+//! The `Cache-Control` directives the cache acts on.
+
+use soulbase_net_core::http::{header, HeaderMap};
+
+/// `no-store`, `no-cache`, `private`, `max-age` and `stale-while-revalidate` of every
+/// `Cache-Control` header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Directives {
+    pub(crate) no_store: bool,
+    pub(crate) no_cache: bool,
+    pub(crate) private: bool,
+    pub(crate) max_age: Option<u64>,
+    pub(crate) stale_while_revalidate: Option<u64>,
+}
+
+impl Directives {
+    pub(crate) fn parse(headers: &HeaderMap) -> Self {
+        let mut d = Directives::default();
+        for value in headers.get_all(header::CACHE_CONTROL) {
+            let Ok(value) = value.to_str() else { continue };
+            for item in value.split(',') {
+                let (name, arg) = match item.split_once('=') {
+                    Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
+                    None => (item.trim(), None),
+                };
+                match name.to_ascii_lowercase().as_str() {
+                    "no-store" => d.no_store = true,
+                    "no-cache" => d.no_cache = true,
+                    "private" => d.private = true,
+                    // A malformed max-age makes the response stale (RFC 9111 §4.2.1).
+                    "max-age" => {
+                        let secs = arg.and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
+                        d.max_age = Some(d.max_age.map_or(secs, |m| m.min(secs)));
+                    }
+                    "stale-while-revalidate" => {
+                        d.stale_while_revalidate = arg.and_then(|a| a.parse::<u64>().ok());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use soulbase_net_core::http::HeaderValue;
+
+    use super::*;
+
+    fn parse(values: &[&'static str]) -> Directives {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(header::CACHE_CONTROL, HeaderValue::from_static(v));
+        }
+        Directives::parse(&h)
+    }
+
+    #[test]
+    fn directives() {
+        assert_eq!(parse(&[]), Directives::default());
+        let d = parse(&["public, Max-Age=\"60\"", "no-cache"]);
+        assert_eq!(
+            (d.max_age, d.no_cache, d.no_store, d.private),
+            (Some(60), true, false, false)
+        );
+        let d = parse(&["no-store, private, max-age=x"]);
+        assert_eq!((d.max_age, d.no_store, d.private), (Some(0), true, true));
+        assert_eq!(parse(&["max-age=60, max-age=5"]).max_age, Some(5));
+        assert_eq!(
+            parse(&["max-age=0, stale-while-revalidate=30"]).stale_while_revalidate,
+            Some(30)
+        );
+    }
+}

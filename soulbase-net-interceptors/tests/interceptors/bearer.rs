@@ -1,0 +1,120 @@
+//! Bearer: the header as it arrives, and 401 → refresh → success in two server hits.
+
+use std::{
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_interceptors::{Bearer, Token};
+use soulbase_net_testkit::{FaultServer, Reply, Script};
+
+use crate::support::client;
+
+#[tokio::test]
+async fn a_401_refreshes_the_token_and_resends_once() {
+    let srv = FaultServer::http1()
+        .route(
+            "/me",
+            Script::respond_with(|r| match r.header("authorization") {
+                Some("Bearer tok-2") => Reply::echo(),
+                _ => Reply::status(401),
+            }),
+        )
+        .start()
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let counter = calls.clone();
+    let bearer = Arc::new(Bearer::new(move || {
+        let i = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            Ok(Token::expires_in(
+                format!("tok-{i}"),
+                Duration::from_secs(3600),
+            ))
+        }
+    }));
+    let c = client(vec![bearer.clone()]);
+    let res = c.send(NetRequest::get(srv.url("/me"))).await.unwrap();
+    assert_eq!(res.status, 200);
+    assert_eq!(srv.hits("/me"), 2);
+    let seen = srv.requests("/me");
+    assert_eq!(seen[0].header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(seen[1].header("authorization"), Some("Bearer tok-2"));
+    // The refreshed token is cached.
+    c.send(NetRequest::get(srv.url("/me"))).await.unwrap();
+    assert_eq!(srv.hits("/me"), 3);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(!format!("{bearer:?} {c:?}").contains("tok-"));
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_second_401_is_returned_not_retried_again() {
+    let srv = FaultServer::http1()
+        .route("/me", Script::status(401))
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(Bearer::new(|| async {
+        Ok(Token {
+            value: "never-good".to_owned(),
+            expires_at: None,
+        })
+    }))]);
+    let res = c.send(NetRequest::get(srv.url("/me"))).await.unwrap();
+    assert_eq!(res.status, 401);
+    assert_eq!(srv.hits("/me"), 2);
+    srv.join().await;
+}
+
+/// Collects everything the client logs (every level) for one test.
+#[derive(Clone, Default)]
+struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_token_never_appears_in_captured_logs() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let srv = FaultServer::http1()
+        .route("/me", Script::status(401).times(1).then(Reply::echo()))
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(Bearer::new(|| async {
+        Ok(Token::expires_in("SECRET-abc123", Duration::from_secs(60)))
+    }))]);
+    let req = NetRequest::get(srv.url("/me"));
+    tracing::debug!(?req, "sending");
+    let res = c.send(req).await.unwrap();
+    tracing::debug!(status = %res.status, "done");
+    assert_eq!(
+        srv.requests("/me")[1].header("authorization"),
+        Some("Bearer SECRET-abc123")
+    );
+    srv.join().await;
+
+    let text = String::from_utf8_lossy(&captured.0.lock()).into_owned();
+    assert!(text.contains("sending"), "the capture works: {text}");
+    assert!(!text.contains("SECRET-abc123"), "{text}");
+}
