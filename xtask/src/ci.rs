@@ -75,6 +75,10 @@ pub(crate) fn run() -> Result<(), String> {
             t.elapsed().as_secs_f64()
         );
     }
+    step_banner("contract");
+    let t = Instant::now();
+    crate::contract::run(&[])?;
+    eprintln!("xtask: contract ok in {:.1}s", t.elapsed().as_secs_f64());
     eprintln!(
         "xtask: ci passed in {:.1}s",
         started.elapsed().as_secs_f64()
