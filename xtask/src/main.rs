@@ -4,6 +4,7 @@
 //! fresh CI machine that has only the Rust toolchain (rust-analyzer's pattern).
 
 mod ci;
+mod demo;
 mod tidy;
 
 use std::{
@@ -15,6 +16,11 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
+  demo    the main job on loopback in seconds: retries, the breaker opening and recovering,
+          a rate limit, SSRF refused, a timeout; exits non-zero if any phase misbehaves
+  bench   [--json PATH] [--secs S] [--concurrency C]
+          hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
+          plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
   ci      fmt check, clippy -D warnings, tests, docs, repository rules (what CI runs)
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
 ";
@@ -22,6 +28,8 @@ commands:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("demo") => demo::run(),
+
         Some("ci") => ci::run(),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
