@@ -3,6 +3,7 @@
 //! Why an xtask: the checks CI runs are plain Rust, run the same way on a laptop and on a
 //! fresh CI machine that has only the Rust toolchain (rust-analyzer's pattern).
 
+mod bench;
 mod ci;
 mod demo;
 mod tidy;
@@ -18,7 +19,7 @@ usage: cargo xtask <command>
 commands:
   demo    the main job on loopback in seconds: retries, the breaker opening and recovering,
           a rate limit, SSRF refused, a timeout; exits non-zero if any phase misbehaves
-  bench   [--json PATH] [--secs S] [--concurrency C]
+  bench   [--json PATH] [--secs S] [--concurrency C] [--rounds R]
           hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
           plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
   ci      fmt check, clippy -D warnings, tests, docs, repository rules (what CI runs)
@@ -29,7 +30,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::run(),
-
+        Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
