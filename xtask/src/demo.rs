@@ -19,7 +19,7 @@
 
 use std::{
     fmt::Write as _,
-    io::Write as _,
+    io::{IsTerminal as _, Write as _},
     net::{Ipv4Addr, SocketAddr},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -283,8 +283,9 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
+    /// Overwrites the phase's line; only on a terminal (a log gets the verdicts alone).
     fn update(&self, name: &str, line: &str) {
-        if self.live {
+        if self.live && std::io::stdout().is_terminal() {
             print!("\r\x1b[2K  {name:<14} {line}");
             let _ = std::io::stdout().flush();
         }
@@ -293,8 +294,13 @@ impl Progress {
     fn finish(&self, p: &PhaseResult) {
         if self.live {
             let verdict = if p.passed { "ok" } else { "FAILED" };
+            let clear = if std::io::stdout().is_terminal() {
+                "\r\x1b[2K"
+            } else {
+                ""
+            };
             println!(
-                "\r\x1b[2K  {:<14} {verdict:<6} {} ({:.2}s)",
+                "{clear}  {:<14} {verdict:<6} {} ({:.2}s)",
                 p.name,
                 p.measured,
                 p.elapsed.as_secs_f64()
