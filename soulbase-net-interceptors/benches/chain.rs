@@ -1,5 +1,9 @@
 //! The cost of an interceptor chain on the hot path, per request: `before` of TraceUa,
 //! IdempotencyKey and SandboxGuard on an idempotent JSON POST, then one `on_attempt`.
+#![allow(
+    clippy::expect_used,
+    reason = "a benchmark: a setup failure must stop it"
+)]
 
 use std::hint::black_box;
 

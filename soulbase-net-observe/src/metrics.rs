@@ -170,63 +170,63 @@ impl MetricsBuilder {
         // Families are handles on shared state: the registry gets clones.
         r.register(
             "net_requests",
-            "Requests finished.",
+            "Requests finished",
             metrics.requests.clone(),
         );
         r.register(
             "net_latency_ms",
-            "Latency by phase, in milliseconds.",
+            "Latency by phase, in milliseconds",
             metrics.latency.clone(),
         );
-        r.register("net_bytes", "Bytes on the wire.", metrics.bytes.clone());
+        r.register("net_bytes", "Bytes on the wire", metrics.bytes.clone());
         r.register(
             "net_retry",
-            "Retries scheduled, by the failed attempt's outcome.",
+            "Retries scheduled, by the failed attempt's outcome",
             metrics.retries.clone(),
         );
         r.register(
             "net_circuit_open",
-            "Circuit breakers that opened.",
+            "Circuit breakers that opened",
             metrics.circuit_open.clone(),
         );
         r.register(
             "net_breaker_state",
-            "Breaker state: 0 closed, 1 half-open, 2 open.",
+            "Breaker state: 0 closed, 1 half-open, 2 open",
             metrics.breaker_state.clone(),
         );
         r.register(
             "net_breaker_rejected",
-            "Calls refused by an open breaker.",
+            "Calls refused by an open breaker",
             metrics.breaker_rejected.clone(),
         );
         r.register(
             "net_redirect",
-            "Redirects followed.",
+            "Redirects followed",
             metrics.redirects.clone(),
         );
         r.register(
             "net_rate_limited",
-            "Calls refused or delayed by a limit.",
+            "Calls refused or delayed by a limit",
             metrics.rate_limited.clone(),
         );
         r.register(
             "net_retry_budget_exhausted",
-            "Retries refused by the retry budget.",
+            "Retries refused by the retry budget",
             metrics.budget_exhausted.clone(),
         );
         r.register(
             "net_blocked",
-            "Destinations refused by the address guard or allow-list.",
+            "Destinations refused by the address guard or allow-list",
             metrics.blocked.clone(),
         );
         r.register(
             "net_timeouts",
-            "Timeouts fired, by phase.",
+            "Timeouts fired, by phase",
             metrics.timeouts.clone(),
         );
         r.register(
             "net_dns_lookups",
-            "Host names resolved, by answer source.",
+            "Host names resolved, by answer source",
             metrics.dns.clone(),
         );
         r.register_collector(Box::new(SliCollector(sli)));

@@ -3,8 +3,10 @@
 //! Why an xtask: the checks CI runs are plain Rust, run the same way on a laptop and on a
 //! fresh CI machine that has only the Rust toolchain (rust-analyzer's pattern).
 
+mod bench;
 mod ci;
 mod contract;
+mod demo;
 mod tidy;
 
 use std::{
@@ -16,6 +18,11 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
+  demo    the main job on loopback in seconds: retries, the breaker opening and recovering,
+          a rate limit, SSRF refused, a timeout; exits non-zero if any phase misbehaves
+  bench   [--json PATH] [--secs S] [--concurrency C] [--rounds R]
+          hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
+          plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
   ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts (what CI runs)
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
   contract [--json PATH]
@@ -25,6 +32,8 @@ commands:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("demo") => demo::run(),
+        Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(),
         Some("contract") => contract::run(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
