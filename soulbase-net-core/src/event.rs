@@ -47,6 +47,9 @@ pub struct RequestInfo<'a> {
     pub host: &'a str,
     /// The tenant, if any.
     pub tenant: Option<&'a str>,
+    /// The URL of the request without userinfo, query or fragment (so no credential or
+    /// token reaches a log or trace through it).
+    pub url: &'a str,
 }
 
 /// How an attempt or a request ended.
@@ -326,6 +329,7 @@ mod tests {
             scheme: "https",
             host: "h.example",
             tenant: None,
+            url: "https://h.example/",
         };
         obs.on_event(&NetEvent::RequestStarted { req });
         obs.on_event(&NetEvent::TimedOut {

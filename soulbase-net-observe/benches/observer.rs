@@ -17,6 +17,7 @@ fn one_request(obs: &dyn Observer, id: u64) {
         scheme: "https",
         host: "api.example",
         tenant: Some("t1"),
+        url: "https://api.example/v1/x",
     };
     let outcome = Outcome::Response(StatusCode::OK);
     let elapsed = Elapsed {

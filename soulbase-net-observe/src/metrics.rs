@@ -62,7 +62,7 @@ const MAX_RULES: usize = 64;
 /// use soulbase_net_observe::Metrics;
 ///
 /// let metrics = Arc::new(Metrics::new());
-/// let req = RequestInfo { id: 1, method: &Method::GET, scheme: "https", host: "api.example", tenant: None };
+/// let req = RequestInfo { id: 1, method: &Method::GET, scheme: "https", host: "api.example", tenant: None, url: "https://api.example/" };
 /// metrics.on_event(&NetEvent::RequestFinished {
 ///     req,
 ///     outcome: Outcome::Response(StatusCode::OK),

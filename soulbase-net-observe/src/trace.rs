@@ -19,7 +19,7 @@ const MAX_ATTEMPTS: usize = 32;
 /// An [`Observer`] that turns events into `tracing` spans.
 ///
 /// - `http.client.request` (INFO), opened at `RequestStarted` as a child of the current span,
-///   closed at `RequestFinished`. Fields: `http.request.method`, `server.address`,
+///   closed at `RequestFinished`. Fields: `http.request.method`, `server.address`, `url.full` (no userinfo or query),
 ///   `url.scheme`, `tenant` (when there is one), `request.id`, and at the end
 ///   `http.response.status_code` (for a response), `error.type` (the error kind's label, or the
 ///   status code for a 4xx / 5xx, as OpenTelemetry asks) and `http.request.resend_count`
@@ -253,6 +253,7 @@ fn request_span(req: &RequestInfo<'_>) -> Span {
         http.request.method = req.method.as_str(),
         server.address = req.host,
         url.scheme = req.scheme,
+        url.full = req.url,
         tenant = Empty,
         request.id = req.id,
         http.response.status_code = Empty,

@@ -17,6 +17,7 @@ pub(crate) fn req<'a>(id: u64, host: &'a str, tenant: Option<&'a str>) -> Reques
         scheme: "https",
         host,
         tenant,
+        url: "https://example/",
     }
 }
 

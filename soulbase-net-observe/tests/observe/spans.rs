@@ -16,6 +16,7 @@ fn post(id: u64) -> RequestInfo<'static> {
         scheme: "https",
         host: "a.example",
         tenant: Some("t1"),
+        url: "https://a.example/orders",
     }
 }
 
@@ -43,6 +44,7 @@ fn one_request_span_and_one_span_per_attempt() {
     let f = |k: &str| rs.fields.get(k).map(String::as_str);
     assert_eq!(f("http.request.method"), Some("POST"));
     assert_eq!(f("server.address"), Some("a.example"));
+    assert_eq!(f("url.full"), Some("https://a.example/orders"));
     assert_eq!(f("url.scheme"), Some("https"));
     assert_eq!(f("tenant"), Some("t1"));
     assert_eq!(f("request.id"), Some("7"));

@@ -105,6 +105,7 @@ pub(crate) struct OwnedInfo {
     pub(crate) scheme: String,
     pub(crate) host: String,
     pub(crate) tenant: Option<String>,
+    pub(crate) url: String,
 }
 
 impl OwnedInfo {
@@ -116,6 +117,7 @@ impl OwnedInfo {
             scheme: &self.scheme,
             host: &self.host,
             tenant: self.tenant.as_deref(),
+            url: &self.url,
         }
     }
 }

@@ -88,6 +88,7 @@ impl Inner {
                 scheme: url.scheme().to_owned(),
                 host,
                 tenant: req.tenant.clone(),
+                url: without_query(&url),
             },
             policy: &policy,
             started,
