@@ -33,7 +33,7 @@ mod timeout;
 
 pub use crate::body::{Body, BodyStream};
 pub use crate::client::{NetClient, NetClientExt};
-pub use crate::error::{status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
+pub use crate::error::{redact_url, status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
 pub use crate::event::{
     BreakerState, Direction, DnsSource, LimitScope, NetEvent, NoopObserver, Observer, Outcome,
     RequestInfo,

@@ -190,8 +190,17 @@ impl NetError {
     }
 }
 
-/// Removes userinfo, query and fragment from a URL for messages and logs.
-pub(crate) fn redact_url(url: &str) -> String {
+/// A URL fit for messages, logs, events and traces: query and fragment removed, userinfo
+/// replaced by `***`, so no credential or token leaks through it.
+///
+/// # Examples
+/// ```
+/// assert_eq!(
+///     soulbase_net_core::redact_url("https://u:pw@h.example/a?token=1#f"),
+///     "https://***@h.example/a"
+/// );
+/// ```
+pub fn redact_url(url: &str) -> String {
     let cut = url.find(['?', '#']).unwrap_or(url.len());
     let url = &url[..cut];
     let Some(scheme_end) = url.find("://") else {

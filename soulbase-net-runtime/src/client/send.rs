@@ -17,8 +17,8 @@ use http::{header, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::connect::capture_connection;
 use soulbase_net_core::{
-    Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
-    Phase, RequestInfo, RespBody,
+    redact_url, Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse,
+    Outcome, Phase, RequestInfo, RespBody,
 };
 use soulbase_net_policy::NetPolicy;
 use tokio::time::Instant;
@@ -88,7 +88,7 @@ impl Inner {
                 scheme: url.scheme().to_owned(),
                 host,
                 tenant: req.tenant.clone(),
-                url: without_query(&url),
+                url: redact_url(url.as_str()),
             },
             policy: &policy,
             started,
@@ -265,7 +265,7 @@ impl Inner {
                 Ok(Action::Return) => return Ok(res),
                 Err(e) => return Err(e.with_attempts(res.attempts)),
             };
-            let shown = without_query(&follow.url);
+            let shown = redact_url(follow.url.as_str());
             self.observer.on_event(&NetEvent::Redirected {
                 req: call.info(),
                 status: res.status,
@@ -756,13 +756,3 @@ fn proxy_auth(transport: &super::transport::Transport, uri: &http::Uri) -> Optio
 
 /// The encodings the client decodes when it offers them itself.
 const ACCEPT_ENCODING: &str = "gzip, br, zstd";
-
-/// A URL without userinfo, query or fragment, for events.
-fn without_query(url: &Url) -> String {
-    let mut u = url.clone();
-    u.set_query(None);
-    u.set_fragment(None);
-    let _ = u.set_username("");
-    let _ = u.set_password(None);
-    u.to_string()
-}
