@@ -49,12 +49,15 @@ pub struct Snapshot {
     version: u64,
     document: PolicyDocument,
     compiled: Compiled,
+    /// The answer for everyone when the document has no overrides: no cache, no key.
+    uniform: Option<Arc<NetPolicy>>,
     cache: moka::sync::Cache<String, Arc<NetPolicy>>,
 }
 
 /// A [`PolicyResolver`] over a validated [`PolicyDocument`], reloadable at run time.
 ///
-/// Reads are lock-free: `resolve` loads the current [`Snapshot`] (an `arc_swap` load), looks
+/// Reads are lock-free: `resolve` loads the current [`Snapshot`] (an `arc_swap` load); a
+/// document without overrides answers with its one policy at once, otherwise it looks
 /// in its bounded `(tenant, host)` cache (65 536 entries) and, on a miss, finds the best host
 /// patterns and picks the policy precomputed for that combination of layers.
 ///
@@ -89,6 +92,7 @@ impl Snapshot {
         Self {
             version,
             document,
+            uniform: compiled.uniform(),
             compiled,
             cache: moka::sync::Cache::new(CACHE_CAPACITY),
         }
@@ -111,6 +115,9 @@ impl Snapshot {
 
     /// The effective policy for `(tenant, host)` in this snapshot.
     pub fn resolve(&self, tenant: Option<&str>, host: &str) -> Arc<NetPolicy> {
+        if let Some(p) = &self.uniform {
+            return Arc::clone(p);
+        }
         let key = cache_key(tenant, host);
         if let Some(p) = self.cache.get(&key) {
             return p;

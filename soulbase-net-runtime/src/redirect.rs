@@ -97,10 +97,11 @@ const BODY_HEADERS: [HeaderName; 4] = [
 // === impl RedirectState ===
 
 impl RedirectState {
-    /// The state of a call whose first request is `method url`.
-    pub(crate) fn new(method: &Method, url: &Url) -> Self {
+    /// The state of a call that has not been redirected yet. Nothing is allocated until
+    /// the first 3xx: most calls never see one.
+    pub(crate) fn new() -> Self {
         RedirectState {
-            visited: vec![(method.clone(), without_fragment(url))],
+            visited: Vec::new(),
             crossed: false,
         }
     }
@@ -129,6 +130,11 @@ impl RedirectState {
     ) -> Result<Action, NetError> {
         let action = decide(redirect, security, resp, self.hops())?;
         if let Action::Follow(follow) = &action {
+            if self.visited.is_empty() {
+                // The first hop: the request that was redirected is the call's first one.
+                self.visited
+                    .push((resp.method.clone(), without_fragment(resp.url)));
+            }
             let key = (follow.method.clone(), without_fragment(&follow.url));
             if self.visited.contains(&key) {
                 return Err(NetError::new(ErrorKind::RedirectLimit)
@@ -141,7 +147,7 @@ impl RedirectState {
         Ok(action)
     }
 
-    /// Prepares the headers of the next request from the headers of the first one: removes
+    /// Prepares the headers of the next request from those of the previous one: removes
     /// the credentials once the chain has left its origin (this hop or any earlier one), and
     /// the body headers when the hop drops the body.
     pub(crate) fn prepare_headers(

@@ -62,6 +62,7 @@ struct Options {
     secs: f64,
     concurrency: usize,
     rounds: usize,
+    clients: Vec<Kind>,
 }
 
 impl Default for Options {
@@ -71,6 +72,7 @@ impl Default for Options {
             secs: 3.0,
             concurrency: 256,
             rounds: 3,
+            clients: CLIENTS.to_vec(),
         }
     }
 }
@@ -99,6 +101,17 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
                 o.rounds = value()?
                     .parse()
                     .map_err(|e| format!("bench: --rounds: {e}"))?;
+            }
+            "--clients" => {
+                o.clients = value()?
+                    .split(',')
+                    .map(|key| {
+                        CLIENTS
+                            .into_iter()
+                            .find(|k| k.key() == key)
+                            .ok_or_else(|| format!("bench: --clients: unknown client `{key}`"))
+                    })
+                    .collect::<Result<_, _>>()?;
             }
             other => return Err(format!("bench: unknown option `{other}`")),
         }
@@ -560,9 +573,9 @@ async fn bench(opts: &Options) -> Result<Report, String> {
             "  (debug build: `cargo run --release -p xtask -- bench` for representative numbers)"
         );
     }
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); CLIENTS.len()];
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); opts.clients.len()];
     for round in 1..=opts.rounds {
-        for (i, kind) in CLIENTS.into_iter().enumerate() {
+        for (i, &kind) in opts.clients.iter().enumerate() {
             let run = load(kind, &server, opts.concurrency, opts.secs).await?;
             println!(
                 "  round {round}/{} {:<21} {:>9.0} req/s  p99 {:>7.2} ms  conns {:>4}  errors {}",
@@ -578,8 +591,10 @@ async fn bench(opts: &Options) -> Result<Report, String> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    let clients: Vec<Summary> = CLIENTS
-        .into_iter()
+    let clients: Vec<Summary> = opts
+        .clients
+        .iter()
+        .copied()
         .zip(&runs)
         .map(|(kind, runs)| Summary::of(kind, runs))
         .collect();
@@ -747,6 +762,9 @@ mod tests {
         assert!(parse_args(&args("--concurrency 0")).is_err());
         assert!(parse_args(&args("--rounds 2")).is_err());
         assert!(parse_args(&args("--fast")).is_err());
+        let o = parse_args(&args("--clients hyper,soulbase_full")).unwrap();
+        assert_eq!(o.clients, vec![Kind::Hyper, Kind::SoulbaseFull]);
+        assert!(parse_args(&args("--clients hyper,curl")).is_err());
     }
 
     #[test]

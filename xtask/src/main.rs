@@ -21,6 +21,7 @@ commands:
   demo    the main job on loopback in seconds: retries, the breaker opening and recovering,
           a rate limit, SSRF refused, a timeout; exits non-zero if any phase misbehaves
   bench   [--json PATH] [--secs S] [--concurrency C] [--rounds R]
+          [--clients hyper,reqwest,soulbase_min,soulbase_full]
           hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
           plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
   ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts (what CI runs)

@@ -259,17 +259,30 @@ impl NetRequest {
             return Err(fail(problem.to_string()));
         }
         let url = self.target_url().map_err(fail)?;
+        self.check_headers()?;
+        self.check_body_size(max_req_bytes)?;
+        Ok(url)
+    }
+
+    /// Checks that no header value contains CR, LF or NUL (the header part of
+    /// [`validate`](Self::validate)).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest) naming the header.
+    pub fn check_headers(&self) -> Result<(), NetError> {
         for (name, value) in &self.headers {
             if value
                 .as_bytes()
                 .iter()
                 .any(|b| matches!(b, b'\r' | b'\n' | 0))
             {
-                return Err(fail(format!("header `{name}` contains CR, LF or NUL")));
+                return Err(NetError::invalid_request(format!(
+                    "header `{name}` contains CR, LF or NUL"
+                ))
+                .at(&self.method, &self.url));
             }
         }
-        self.check_body_size(max_req_bytes)?;
-        Ok(url)
+        Ok(())
     }
 
     /// Checks that the body's known size is at most `max_req_bytes` (a stream of unknown size
@@ -314,8 +327,10 @@ impl NetRequest {
         match url.host() {
             None => return Err("url has no host".to_owned()),
             Some(url::Host::Ipv4(ip)) => {
+                // std's parser takes only the canonical dotted quad (no octal, hex,
+                // shortened or integer forms), so equality means the URL spelt it canonically.
                 let raw = raw_host(&self.url);
-                if !raw.eq_ignore_ascii_case(&ip.to_string()) {
+                if raw.parse::<std::net::Ipv4Addr>() != Ok(ip) {
                     return Err(format!(
                         "host `{raw}` is not a canonical IPv4 address (it would mean {ip})"
                     ));

@@ -151,6 +151,15 @@ impl Compiled {
             .unwrap_or_default()
     }
 
+    /// The one policy every `(tenant, host)` gets, when the document has no overrides.
+    pub(crate) fn uniform(&self) -> Option<Arc<NetPolicy>> {
+        if self.hosts.is_empty() && self.tenants.is_empty() {
+            self.policies.get(&(None, None, None)).cloned()
+        } else {
+            None
+        }
+    }
+
     /// How many distinct layer combinations were built (and validated).
     pub(crate) fn combinations(&self) -> usize {
         self.policies.len()

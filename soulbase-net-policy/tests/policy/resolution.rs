@@ -146,3 +146,18 @@ fn from_policy_gives_the_policy_to_everyone() {
     let e = SnapshotResolver::from_policy(bad).unwrap_err();
     assert_eq!(e.problems()[0].path, "default.tls.verify_cert");
 }
+
+#[test]
+fn a_document_without_overrides_gives_everyone_its_one_policy() {
+    let doc = PolicyDocument::from_toml_str("[default]\nlimits.per_host_concurrency = 9").unwrap();
+    let r = SnapshotResolver::new(doc).unwrap();
+    let a = r.resolve(None, "a.example");
+    let b = r.resolve(Some("t1"), "b.example");
+    assert_eq!(a.limits.per_host_concurrency, 9);
+    assert!(Arc::ptr_eq(&a, &b), "one shared policy, not a copy per key");
+    // An update with an override ends the shortcut for the hosts it names.
+    r.update_toml_str("[overrides.\"a.example\"]\nlimits.per_host_concurrency = 3")
+        .unwrap();
+    assert_eq!(per_host(&r, None, "a.example"), 3);
+    assert_eq!(per_host(&r, None, "b.example"), 64);
+}

@@ -147,39 +147,47 @@ where
         if *this.done {
             return Poll::Ready(None);
         }
-        // The deadline is checked first: a body that keeps dripping must still stop.
-        if let Some(at) = *this.deadline {
-            if this.deadline_sleep.is_none() {
-                this.deadline_sleep.set(Some(tokio::time::sleep_until(at)));
-            }
-            if let Some(sleep) = this.deadline_sleep.as_mut().as_pin_mut() {
-                if sleep.poll(cx).is_ready() {
-                    *this.done = true;
-                    return Poll::Ready(Some(Err(NetError::timeout(Phase::Total))));
-                }
-            }
-        }
-        if let Some(timeout) = *this.read_timeout {
-            if !*this.idle_armed {
-                let at = Instant::now() + timeout;
-                match this.idle.as_mut().as_pin_mut() {
-                    Some(sleep) => sleep.reset(at),
-                    None => this.idle.set(Some(tokio::time::sleep_until(at))),
-                }
-                *this.idle_armed = true;
-            }
-        }
+        // Timers are armed only when the body has to wait: a frame that is ready costs no
+        // timer (most small bodies arrive with their head).
         let frame = match this.inner.poll_frame(cx) {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
-                if let Some(sleep) = this.idle.as_mut().as_pin_mut() {
-                    ready!(sleep.poll(cx));
-                    *this.done = true;
-                    return Poll::Ready(Some(Err(NetError::timeout(Phase::Read))));
+                if let Some(at) = *this.deadline {
+                    if this.deadline_sleep.is_none() {
+                        this.deadline_sleep.set(Some(tokio::time::sleep_until(at)));
+                    }
+                    if let Some(sleep) = this.deadline_sleep.as_mut().as_pin_mut() {
+                        if sleep.poll(cx).is_ready() {
+                            *this.done = true;
+                            return Poll::Ready(Some(Err(NetError::timeout(Phase::Total))));
+                        }
+                    }
+                }
+                if let Some(timeout) = *this.read_timeout {
+                    if !*this.idle_armed {
+                        let at = Instant::now() + timeout;
+                        match this.idle.as_mut().as_pin_mut() {
+                            Some(sleep) => sleep.reset(at),
+                            None => this.idle.set(Some(tokio::time::sleep_until(at))),
+                        }
+                        *this.idle_armed = true;
+                    }
+                    if let Some(sleep) = this.idle.as_mut().as_pin_mut() {
+                        ready!(sleep.poll(cx));
+                        *this.done = true;
+                        return Poll::Ready(Some(Err(NetError::timeout(Phase::Read))));
+                    }
                 }
                 return Poll::Pending;
             }
         };
+        // A body that keeps dripping must still stop at the deadline.
+        if let Some(at) = *this.deadline {
+            if matches!(&frame, Some(Ok(_))) && Instant::now() >= at {
+                *this.done = true;
+                return Poll::Ready(Some(Err(NetError::timeout(Phase::Total))));
+            }
+        }
         *this.idle_armed = false;
         match frame {
             None => {

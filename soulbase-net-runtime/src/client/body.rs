@@ -97,12 +97,13 @@ where
     }
 }
 
-/// Owned labels of a request, for events emitted after the call has returned.
-#[derive(Clone, Debug)]
+/// Owned labels of a request, for events emitted after the call has returned. Shared (an
+/// `Arc`) between the call and its response body, so handing them over costs no copy.
+#[derive(Debug)]
 pub(crate) struct OwnedInfo {
     pub(crate) id: u64,
     pub(crate) method: Method,
-    pub(crate) scheme: String,
+    pub(crate) scheme: &'static str,
     pub(crate) host: String,
     pub(crate) tenant: Option<String>,
     pub(crate) url: String,
@@ -114,7 +115,7 @@ impl OwnedInfo {
         RequestInfo {
             id: self.id,
             method: &self.method,
-            scheme: &self.scheme,
+            scheme: self.scheme,
             host: &self.host,
             tenant: self.tenant.as_deref(),
             url: &self.url,
@@ -127,11 +128,11 @@ impl OwnedInfo {
 pub(crate) struct MeteredBody<B> {
     inner: B,
     received: u64,
-    report: Option<(Arc<dyn Observer>, OwnedInfo)>,
+    report: Option<(Arc<dyn Observer>, Arc<OwnedInfo>)>,
 }
 
 impl<B> MeteredBody<B> {
-    pub(crate) fn new(inner: B, observer: Arc<dyn Observer>, info: OwnedInfo) -> Self {
+    pub(crate) fn new(inner: B, observer: Arc<dyn Observer>, info: Arc<OwnedInfo>) -> Self {
         MeteredBody {
             inner,
             received: 0,

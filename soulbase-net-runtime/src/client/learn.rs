@@ -1,7 +1,7 @@
 //! What the client learns from its own traffic: recent latencies per host (for the dynamic
 //! timeout of seed 001) and frozen endpoints (seed 004's DomainsManager).
 
-use std::{collections::HashMap, time::Duration};
+use std::{borrow::Cow, collections::HashMap, time::Duration};
 
 use parking_lot::Mutex;
 use soulbase_net_policy::{DynamicTimeout, EndpointPolicy};
@@ -25,7 +25,11 @@ impl Latencies {
     /// Records a successful attempt's time to first byte.
     pub(crate) fn record(&self, host: &str, ttfb: Duration) {
         let mut windows = self.windows.lock();
-        if windows.len() >= MAX_HOSTS && !windows.contains_key(host) {
+        if let Some(window) = windows.get_mut(host) {
+            window.record(ttfb);
+            return;
+        }
+        if windows.len() >= MAX_HOSTS {
             windows.clear();
         }
         windows
@@ -65,9 +69,14 @@ impl Endpoints {
     /// The URL to use for this attempt: `url` itself, or — when the policy lists alternative
     /// origins (`endpoints.urls`) — the same path on the first origin that is not frozen (when
     /// all are frozen, the one that thaws first).
-    pub(crate) fn target(&self, url: &Url, p: &EndpointPolicy, now: Instant) -> Url {
+    pub(crate) fn target<'u>(
+        &self,
+        url: &'u Url,
+        p: &EndpointPolicy,
+        now: Instant,
+    ) -> Cow<'u, Url> {
         if p.urls.is_empty() {
-            return url.clone();
+            return Cow::Borrowed(url);
         }
         let own = origin(url);
         let mut candidates = vec![own.clone()];
@@ -79,9 +88,12 @@ impl Endpoints {
                 .filter(|o| *o != own),
         );
         let chosen = self.frozen.choose(&candidates, now);
-        match chosen.first() {
-            Some(o) if *o != own => rebase(url, o).unwrap_or_else(|| url.clone()),
-            _ => url.clone(),
+        match chosen
+            .first()
+            .and_then(|o| (*o != own).then(|| rebase(url, o)).flatten())
+        {
+            Some(other) => Cow::Owned(other),
+            None => Cow::Borrowed(url),
         }
     }
 
@@ -143,6 +155,6 @@ mod tests {
         let p = EndpointPolicy::default();
         let url = Url::parse("http://a.example/").unwrap();
         e.fail(&url, &p, Instant::now());
-        assert_eq!(e.target(&url, &p, Instant::now()), url);
+        assert_eq!(*e.target(&url, &p, Instant::now()), url);
     }
 }

@@ -43,6 +43,7 @@ pub struct ClientBuilder {
     policy: Option<NetPolicy>,
     interceptors: Vec<Arc<dyn Interceptor>>,
     observer: Arc<dyn Observer>,
+    observed: bool,
     dialer: Arc<dyn Dialer>,
     extra_roots: Vec<CertificateDer<'static>>,
     user_agent: HeaderValue,
@@ -68,6 +69,9 @@ struct Inner {
     resolver: Arc<dyn PolicyResolver>,
     interceptors: Vec<Arc<dyn Interceptor>>,
     observer: Arc<dyn Observer>,
+    /// Whether an observer was given: without one, the response body is not wrapped to
+    /// count bytes nobody would see.
+    observed: bool,
     user_agent: HeaderValue,
     decompress: bool,
     transports: Transports,
@@ -90,6 +94,7 @@ impl ClientBuilder {
             policy: None,
             interceptors: Vec::new(),
             observer: Arc::new(NoopObserver),
+            observed: false,
             dialer: Arc::new(TcpDialer),
             extra_roots: Vec::new(),
             user_agent: HeaderValue::from_static(DEFAULT_USER_AGENT),
@@ -133,6 +138,7 @@ impl ClientBuilder {
     /// Receives every event of the runtime. Default is none.
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = observer;
+        self.observed = true;
         self
     }
 
@@ -248,6 +254,7 @@ impl ClientBuilder {
                 resolver,
                 interceptors: self.interceptors,
                 observer: self.observer,
+                observed: self.observed,
                 user_agent: self.user_agent,
                 decompress: self.decompress,
                 transports,

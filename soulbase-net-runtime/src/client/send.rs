@@ -43,7 +43,7 @@ use crate::{
 
 /// What stays fixed for one request: its number, labels and deadlines.
 struct Call<'a> {
-    labels: OwnedInfo,
+    labels: Arc<OwnedInfo>,
     policy: &'a Arc<NetPolicy>,
     started: Instant,
     deadline: Instant,
@@ -82,14 +82,19 @@ impl Inner {
         let policy = self.resolver.resolve(req.tenant.as_deref(), &host);
         let timeouts = policy.timeout.with_request(&req.timeout);
         let call = Call {
-            labels: OwnedInfo {
+            labels: Arc::new(OwnedInfo {
                 id,
                 method: req.method.clone(),
-                scheme: url.scheme().to_owned(),
+                // `validate` admits only these two.
+                scheme: if url.scheme() == "https" {
+                    "https"
+                } else {
+                    "http"
+                },
                 host,
                 tenant: req.tenant.clone(),
                 url: redact_url(url.as_str()),
-            },
+            }),
             policy: &policy,
             started,
             deadline: started + timeouts.total,
@@ -108,7 +113,7 @@ impl Inner {
                 .await
             {
                 Ok(permit) => {
-                    let result = self.run(&mut req, &call, &timeouts).await;
+                    let result = self.run(&mut req, url, &call, &timeouts).await;
                     permit.record(match &result {
                         Ok(res) => Outcome::Response(res.status),
                         Err(e) => Outcome::Error(e.kind()),
@@ -122,7 +127,7 @@ impl Inner {
                     });
                     let err = NetError::new(ErrorKind::RateLimited)
                         .with_message(format!("{scope:?} limit reached"))
-                        .at(&call.labels.method, url.as_str());
+                        .at(&call.labels.method, &req.url);
                     Err(self.after_error(&req, err).await)
                 }
             }
@@ -140,7 +145,7 @@ impl Inner {
                     None => {
                         let err = NetError::new(ErrorKind::Cancelled)
                             .with_message("the cancel token fired")
-                            .at(&call.labels.method, url.as_str());
+                            .at(&call.labels.method, &req.url);
                         Err(self.after_error(&req, err).await)
                     }
                 }
@@ -174,16 +179,27 @@ impl Inner {
     async fn run(
         &self,
         req: &mut NetRequest,
+        url: Url,
         call: &Call<'_>,
         timeouts: &soulbase_net_policy::TimeoutPolicy,
     ) -> Result<NetResponse, NetError> {
+        // What `before` may change that the parsed URL depends on; without interceptors
+        // nothing can, and the URL parsed by `send` stands.
+        let target = (!self.interceptors.is_empty()).then(|| (req.url.clone(), req.query.clone()));
         for interceptor in &self.interceptors {
             if let Err(e) = interceptor.before(req).await {
                 return Err(self.after_error(req, e).await);
             }
         }
         let prepared = prepare_body(req).and_then(|()| {
-            let url = req.validate(u64::MAX)?;
+            let url = match target {
+                Some((u, q)) if u != req.url || q != req.query => req.validate(u64::MAX)?,
+                Some(_) => {
+                    req.check_headers()?;
+                    url
+                }
+                None => url,
+            };
             req.check_body_size(call.policy.security.max_req_bytes.as_u64())?;
             Ok(url)
         });
@@ -234,16 +250,20 @@ impl Inner {
         timeouts: &soulbase_net_policy::TimeoutPolicy,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
-        let budget = budget_key(
-            &policy.retry.budget,
-            &call.labels.host,
-            call.labels.tenant.as_deref(),
-        );
-        self.budgets
-            .deposit(&budget, &policy.retry.budget, Instant::now());
+        let budget = if policy.retry.budget.enabled {
+            let key = budget_key(
+                &policy.retry.budget,
+                &call.labels.host,
+                call.labels.tenant.as_deref(),
+            );
+            self.budgets
+                .deposit(&key, &policy.retry.budget, Instant::now());
+            key
+        } else {
+            String::new()
+        };
         let mut attempts = 0;
-        let mut redirects = RedirectState::new(&req.method, &url);
-        let first_headers = req.headers.clone();
+        let mut redirects = RedirectState::new();
         let replayable = req.body.is_replayable();
         loop {
             let res = self
@@ -272,9 +292,7 @@ impl Inner {
                 location: &shown,
             });
             drop(res);
-            let mut headers = first_headers.clone();
-            redirects.prepare_headers(&follow, &mut headers, &policy.security.strip_headers);
-            req.headers = headers;
+            redirects.prepare_headers(&follow, &mut req.headers, &policy.security.strip_headers);
             req.method = follow.method.clone();
             if !follow.keep_body {
                 req.body = Body::Empty;
@@ -299,16 +317,18 @@ impl Inner {
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
         let replayable = req.is_replayable();
-        let breaker = breaker_key(
-            &policy.cbreaker,
-            &call.labels.host,
-            call.labels.tenant.as_deref(),
-        );
+        let breaker = if policy.cbreaker.enabled {
+            breaker_key(
+                &policy.cbreaker,
+                &call.labels.host,
+                call.labels.tenant.as_deref(),
+            )
+        } else {
+            String::new()
+        };
         loop {
-            let permit = match self
-                .breakers
-                .admit(&breaker, &policy.cbreaker, Instant::now())
-            {
+            let now = Instant::now();
+            let permit = match self.breakers.admit(&breaker, &policy.cbreaker, now) {
                 Ok(permit) => permit,
                 Err(rejected) => {
                     self.observer
@@ -320,7 +340,6 @@ impl Inner {
                         .with_attempts(*attempts));
                 }
             };
-            let now = Instant::now();
             let target = self.endpoints.target(url, &policy.endpoints, now);
             let learnt = self.latencies.timeout(
                 &call.labels.host,
@@ -329,7 +348,7 @@ impl Inner {
             );
             let mut timeouts = timeouts.clone();
             timeouts.attempt = learnt;
-            let began = Instant::now();
+            let began = now;
             let schedule = HedgeSchedule::new(&policy.hedge, replayable, None);
             let result = match schedule {
                 Some(schedule) => {
@@ -346,7 +365,7 @@ impl Inner {
                 }
             };
             match &result {
-                Ok(res) if res.status.as_u16() < 500 => {
+                Ok(res) if res.status.as_u16() < 500 && policy.timeout.dynamic.enabled => {
                     self.latencies.record(&call.labels.host, res.elapsed.ttfb);
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::Connect | ErrorKind::Dns) => {
@@ -360,7 +379,8 @@ impl Inner {
                 Err(e) => Outcome::Error(e.kind()),
             };
             let failure = is_failure(outcome, policy.cbreaker.count_5xx);
-            permit.record(failure, began.elapsed(), Instant::now());
+            let ended = Instant::now();
+            permit.record(failure, ended.saturating_duration_since(began), ended);
             let end = AttemptEnd {
                 attempt: *attempts,
                 outcome,
@@ -370,7 +390,7 @@ impl Inner {
                     .and_then(|r| r.retry_after(std::time::SystemTime::now())),
                 time_left: call
                     .deadline
-                    .saturating_duration_since(Instant::now())
+                    .saturating_duration_since(ended)
                     .saturating_sub(timeouts.margin),
                 attempt_timeout: timeouts.attempt,
             };
@@ -583,14 +603,14 @@ impl Inner {
         let mut captured = capture_connection(&mut http_req);
         let request = transport.http.request(http_req);
         tokio::pin!(request);
-
-        // Until a connection is chosen: the connector bounds connecting by itself.
+        // One timer for both phases: the total deadline until a connection is chosen (the
+        // connector bounds connecting by itself), then moved to the first-byte deadline.
+        let timer = tokio::time::sleep_until(call.deadline);
+        tokio::pin!(timer);
         let early = tokio::select! {
             res = &mut request => Some(res),
             _ = captured.wait_for_connection_metadata() => None,
-            _ = tokio::time::sleep_until(call.deadline) => {
-                return Err(NetError::timeout(Phase::Total));
-            }
+            () = &mut timer => return Err(NetError::timeout(Phase::Total)),
         };
         let res = match early {
             Some(res) => res,
@@ -598,9 +618,10 @@ impl Inner {
                 let left_in_attempt = timeouts.attempt.saturating_sub(began.elapsed());
                 let (at, phase) =
                     call.phase_deadline(Phase::Ttfb, timeouts.ttfb.min(left_in_attempt));
-                match tokio::time::timeout_at(at, request).await {
-                    Ok(res) => res,
-                    Err(_) => return Err(NetError::timeout(phase)),
+                timer.as_mut().reset(at);
+                tokio::select! {
+                    res = &mut request => res,
+                    () = &mut timer => return Err(NetError::timeout(phase)),
                 }
             }
         };
@@ -618,14 +639,21 @@ impl Inner {
             .read_timeout(timeouts.read)
             .deadline(call.deadline)
             .counter(Arc::new(AtomicU64::new(0)));
-        let body = decode(limited, &mut parts.headers, max, decoding)?;
+        let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
+            decode(limited, &mut parts.headers, max, decoding)?
+        } else {
+            limited.boxed_unsync()
+        };
         self.observer.on_event(&NetEvent::Bytes {
             req: call.info(),
             dir: Direction::Out,
             bytes: sent.load(Ordering::Relaxed),
         });
-        let body =
-            MeteredBody::new(body, self.observer.clone(), call.labels.clone()).boxed_unsync();
+        let body = if self.observed {
+            MeteredBody::new(body, self.observer.clone(), call.labels.clone()).boxed_unsync()
+        } else {
+            body
+        };
         Ok(NetResponse {
             status: parts.status,
             content_type: parts
@@ -658,7 +686,11 @@ impl Inner {
         let uri: http::Uri = url.as_str().parse().map_err(|e| {
             NetError::invalid_request("url is not a valid request target").with_source(e)
         })?;
+        let (max, write_timeout, sent) = limits;
+        // Taken before a stream body is moved out (which leaves `Empty` behind).
+        let empty = matches!(req.body, Body::Empty);
         let body: ReqBody = match &req.body {
+            // Nothing to count, limit or time out: no wrapper.
             Body::Empty => Empty::new().map_err(|never| match never {}).boxed_unsync(),
             Body::Bytes(b) => Full::new(b.clone())
                 .map_err(|never| match never {})
@@ -675,8 +707,11 @@ impl Inner {
             },
             _ => Empty::new().map_err(|never| match never {}).boxed_unsync(),
         };
-        let (max, write_timeout, sent) = limits;
-        let body: ReqBody = SendBody::new(body, max, write_timeout, sent).boxed_unsync();
+        let body: ReqBody = if empty {
+            body
+        } else {
+            SendBody::new(body, max, write_timeout, sent).boxed_unsync()
+        };
         let mut http_req = Request::builder()
             .method(req.method.clone())
             .uri(uri)

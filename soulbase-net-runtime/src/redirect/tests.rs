@@ -147,7 +147,7 @@ fn run_chain(scenario: &Scenario, status: u16, tally: &mut Tally) {
     let (redirect, security) = policies();
     let mut current = url(scenario.chain[0]);
     let mut method = Method::POST;
-    let mut state = RedirectState::new(&method, &current);
+    let mut state = RedirectState::new();
     let mut stripped_before = [false; 4];
     for (hop, (location, &may_send)) in scenario.chain[1..].iter().zip(scenario.sent).enumerate() {
         let location = HeaderValue::from_static(location);
@@ -227,7 +227,7 @@ fn https_to_http_is_refused_for_every_status_so_nothing_is_sent() {
 fn a_hop_back_after_a_crossing_stays_stripped_in_the_state() {
     let (redirect, security) = policies();
     let a = url("https://a.example/");
-    let mut state = RedirectState::new(&Method::GET, &a);
+    let mut state = RedirectState::new();
     assert!(!state.crossed_origin());
     let to_b = HeaderValue::from_static("https://b.example/");
     let resp = Redirect {
@@ -351,7 +351,7 @@ fn a_body_that_cannot_be_replayed_returns_the_3xx_when_it_would_be_kept() {
 fn body_headers_go_when_the_body_does() {
     let (redirect, security) = policies();
     let from = url("https://a.example/");
-    let mut state = RedirectState::new(&Method::POST, &from);
+    let mut state = RedirectState::new();
     let to = HeaderValue::from_static("/next");
     let resp = Redirect {
         status: StatusCode::SEE_OTHER,
@@ -511,7 +511,7 @@ fn chain(
     steps: u32,
 ) -> Result<u32, NetError> {
     let mut current = url("https://a.example/0");
-    let mut state = RedirectState::new(&Method::GET, &current);
+    let mut state = RedirectState::new();
     for i in 1..=steps {
         let location = HeaderValue::from_str(&format!("/{i}")).unwrap();
         let resp = Redirect {
@@ -561,7 +561,7 @@ fn loops_are_detected_before_the_limit() {
     security.max_redirects = 20;
     let a = url("https://a.example/a");
     let b = url("https://a.example/b");
-    let mut state = RedirectState::new(&Method::GET, &a);
+    let mut state = RedirectState::new();
     let to_b = HeaderValue::from_static("/b");
     let to_a = HeaderValue::from_static("/a#frag");
     assert!(state.next(&redirect, &security, &get(&a, &to_b)).is_ok());
@@ -572,7 +572,7 @@ fn loops_are_detected_before_the_limit() {
     assert_eq!(err.message(), Some("redirect loop"));
 
     // A page redirecting to itself.
-    let mut state = RedirectState::new(&Method::GET, &a);
+    let mut state = RedirectState::new();
     let to_self = HeaderValue::from_static("/a");
     let err = state
         .next(&redirect, &security, &get(&a, &to_self))
@@ -584,7 +584,7 @@ fn loops_are_detected_before_the_limit() {
 fn post_then_get_of_the_same_url_is_not_a_loop() {
     let (redirect, security) = policies();
     let a = url("https://a.example/form");
-    let mut state = RedirectState::new(&Method::POST, &a);
+    let mut state = RedirectState::new();
     let to_self = HeaderValue::from_static("/form");
     let resp = Redirect {
         status: StatusCode::SEE_OTHER,
