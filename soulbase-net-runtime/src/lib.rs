@@ -40,3 +40,9 @@ pub use tokio_util::sync::CancellationToken;
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeQuickStart;
+
+/// `docs/testing.md`, the guide to testing a service with the testkit, compiled and run as
+/// doctests so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/testing.md")]
+struct TestingGuide;

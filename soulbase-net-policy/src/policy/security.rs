@@ -38,7 +38,9 @@ pub struct SecurityPolicy {
     pub max_resp_bytes: ByteSize,
     /// Largest request body. Default is 32MiB.
     pub max_req_bytes: ByteSize,
-    /// Headers removed before a request is sent (case-insensitive names). Default is empty.
+    /// Headers dropped, like `Authorization` and `Cookie`, from the first redirect hop that
+    /// leaves the request's origin and every hop after it (case-insensitive names); the
+    /// request's own origin still receives them. Default is empty.
     pub strip_headers: Vec<String>,
     /// Exceptions to `deny_private` (seed 000 §6.1 sandbox grants). Default is none.
     pub grants: SandboxGrants,

@@ -7,6 +7,7 @@ mod document;
 mod example;
 mod hot_reload;
 mod merge_prop;
+mod reference;
 mod resolution;
 mod roundtrip;
 mod validation;

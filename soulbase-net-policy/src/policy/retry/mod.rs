@@ -45,15 +45,17 @@ pub struct RetryPolicy {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RetryOn {
-    /// HTTP 5xx responses. Default is `true`.
+    /// HTTP 5xx responses, except 501 and 505 (they repeat). Default is `true`.
     pub http_5xx: bool,
     /// HTTP 429 responses. Default is `true`.
     pub http_429: bool,
     /// DNS resolution failures. Default is `true`.
     pub dns_err: bool,
-    /// Connection failures (refused, reset before the request was written). Default is `true`.
+    /// Connection failures: refused, or reset or closed before the response was complete (the
+    /// request may have reached the server; only idempotent, replayable requests are retried).
+    /// Default is `true`.
     pub connect_err: bool,
-    /// Connect timeouts. Default is `true`.
+    /// Timeouts in the DNS, connect and TLS phases. Default is `true`.
     pub connect_timeout: bool,
     /// Time-to-first-byte timeouts. Default is `true`.
     pub ttfb_timeout: bool,
