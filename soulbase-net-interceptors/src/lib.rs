@@ -12,7 +12,7 @@
 //! | `crypto`      | `A2aJws`           | detached JWS (EdDSA) over the canonical JSON body, and `verify` |
 //! | `sandbox`     | `SandboxGuard`     | host allow-list and literal-IP checks before anything is sent |
 //! | `qos`         | `QosBytes`         | bytes out/in per tenant and host; budgets with reserve/settle |
-//! | `cache`       | `CacheHook`        | HTTP cache for GET: fresh hits, conditional revalidation, stale-while-revalidate |
+//! | `cache`       | `CacheHook`        | shared HTTP cache for GET (RFC 9111): max-age / s-maxage / Expires, Age, Vary variants, conditional revalidation, stale-while-revalidate, must-revalidate |
 //!
 //! Interceptors depend on `soulbase-net-core` (and `soulbase-net-policy` for the sandbox rules)
 //! only; the runtime reaches them through the trait.
