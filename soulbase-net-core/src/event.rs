@@ -18,6 +18,62 @@ use crate::{
 pub trait Observer: Send + Sync {
     /// Handles one event.
     fn on_event(&self, event: &NetEvent<'_>);
+
+    /// Called once by a client when it is built, with a handle on the state it keeps (limiter
+    /// occupancy, AIMD windows, retry budgets), to be read when needed — e.g. at scrape time.
+    ///
+    /// The client owns the handle: keep a [`Weak`](std::sync::Weak) (`Arc::downgrade`) so that the client's
+    /// gauges go away with it. Default ignores it.
+    fn on_gauges(&self, source: &Arc<dyn GaugeSource>) {
+        let _ = source;
+    }
+}
+
+/// State a client keeps whose current value matters more than its changes: read at the
+/// moment it is wanted (a scrape) instead of pushed as [`NetEvent`]s.
+///
+/// Why not events: these values move without any event (a retry budget's window slides with
+/// time), and reading them costs nothing on the request path.
+pub trait GaugeSource: Send + Sync {
+    /// Calls `visit` with each current reading, in no particular order. Takes short locks
+    /// of the client's limiter and budgets; call it from a scrape, not per request.
+    fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>));
+}
+
+/// One current value from a [`GaugeSource`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GaugeReading<'a> {
+    /// Calls holding one of a host's concurrency slots now.
+    LimiterInFlight {
+        /// The host (lowercase; IPv6 without brackets).
+        host: &'a str,
+        /// How many.
+        value: u64,
+    },
+    /// Calls waiting for a place under a host's limits (only with a bounded `max_wait`).
+    LimiterQueued {
+        /// The host.
+        host: &'a str,
+        /// How many.
+        value: u64,
+    },
+    /// The calls the AIMD window allows in flight now.
+    LimiterWindow {
+        /// The host, or `None` for the client-wide window (global scope).
+        host: Option<&'a str>,
+        /// The window.
+        value: u64,
+    },
+    /// The retries (and hedges) a retry budget allows now.
+    RetryBudgetTokens {
+        /// The host.
+        host: &'a str,
+        /// The tenant, when the budget is kept per (host, tenant).
+        tenant: Option<&'a str>,
+        /// Whole retries available.
+        value: u64,
+    },
 }
 
 /// An observer that ignores everything; the default of a client without one.
@@ -31,6 +87,10 @@ impl Observer for NoopObserver {
 impl<T: Observer + ?Sized> Observer for Arc<T> {
     fn on_event(&self, event: &NetEvent<'_>) {
         (**self).on_event(event);
+    }
+
+    fn on_gauges(&self, source: &Arc<dyn GaugeSource>) {
+        (**self).on_gauges(source);
     }
 }
 

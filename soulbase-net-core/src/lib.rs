@@ -7,7 +7,7 @@
 //! - [`NetError`]: one opaque error, one pointer wide, with its [`ErrorKind`], the stable
 //!   SB-02 [`ErrorCode`] and its public view, the attempts made, and the source chain;
 //! - [`NetClient`] (one object-safe method) and [`NetClientExt`] (`get_json`, `post_json`,
-//!   `get_bytes`, for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`].
+//!   `get_bytes`, for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`]; [`GaugeSource`].
 //!
 //! A service that only needs to call a client, or to provide a test double, depends on this
 //! crate alone; `soulbase-net-runtime` provides the real client.
@@ -35,8 +35,8 @@ pub use crate::body::{Body, BodyStream};
 pub use crate::client::{NetClient, NetClientExt};
 pub use crate::error::{redact_url, status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
 pub use crate::event::{
-    BreakerState, Direction, DnsSource, LimitScope, NetEvent, NoopObserver, Observer, Outcome,
-    RequestInfo,
+    BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,
+    NoopObserver, Observer, Outcome, RequestInfo,
 };
 pub use crate::interceptor::Interceptor;
 pub use crate::request::NetRequest;

@@ -11,8 +11,8 @@
 //! | `idempotency` | `IdempotencyKey`   | `Idempotency-Key` on idempotent POST/PATCH, stable across retries; dedup window |
 //! | `crypto`      | `A2aJws`           | detached JWS (EdDSA) over the canonical JSON body, and `verify` |
 //! | `sandbox`     | `SandboxGuard`     | host allow-list and literal-IP checks before anything is sent |
-//! | `qos`         | `QosBytes`         | bytes out/in per tenant and host; budgets with reserve/settle |
-//! | `cache`       | `CacheHook`        | HTTP cache for GET: fresh hits, conditional revalidation, stale-while-revalidate |
+//! | `qos`         | `QosBytes`         | bytes out/in per tenant and host; budgets per tenant and tenant + host, total or per window, with reserve/settle |
+//! | `cache`       | `CacheHook`        | shared HTTP cache for GET (RFC 9111): max-age / s-maxage / Expires, Age, Vary variants, conditional revalidation, stale-while-revalidate, must-revalidate |
 //!
 //! Interceptors depend on `soulbase-net-core` (and `soulbase-net-policy` for the sandbox rules)
 //! only; the runtime reaches them through the trait.
@@ -61,7 +61,7 @@ pub use crate::sandbox::SandboxGuard;
 #[cfg(feature = "qos")]
 mod qos;
 #[cfg(feature = "qos")]
-pub use crate::qos::{ByteCount, QosBytes, Reservation};
+pub use crate::qos::{ByteBudget, ByteCount, QosBytes, Reservation};
 
 #[cfg(feature = "cache")]
 mod cache;

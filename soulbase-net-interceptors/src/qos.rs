@@ -1,6 +1,7 @@
-//! `QosBytes`: bytes out and in per tenant and host, and byte budgets per tenant.
+//! `QosBytes`: bytes out and in per tenant and host, and byte budgets per tenant and per
+//! tenant + host, for the interceptor's life or per time window.
 
-use std::{collections::HashMap, fmt, sync::Arc};
+use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
 
 use parking_lot::Mutex;
 use soulbase_net_core::{
@@ -9,6 +10,7 @@ use soulbase_net_core::{
     url::Url,
     Body, ErrorKind, Interceptor, NetError, NetRequest, NetResponse, RespBody,
 };
+use tokio::time::Instant;
 
 /// Bytes sent and received.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,17 +29,25 @@ impl ByteCount {
 }
 
 /// Counts request and response body bytes per tenant and host, and enforces byte budgets per
-/// tenant.
+/// tenant and per tenant + host.
 ///
 /// Out is the request body size; in is the response `Content-Length`, or the size of the body
 /// once buffered (a streamed response without a length is buffered to be counted). Requests
 /// without a tenant are counted under the tenant `""`.
 ///
-/// With a [budget](QosBytes::budget) for a tenant (total bytes, out plus in), `before`
-/// [reserves](QosBytes::reserve) the request body size and `after` settles the reservation
-/// with the real out + in size. A request whose reservation would take the tenant past its
-/// budget is refused with [`ErrorKind::QuotaExceeded`] (`QUOTA.RATE_LIMITED`, visible to the
-/// caller) and not sent. A request that fails is not charged.
+/// With a budget for a tenant ([`budget`](QosBytes::budget),
+/// [`tenant_budget`](QosBytes::tenant_budget)) or for a tenant's calls to one host
+/// ([`host_budget`](QosBytes::host_budget)) — bytes out plus in, for the interceptor's life
+/// or [per window](ByteBudget::per) — `before` [reserves](QosBytes::reserve_for) the request
+/// body size against every budget that applies, and `after` settles the reservation with the
+/// real out + in size. A request whose reservation would take any of them past its limit is
+/// refused with [`ErrorKind::QuotaExceeded`] (`QUOTA.RATE_LIMITED`, visible to the caller) and
+/// not sent. A request that fails is not charged.
+///
+/// A windowed budget refills when its window rolls over: windows follow one another from
+/// when the budget was set, and each starts with nothing used. Bytes reserved by requests
+/// still in flight stay held across the roll, and are charged to the window in which they
+/// settle.
 ///
 /// # Examples
 /// ```
@@ -55,24 +65,43 @@ pub struct QosBytes {
     state: Arc<State>,
 }
 
+/// How many bytes a budget allows, and whether it refills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteBudget {
+    bytes: u64,
+    window: Option<Duration>,
+}
+
 #[derive(Default)]
 struct State {
     counts: Mutex<HashMap<(String, String), ByteCount>>,
-    budgets: Mutex<HashMap<String, Budget>>,
+    budgets: Mutex<HashMap<String, TenantBudgets>>,
 }
 
+/// A tenant's budgets: over all hosts, and per host.
+#[derive(Debug, Default)]
+struct TenantBudgets {
+    all: Option<Budget>,
+    hosts: HashMap<String, Budget>,
+}
+
+/// One budget's account in its current window.
 #[derive(Clone, Copy, Debug)]
 struct Budget {
     limit: u64,
     used: u64,
     reserved: u64,
+    window: Option<Duration>,
+    /// When the current window began.
+    started: Instant,
 }
 
-/// Bytes held against a tenant's budget until [settled](Reservation::settle); dropping it
+/// Bytes held against a tenant's budgets until [settled](Reservation::settle); dropping it
 /// unsettled releases the bytes without charging them.
 pub struct Reservation {
     state: Arc<State>,
     tenant: String,
+    host: Option<String>,
     bytes: u64,
     settled: bool,
 }
@@ -94,17 +123,40 @@ impl QosBytes {
         Self::default()
     }
 
-    /// Gives `tenant` a budget of `bytes` (out plus in) for the life of the interceptor.
-    /// Default is no budget.
+    /// Gives `tenant` a budget of `bytes` (out plus in, over all hosts) for the life of the
+    /// interceptor: `tenant_budget(tenant, ByteBudget::total(bytes))`. Default is no budget.
     pub fn budget(self, tenant: impl Into<String>, bytes: u64) -> Self {
-        self.state.budgets.lock().insert(
-            tenant.into(),
-            Budget {
-                limit: bytes,
-                used: 0,
-                reserved: 0,
-            },
-        );
+        self.tenant_budget(tenant, ByteBudget::total(bytes))
+    }
+
+    /// Gives `tenant` a budget over all hosts, replacing any other. Default is none.
+    pub fn tenant_budget(self, tenant: impl Into<String>, budget: ByteBudget) -> Self {
+        self.set_budget(tenant.into(), None, budget)
+    }
+
+    /// Gives `tenant`'s calls to `host` a budget of their own (besides any over all hosts),
+    /// replacing any other. `tenant` is `""` for requests without one; `host` as in the URL
+    /// (IPv6 in brackets). Default is none.
+    pub fn host_budget(
+        self,
+        tenant: impl Into<String>,
+        host: impl Into<String>,
+        budget: ByteBudget,
+    ) -> Self {
+        self.set_budget(tenant.into(), Some(host.into()), budget)
+    }
+
+    fn set_budget(self, tenant: String, host: Option<String>, budget: ByteBudget) -> Self {
+        let account = Budget::new(budget, Instant::now());
+        let mut budgets = self.state.budgets.lock();
+        let t = budgets.entry(tenant).or_default();
+        match host {
+            Some(host) => {
+                t.hosts.insert(host, account);
+            }
+            None => t.all = Some(account),
+        }
+        drop(budgets);
         self
     }
 
@@ -131,34 +183,71 @@ impl QosBytes {
             })
     }
 
-    /// What is left of `tenant`'s budget (limit minus used and reserved); `None` without one.
+    /// What is left of `tenant`'s budget over all hosts (limit minus used and reserved, in
+    /// the current window); `None` without one.
     pub fn remaining(&self, tenant: &str) -> Option<u64> {
-        self.state
-            .budgets
-            .lock()
-            .get(tenant)
-            .map(|b| b.limit.saturating_sub(b.used).saturating_sub(b.reserved))
+        let now = Instant::now();
+        let budgets = self.state.budgets.lock();
+        Some(budgets.get(tenant)?.all.as_ref()?.remaining(now))
     }
 
-    /// Holds `bytes` of `tenant`'s budget; a tenant without a budget always gets its
-    /// reservation.
+    /// What is left of the budget of `tenant`'s calls to `host`; `None` without one.
+    pub fn host_remaining(&self, tenant: &str, host: &str) -> Option<u64> {
+        let now = Instant::now();
+        let budgets = self.state.budgets.lock();
+        Some(budgets.get(tenant)?.hosts.get(host)?.remaining(now))
+    }
+
+    /// Holds `bytes` of `tenant`'s budget over all hosts; a tenant without a budget always
+    /// gets its reservation.
     ///
     /// # Errors
-    /// [`ErrorKind::QuotaExceeded`] (quota visible) when the budget has fewer than `bytes`
-    /// left, or nothing left at all.
+    /// As [`QosBytes::reserve_for`].
     pub fn reserve(&self, tenant: &str, bytes: u64) -> Result<Reservation, NetError> {
-        if let Some(b) = self.state.budgets.lock().get_mut(tenant) {
-            let committed = b.used.saturating_add(b.reserved);
-            if committed >= b.limit || committed.saturating_add(bytes) > b.limit {
+        self.reserve_at(tenant, None, bytes, Instant::now())
+    }
+
+    /// Holds `bytes` of every budget that applies to a call of `tenant` to `host`: the
+    /// tenant's over all hosts and the one for that host; none applying, the reservation is
+    /// always granted.
+    ///
+    /// # Errors
+    /// [`ErrorKind::QuotaExceeded`] (quota visible) when a budget has fewer than `bytes`
+    /// left, or nothing left at all; then nothing is held.
+    pub fn reserve_for(
+        &self,
+        tenant: &str,
+        host: &str,
+        bytes: u64,
+    ) -> Result<Reservation, NetError> {
+        self.reserve_at(tenant, Some(host), bytes, Instant::now())
+    }
+
+    fn reserve_at(
+        &self,
+        tenant: &str,
+        host: Option<&str>,
+        bytes: u64,
+        now: Instant,
+    ) -> Result<Reservation, NetError> {
+        let mut budgets = self.state.budgets.lock();
+        if let Some(t) = budgets.get_mut(tenant) {
+            let mut fits = true;
+            t.each(host, |b| {
+                b.roll(now);
+                fits &= b.fits(bytes);
+            });
+            if !fits {
                 return Err(NetError::new(ErrorKind::QuotaExceeded)
                     .with_message("the tenant's byte budget is exhausted")
                     .with_quota_visible(true));
             }
-            b.reserved = b.reserved.saturating_add(bytes);
+            t.each(host, |b| b.reserved = b.reserved.saturating_add(bytes));
         }
         Ok(Reservation {
             state: self.state.clone(),
             tenant: tenant.to_owned(),
+            host: host.map(str::to_owned),
             bytes,
             settled: false,
         })
@@ -194,7 +283,7 @@ impl Interceptor for QosBytes {
             Body::Stream(s) => s.exact_len().unwrap_or(0),
             other => other.to_bytes()?.map_or(0, |b| b.len() as u64),
         };
-        let reservation = self.reserve(&tenant, bytes_out)?;
+        let reservation = self.reserve_for(&tenant, &host, bytes_out)?;
         req.extensions.insert(Noted {
             tenant,
             host,
@@ -270,24 +359,116 @@ impl Reservation {
         self.bytes
     }
 
-    /// Releases the reservation and charges `actual` bytes to the tenant's budget.
+    /// Releases the reservation and charges `actual` bytes to the budgets it held (in their
+    /// current windows).
     pub fn settle(mut self, actual: u64) {
         self.settled = true;
-        if let Some(b) = self.state.budgets.lock().get_mut(&self.tenant) {
-            b.reserved = b.reserved.saturating_sub(self.bytes);
-            b.used = b.used.saturating_add(actual);
+        self.release(actual, Instant::now());
+    }
+
+    /// Gives the held bytes back and charges `actual`.
+    fn release(&self, actual: u64, now: Instant) {
+        if let Some(t) = self.state.budgets.lock().get_mut(&self.tenant) {
+            t.each(self.host.as_deref(), |b| {
+                b.roll(now);
+                b.reserved = b.reserved.saturating_sub(self.bytes);
+                b.used = b.used.saturating_add(actual);
+            });
         }
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if self.settled {
-            return;
+        if !self.settled {
+            self.release(0, Instant::now());
         }
-        if let Some(b) = self.state.budgets.lock().get_mut(&self.tenant) {
-            b.reserved = b.reserved.saturating_sub(self.bytes);
+    }
+}
+
+// === impl ByteBudget ===
+
+impl ByteBudget {
+    /// `bytes` for the life of the interceptor.
+    pub fn total(bytes: u64) -> Self {
+        ByteBudget {
+            bytes,
+            window: None,
         }
+    }
+
+    /// `bytes` per `window` (e.g. per minute), refilled when the window rolls over; a
+    /// window shorter than a millisecond is taken as one millisecond.
+    pub fn per(bytes: u64, window: Duration) -> Self {
+        ByteBudget {
+            bytes,
+            window: Some(window.max(Duration::from_millis(1))),
+        }
+    }
+}
+
+// === impl TenantBudgets ===
+
+impl TenantBudgets {
+    /// Applies `f` to the budget over all hosts and to `host`'s, those that exist.
+    fn each(&mut self, host: Option<&str>, mut f: impl FnMut(&mut Budget)) {
+        if let Some(b) = &mut self.all {
+            f(b);
+        }
+        if let Some(b) = host.and_then(|h| self.hosts.get_mut(h)) {
+            f(b);
+        }
+    }
+}
+
+// === impl Budget ===
+
+impl Budget {
+    fn new(budget: ByteBudget, now: Instant) -> Self {
+        Budget {
+            limit: budget.bytes,
+            used: 0,
+            reserved: 0,
+            window: budget.window,
+            started: now,
+        }
+    }
+
+    /// The start of the window `now` falls in, when it is not the current one.
+    fn next_start(&self, now: Instant) -> Option<Instant> {
+        let window = self.window?;
+        let elapsed = now.checked_duration_since(self.started)?;
+        if elapsed < window {
+            return None;
+        }
+        let into = elapsed.as_nanos() % window.as_nanos().max(1);
+        Some(now - Duration::from_nanos(u64::try_from(into).unwrap_or(u64::MAX)))
+    }
+
+    /// Starts the window `now` falls in, with nothing used, when it is a new one.
+    fn roll(&mut self, now: Instant) {
+        if let Some(start) = self.next_start(now) {
+            self.started = start;
+            self.used = 0;
+        }
+    }
+
+    /// What is left at `now`, without changing anything.
+    fn remaining(&self, now: Instant) -> u64 {
+        let used = if self.next_start(now).is_some() {
+            0
+        } else {
+            self.used
+        };
+        self.limit
+            .saturating_sub(used)
+            .saturating_sub(self.reserved)
+    }
+
+    /// Whether `bytes` more may be held (never when nothing is left).
+    fn fits(&self, bytes: u64) -> bool {
+        let committed = self.used.saturating_add(self.reserved);
+        committed < self.limit && committed.saturating_add(bytes) <= self.limit
     }
 }
 
@@ -295,6 +476,7 @@ impl fmt::Debug for Reservation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reservation")
             .field("tenant", &self.tenant)
+            .field("host", &self.host)
             .field("bytes", &self.bytes)
             .field("settled", &self.settled)
             .finish()
@@ -323,6 +505,74 @@ mod tests {
         assert_eq!(err.code().as_str(), "QUOTA.RATE_LIMITED");
         assert!(qos.reserve("other", u64::MAX).is_ok());
         assert_eq!(qos.remaining("other"), None);
+    }
+
+    fn settle_at(mut r: Reservation, actual: u64, now: Instant) {
+        r.settled = true;
+        r.release(actual, now);
+    }
+
+    fn started(qos: &QosBytes, tenant: &str) -> Instant {
+        let budgets = qos.state.budgets.lock();
+        budgets[tenant].all.as_ref().unwrap().started
+    }
+
+    fn remaining_at(qos: &QosBytes, tenant: &str, now: Instant) -> u64 {
+        qos.state.budgets.lock()[tenant]
+            .all
+            .as_ref()
+            .unwrap()
+            .remaining(now)
+    }
+
+    #[test]
+    fn a_windowed_budget_refills_when_the_window_rolls_over() {
+        let qos = QosBytes::new().tenant_budget("t", ByteBudget::per(100, Duration::from_secs(60)));
+        let t0 = started(&qos, "t");
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let r = qos.reserve_at("t", None, 60, at(1)).unwrap();
+        settle_at(r, 70, at(2));
+        assert_eq!(remaining_at(&qos, "t", at(59)), 30);
+        let err = qos.reserve_at("t", None, 31, at(59)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::QuotaExceeded);
+        // The next window starts with nothing used.
+        assert_eq!(remaining_at(&qos, "t", at(60)), 100);
+        let held = qos.reserve_at("t", None, 100, at(61)).unwrap();
+        assert_eq!(started(&qos, "t"), at(60));
+        // Held bytes stay held across a roll, and are charged where they settle.
+        assert!(qos.reserve_at("t", None, 0, at(125)).is_err());
+        assert_eq!(started(&qos, "t"), at(120), "windows stay aligned");
+        settle_at(held, 90, at(126));
+        assert_eq!(remaining_at(&qos, "t", at(179)), 10);
+        assert_eq!(remaining_at(&qos, "t", at(180)), 100);
+        // A lifetime budget never refills.
+        let total = QosBytes::new().budget("t", 10);
+        let t0 = started(&total, "t");
+        settle_at(total.reserve_at("t", None, 10, t0).unwrap(), 10, t0);
+        let much_later = t0 + Duration::from_secs(365 * 24 * 3600);
+        assert!(total.reserve_at("t", None, 0, much_later).is_err());
+    }
+
+    #[test]
+    fn host_budgets_apply_beside_the_tenant_budget() {
+        let per_min = |b| ByteBudget::per(b, Duration::from_secs(60));
+        let qos = QosBytes::new()
+            .budget("t", 1_000)
+            .host_budget("t", "a.example", per_min(50));
+        let a = qos.reserve_for("t", "a.example", 40).unwrap();
+        let b = qos.reserve_for("t", "b.example", 40).unwrap();
+        assert_eq!(qos.host_remaining("t", "a.example"), Some(10));
+        assert_eq!(qos.host_remaining("t", "b.example"), None);
+        assert_eq!(qos.remaining("t"), Some(920));
+        let err = qos.reserve_for("t", "a.example", 20).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::QuotaExceeded);
+        assert_eq!(qos.remaining("t"), Some(920), "a refusal holds nothing");
+        a.settle(45);
+        drop(b);
+        assert_eq!(qos.host_remaining("t", "a.example"), Some(5));
+        assert_eq!(qos.remaining("t"), Some(955));
+        // Another tenant's calls to the same host are not under t's host budget.
+        assert!(qos.reserve_for("u", "a.example", 1_000).is_ok());
     }
 
     #[tokio::test]

@@ -2,9 +2,10 @@
 
 use std::{fmt, sync::Arc};
 
-use soulbase_net_core::{NetEvent, Observer};
+use soulbase_net_core::{GaugeSource, NetEvent, Observer};
 
-/// Forwards each event to every observer it holds, in the order they were added.
+/// Forwards each event (and each client's gauge source) to every observer it holds, in the
+/// order they were added.
 ///
 /// Default is empty (events are dropped).
 ///
@@ -62,6 +63,12 @@ impl Observer for Fanout {
     fn on_event(&self, event: &NetEvent<'_>) {
         for observer in &self.observers {
             observer.on_event(event);
+        }
+    }
+
+    fn on_gauges(&self, source: &Arc<dyn GaugeSource>) {
+        for observer in &self.observers {
+            observer.on_gauges(source);
         }
     }
 }

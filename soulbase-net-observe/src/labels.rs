@@ -18,7 +18,7 @@ use soulbase_net_core::http::Method;
 pub(crate) const OTHER: &str = "_other";
 
 /// A label value shared by every series that uses it: cloning it never allocates.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Label(Arc<str>);
 
 impl Label {
@@ -117,6 +117,12 @@ pub(crate) struct PhaseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BytesLabels {
     pub(crate) dir: &'static str,
+    pub(crate) tenant: Label,
+    pub(crate) host: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TenantHostLabels {
     pub(crate) tenant: Label,
     pub(crate) host: Label,
 }

@@ -9,10 +9,11 @@ use prometheus_client::{
     registry::Registry,
 };
 use soulbase_net_core::{
-    BreakerState, DnsSource, LimitScope, NetEvent, Observer, Outcome, RequestInfo,
+    BreakerState, DnsSource, GaugeSource, LimitScope, NetEvent, Observer, Outcome, RequestInfo,
 };
 
 use crate::{
+    gauges::{GaugeCollector, GaugeState},
     labels::{
         method_label, scheme_label, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
         LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels, OTHER,
@@ -49,11 +50,22 @@ const MAX_RULES: usize = 64;
 /// | `net_timeouts_total` | `phase` | `TimedOut` |
 /// | `net_dns_lookups_total` | `source` | `DnsResolved` |
 /// | `net_sli_*` (gauges) | — | see [`Slis`], computed at scrape time |
+/// | `net_limiter_in_flight` (gauge) | `host` | calls holding the host's concurrency slot, read from the client at scrape time |
+/// | `net_limiter_queued` (gauge) | `host` | calls waiting for a place under the host's limits (bounded `max_wait` only), at scrape time |
+/// | `net_limiter_window` (gauge) | `host` | the per-host AIMD window once a call used it, at scrape time |
+/// | `net_limiter_global_window` (gauge) | — | the client-wide AIMD window (global scope), when used, at scrape time |
+/// | `net_retry_budget_tokens` (gauge) | `tenant, host` | whole retries the retry budget allows now (`tenant=""` unless the budget is per tenant), at scrape time |
 ///
 /// A request without a tenant has `tenant=""`. Label values are bounded: past
 /// [`MetricsBuilder::max_hosts`] distinct hosts (and breaker keys), [`MetricsBuilder::max_tenants`]
 /// tenants and 64 block rules, new values are counted under `"_other"`; extension methods and
 /// schemes other than `http`/`https` are `"_other"` too.
+///
+/// The limiter and budget gauges come from each client that was given these metrics as its
+/// observer ([`Observer::on_gauges`]; through a [`Fanout`](crate::Fanout) too). Values that
+/// share a label — hosts past the cap, or one host called by several clients — are summed; a
+/// dropped client's gauges disappear. Hosts a client has forgotten (idle entries evicted) are
+/// not reported.
 ///
 /// # Examples
 /// ```
@@ -77,8 +89,8 @@ const MAX_RULES: usize = 64;
 /// ```
 pub struct Metrics {
     registry: Registry,
-    hosts: LabelCap,
-    tenants: LabelCap,
+    hosts: Arc<LabelCap>,
+    tenants: Arc<LabelCap>,
     keys: LabelCap,
     rules: LabelCap,
     no_tenant: Label,
@@ -96,6 +108,7 @@ pub struct Metrics {
     timeouts: Family<PhaseLabels, Counter>,
     dns: Family<SourceLabels, Counter>,
     sli: Arc<SliState>,
+    gauges: Arc<GaugeState>,
 }
 
 /// Configures [`Metrics`]; from [`Metrics::builder`].
@@ -144,9 +157,12 @@ impl MetricsBuilder {
         let mut registry = self.registry.unwrap_or_default();
         let sli = Arc::new(SliState::new(self.latency_window));
         let new_histogram: fn() -> Histogram = || Histogram::new(LATENCY_BUCKETS_MS);
+        let hosts = Arc::new(LabelCap::new(self.max_hosts));
+        let tenants = Arc::new(LabelCap::new(self.max_tenants));
+        let gauges = Arc::new(GaugeState::new(hosts.clone(), tenants.clone()));
         let metrics = Metrics {
-            hosts: LabelCap::new(self.max_hosts),
-            tenants: LabelCap::new(self.max_tenants),
+            hosts,
+            tenants,
             keys: LabelCap::new(self.max_hosts),
             rules: LabelCap::new(MAX_RULES),
             no_tenant: Label::new(""),
@@ -164,6 +180,7 @@ impl MetricsBuilder {
             timeouts: Family::default(),
             dns: Family::default(),
             sli: Arc::clone(&sli),
+            gauges: Arc::clone(&gauges),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -230,6 +247,7 @@ impl MetricsBuilder {
             metrics.dns.clone(),
         );
         r.register_collector(Box::new(SliCollector(sli)));
+        r.register_collector(Box::new(GaugeCollector(gauges)));
         Metrics {
             registry,
             ..metrics
@@ -330,6 +348,10 @@ impl fmt::Debug for Metrics {
 }
 
 impl Observer for Metrics {
+    fn on_gauges(&self, source: &Arc<dyn GaugeSource>) {
+        self.gauges.attach(source);
+    }
+
     fn on_event(&self, event: &NetEvent<'_>) {
         match *event {
             NetEvent::RequestFinished {

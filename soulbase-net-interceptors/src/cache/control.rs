@@ -2,14 +2,17 @@
 
 use soulbase_net_core::http::{header, HeaderMap};
 
-/// `no-store`, `no-cache`, `private`, `max-age` and `stale-while-revalidate` of every
+/// `no-store`, `no-cache`, `private`, `max-age`, `s-maxage`, `must-revalidate` (and
+/// `proxy-revalidate`, its shared-cache twin) and `stale-while-revalidate` of every
 /// `Cache-Control` header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Directives {
     pub(crate) no_store: bool,
     pub(crate) no_cache: bool,
     pub(crate) private: bool,
+    pub(crate) must_revalidate: bool,
     pub(crate) max_age: Option<u64>,
+    pub(crate) s_maxage: Option<u64>,
     pub(crate) stale_while_revalidate: Option<u64>,
 }
 
@@ -27,11 +30,9 @@ impl Directives {
                     "no-store" => d.no_store = true,
                     "no-cache" => d.no_cache = true,
                     "private" => d.private = true,
-                    // A malformed max-age makes the response stale (RFC 9111 §4.2.1).
-                    "max-age" => {
-                        let secs = arg.and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
-                        d.max_age = Some(d.max_age.map_or(secs, |m| m.min(secs)));
-                    }
+                    "must-revalidate" | "proxy-revalidate" => d.must_revalidate = true,
+                    "max-age" => d.max_age = Some(seconds(arg, d.max_age)),
+                    "s-maxage" => d.s_maxage = Some(seconds(arg, d.s_maxage)),
                     "stale-while-revalidate" => {
                         d.stale_while_revalidate = arg.and_then(|a| a.parse::<u64>().ok());
                     }
@@ -41,6 +42,13 @@ impl Directives {
         }
         d
     }
+}
+
+/// A delta-seconds argument, the smaller when repeated; a malformed one makes the response
+/// stale (RFC 9111 §4.2.1).
+fn seconds(arg: Option<&str>, before: Option<u64>) -> u64 {
+    let secs = arg.and_then(|a| a.parse::<u64>().ok()).unwrap_or(0);
+    before.map_or(secs, |b| b.min(secs))
 }
 
 #[cfg(test)]
@@ -72,5 +80,11 @@ mod tests {
             parse(&["max-age=0, stale-while-revalidate=30"]).stale_while_revalidate,
             Some(30)
         );
+        let d = parse(&["s-maxage=30, Must-Revalidate", "s-maxage=10"]);
+        assert_eq!(
+            (d.s_maxage, d.max_age, d.must_revalidate),
+            (Some(10), None, true)
+        );
+        assert!(parse(&["proxy-revalidate"]).must_revalidate);
     }
 }

@@ -12,7 +12,7 @@ use std::{
 
 use soulbase_net_core::{
     bytes::Bytes,
-    http::{header, HeaderMap, Method, StatusCode},
+    http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode},
     Interceptor, NetClient, NetError, NetRequest, NetResponse, RespBody,
 };
 use tokio::time::Instant;
@@ -20,20 +20,30 @@ use tokio::time::Instant;
 use self::control::Directives;
 pub use self::store::{CacheStore, CachedResponse, MemoryStore};
 
-/// Caches the responses to GET requests, as a shared cache keyed by tenant + URL (+ the
-/// request headers the response `Vary`s on).
+/// Caches the responses to GET requests, as a shared cache (RFC 9111) keyed by tenant + URL
+/// (+ the request headers the response `Vary`s on).
 ///
-/// - Stored: `200` responses (buffered) with `Cache-Control: max-age` or a validator (`ETag`,
-///   `Last-Modified`), unless `no-store`, `private` (a shared cache), `Vary: *`, or the request
-///   carries `Authorization` or `Cache-Control: no-store`.
-/// - Fresh (younger than `max-age`, and not `no-cache`): answered by
-///   [`respond`](Interceptor::respond) without a request (`attempts` is 0).
+/// Why shared: one cache serves every caller of the service within a tenant, so it follows
+/// the rules for shared caches — `private` responses are not stored, and `s-maxage` counts.
+///
+/// - Stored: `200` responses (buffered) with a freshness lifetime or a validator (`ETag`,
+///   `Last-Modified`), unless `no-store`, `private`, `Vary: *`, or the request carries
+///   `Authorization` or `Cache-Control: no-store`.
+/// - Freshness lifetime: `s-maxage`, else `max-age`, else `Expires` − `Date` (an invalid
+///   `Expires` is in the past); none otherwise (no heuristic freshness). `no-cache` makes it
+///   zero. The response's `Age` counts against it, and responses served from the cache carry
+///   their current `Age`.
+/// - Fresh (younger than its lifetime): answered by [`respond`](Interceptor::respond) without
+///   a request (`attempts` is 0).
+/// - `Vary`: each combination of the named request headers is its own variant, kept beside
+///   the others; a response with `Vary: *` is never stored nor served.
 /// - Stale with a validator: `before` adds `If-None-Match` / `If-Modified-Since`, and a `304`
 ///   is replaced in `after` by the stored response (status 200, the 304's headers merged), which
 ///   is then fresh again.
 /// - Stale within its `stale-while-revalidate` window, once a client is given with
 ///   [`CacheHook::revalidate_with`]: served as it is, while one background request through
-///   that client revalidates it (at most one per entry at a time).
+///   that client revalidates it (at most one per entry at a time). Never with
+///   `must-revalidate`, `proxy-revalidate` or `s-maxage`: such an entry is not served stale.
 /// - A request that sets its own conditional headers bypasses the cache.
 ///
 /// Entries live in a [`CacheStore`]; the default is a bounded in-memory [`MemoryStore`].
@@ -120,6 +130,34 @@ impl CacheHook {
         });
         true
     }
+
+    /// The entry that answers a request with `req_headers` under `key`. The entry under `key`
+    /// is the variant stored last; when it varies on other values, their own variant is
+    /// looked up under its [`variant_key`].
+    async fn lookup(&self, key: &str, req_headers: &HeaderMap) -> Option<Arc<CachedResponse>> {
+        let last = self.store.get(key).await?;
+        if last.vary_matches(req_headers) {
+            return Some(last);
+        }
+        let names = last
+            .vary
+            .iter()
+            .map(|(name, _)| (name, req_headers.get(name)));
+        self.store
+            .get(&variant_key(key, names))
+            .await
+            .filter(|e| e.vary_matches(req_headers))
+    }
+
+    /// Stores `entry` under `key` (the last variant, which indexes the others) and, when it
+    /// varies, under its own variant key too.
+    async fn put(&self, key: &str, entry: CachedResponse) {
+        if !entry.vary.is_empty() {
+            let variant = variant_key(key, entry.vary.iter().map(|(n, v)| (n, v.as_ref())));
+            self.store.put(variant, entry.clone()).await;
+        }
+        self.store.put(key.to_owned(), entry).await;
+    }
 }
 
 impl fmt::Debug for CacheHook {
@@ -147,11 +185,7 @@ impl Interceptor for CacheHook {
             return Ok(());
         };
         let key = format!("{}\n{url}", req.tenant.as_deref().unwrap_or(""));
-        let entry = self
-            .store
-            .get(&key)
-            .await
-            .filter(|e| e.vary_matches(&req.headers));
+        let entry = self.lookup(&key, &req.headers).await;
         let now = Instant::now();
         let fresh = entry.as_ref().is_some_and(|e| e.is_fresh(now));
         let serve_stale = !fresh
@@ -187,6 +221,10 @@ impl Interceptor for CacheHook {
         }
         let mut res = entry.to_response(&req.url);
         res.attempts = 0;
+        res.headers.insert(
+            header::AGE,
+            HeaderValue::from(entry.age(Instant::now()).as_secs()),
+        );
         Some(Ok(res))
     }
 
@@ -198,6 +236,8 @@ impl Interceptor for CacheHook {
         match (res.status, &lookup.entry) {
             (StatusCode::NOT_MODIFIED, Some(entry)) => {
                 let mut headers = entry.headers.clone();
+                // The stored age is replaced by the 304's (none: it comes from the origin).
+                headers.remove(header::AGE);
                 for (name, value) in &res.headers {
                     if name != header::CONTENT_LENGTH {
                         headers.insert(name.clone(), value.clone());
@@ -210,22 +250,22 @@ impl Interceptor for CacheHook {
                 *res = served;
                 let body = entry.body.clone();
                 match CachedResponse::new(StatusCode::OK, headers, body, &req.headers, now) {
-                    Some(fresh) => self.store.put(lookup.key.clone(), fresh).await,
+                    Some(fresh) => self.put(&lookup.key, fresh).await,
                     None => self.store.remove(&lookup.key).await,
                 }
             }
             (StatusCode::OK, _) => {
-                let d = Directives::parse(&res.headers);
-                let worth_keeping = d.max_age.is_some()
-                    || d.stale_while_revalidate.is_some()
-                    || has_validator(&res.headers);
-                if d.no_store || d.private || !worth_keeping {
+                if !CachedResponse::is_storable(&res.headers) {
+                    if varies_on_everything(&res.headers) {
+                        // The resource now varies on everything: no variant may be served.
+                        self.store.remove(&lookup.key).await;
+                    }
                     return Ok(());
                 }
                 let body = buffer(res).await?;
                 let headers = res.headers.clone();
                 if let Some(e) = CachedResponse::new(res.status, headers, body, &req.headers, now) {
-                    self.store.put(lookup.key.clone(), e).await;
+                    self.put(&lookup.key, e).await;
                 }
             }
             _ => {}
@@ -238,8 +278,32 @@ impl Interceptor for CacheHook {
     }
 }
 
-fn has_validator(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::ETAG) || headers.contains_key(header::LAST_MODIFIED)
+/// Whether a `Vary` header says `*`.
+fn varies_on_everything(headers: &HeaderMap) -> bool {
+    headers.get_all(header::VARY).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.split(',').any(|n| n.trim() == "*"))
+    })
+}
+
+/// The store key of one variant of `key`: the request header values the response varied on.
+///
+/// Values that are not text are written lossily; two that collide share a slot, and
+/// [`CachedResponse::vary_matches`] keeps either from being served for the other.
+fn variant_key<'a>(
+    key: &str,
+    vary: impl Iterator<Item = (&'a HeaderName, Option<&'a HeaderValue>)>,
+) -> String {
+    let mut k = format!("{key}\nvary");
+    for (name, value) in vary {
+        k.push('\n');
+        k.push_str(name.as_str());
+        if let Some(v) = value {
+            k.push(':');
+            k.push_str(&String::from_utf8_lossy(v.as_bytes()));
+        }
+    }
+    k
 }
 
 /// Buffers the response body (if still streaming) and returns a copy.

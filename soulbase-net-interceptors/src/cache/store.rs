@@ -1,6 +1,10 @@
 //! Where cached responses live: the `CacheStore` trait and the bounded in-memory store.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use soulbase_net_core::{
     bytes::Bytes,
@@ -25,10 +29,14 @@ pub struct CachedResponse {
     pub body: Bytes,
     /// When it was stored or last revalidated.
     pub stored_at: Instant,
-    /// How long it is fresh after `stored_at`; zero when it must be revalidated each time.
+    /// How old it already was when stored (its `Age` header), counted against `lifetime`.
+    pub initial_age: Duration,
+    /// How long it is fresh from its origin (`s-maxage`, else `max-age`, else `Expires`
+    /// minus `Date`); zero when it must be revalidated each time.
     pub lifetime: Duration,
     /// How long after `lifetime` it may still be served while it is revalidated in the
-    /// background (`stale-while-revalidate`); zero for none.
+    /// background (`stale-while-revalidate`); zero for none, and always zero with
+    /// `must-revalidate`.
     pub stale_while_revalidate: Duration,
     /// Its `ETag`, sent back as `If-None-Match`.
     pub etag: Option<HeaderValue>,
@@ -36,6 +44,88 @@ pub struct CachedResponse {
     pub last_modified: Option<HeaderValue>,
     /// The request headers named by `Vary`, with the values they had.
     pub vary: Vec<(HeaderName, Option<HeaderValue>)>,
+}
+
+/// What the response headers alone say about keeping a response.
+struct Rules {
+    lifetime: Duration,
+    stale_while_revalidate: Duration,
+    initial_age: Duration,
+    vary: Vec<HeaderName>,
+}
+
+impl Rules {
+    /// `None` when the response may not be stored (`no-store`, `private`, `Vary: *`, an
+    /// unparsable `Vary`) or has neither a lifetime, a stale-while-revalidate window nor a
+    /// validator.
+    fn of(headers: &HeaderMap) -> Option<Self> {
+        let d = Directives::parse(headers);
+        if d.no_store || d.private {
+            return None;
+        }
+        let mut vary = Vec::new();
+        for value in headers.get_all(header::VARY) {
+            for name in value.to_str().ok()?.split(',') {
+                let name = name.trim();
+                if name == "*" {
+                    return None;
+                }
+                if !name.is_empty() {
+                    vary.push(HeaderName::from_bytes(name.as_bytes()).ok()?);
+                }
+            }
+        }
+        let lifetime = if d.no_cache {
+            Duration::ZERO
+        } else {
+            lifetime(&d, headers).min(MAX_LIFETIME)
+        };
+        // `must-revalidate` (and, for this shared cache, `s-maxage`): never served stale.
+        let stale_while_revalidate = if d.must_revalidate || d.s_maxage.is_some() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(d.stale_while_revalidate.unwrap_or(0)).min(MAX_LIFETIME)
+        };
+        if lifetime.is_zero()
+            && stale_while_revalidate.is_zero()
+            && !headers.contains_key(header::ETAG)
+            && !headers.contains_key(header::LAST_MODIFIED)
+        {
+            return None;
+        }
+        // A malformed `Age` is ignored (RFC 9111 §5.1).
+        let initial_age = headers
+            .get(header::AGE)
+            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+            .map_or(Duration::ZERO, Duration::from_secs);
+        Some(Rules {
+            lifetime,
+            stale_while_revalidate,
+            initial_age,
+            vary,
+        })
+    }
+}
+
+/// The freshness lifetime of RFC 9111 §4.2.1 for a shared cache: `s-maxage`, else `max-age`,
+/// else `Expires` − `Date` (a malformed `Expires` is in the past; no `Date`: now); zero
+/// without any of them (no heuristic freshness).
+fn lifetime(d: &Directives, headers: &HeaderMap) -> Duration {
+    if let Some(secs) = d.s_maxage.or(d.max_age) {
+        return Duration::from_secs(secs);
+    }
+    let Some(expires) = headers.get(header::EXPIRES) else {
+        return Duration::ZERO;
+    };
+    let date = |v: &HeaderValue| httpdate::parse_http_date(v.to_str().ok()?).ok();
+    let Some(expires) = date(expires) else {
+        return Duration::ZERO;
+    };
+    let now = headers
+        .get(header::DATE)
+        .and_then(date)
+        .unwrap_or_else(SystemTime::now);
+    expires.duration_since(now).unwrap_or(Duration::ZERO)
 }
 
 impl CachedResponse {
@@ -49,62 +139,50 @@ impl CachedResponse {
         req_headers: &HeaderMap,
         now: Instant,
     ) -> Option<Self> {
-        let d = Directives::parse(&headers);
-        if d.no_store || d.private {
-            return None;
-        }
-        let mut vary = Vec::new();
-        for value in headers.get_all(header::VARY) {
-            for name in value.to_str().ok()?.split(',') {
-                let name = name.trim();
-                if name == "*" {
-                    return None;
-                }
-                if name.is_empty() {
-                    continue;
-                }
-                let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
+        let rules = Rules::of(&headers)?;
+        let vary = rules
+            .vary
+            .into_iter()
+            .map(|name| {
                 let seen = req_headers.get(&name).cloned();
-                vary.push((name, seen));
-            }
-        }
-        let lifetime = match (d.no_cache, d.max_age) {
-            (false, Some(secs)) => Duration::from_secs(secs).min(MAX_LIFETIME),
-            _ => Duration::ZERO,
-        };
-        let etag = headers.get(header::ETAG).cloned();
-        let last_modified = headers.get(header::LAST_MODIFIED).cloned();
-        let stale_while_revalidate =
-            Duration::from_secs(d.stale_while_revalidate.unwrap_or(0)).min(MAX_LIFETIME);
-        if lifetime.is_zero()
-            && stale_while_revalidate.is_zero()
-            && etag.is_none()
-            && last_modified.is_none()
-        {
-            return None;
-        }
+                (name, seen)
+            })
+            .collect();
         Some(CachedResponse {
             status,
+            etag: headers.get(header::ETAG).cloned(),
+            last_modified: headers.get(header::LAST_MODIFIED).cloned(),
             headers,
             body,
             stored_at: now,
-            lifetime,
-            stale_while_revalidate,
-            etag,
-            last_modified,
+            initial_age: rules.initial_age,
+            lifetime: rules.lifetime,
+            stale_while_revalidate: rules.stale_while_revalidate,
             vary,
         })
     }
 
+    /// Whether a response with `headers` would be kept at all (decided before its body is
+    /// read).
+    pub fn is_storable(headers: &HeaderMap) -> bool {
+        Rules::of(headers).is_some()
+    }
+
+    /// Its age at `now`: the age it was stored with plus the time since.
+    pub fn age(&self, now: Instant) -> Duration {
+        self.initial_age
+            .saturating_add(now.saturating_duration_since(self.stored_at))
+    }
+
     /// Whether it may be served without asking the server at `now`.
     pub fn is_fresh(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.stored_at) < self.lifetime
+        self.age(now) < self.lifetime
     }
 
     /// Whether it is stale at `now` but may still be served while revalidated in the
     /// background.
     pub fn is_within_swr(&self, now: Instant) -> bool {
-        let age = now.saturating_duration_since(self.stored_at);
+        let age = self.age(now);
         age >= self.lifetime && age < self.lifetime.saturating_add(self.stale_while_revalidate)
     }
 
@@ -226,5 +304,65 @@ mod tests {
         assert!(e.vary_matches(&de));
         assert!(!e.vary_matches(&headers(&[("accept-language", "fr")])));
         assert!(!e.vary_matches(&none));
+    }
+
+    #[test]
+    fn lifetime_sources_age_and_must_revalidate() {
+        let none = HeaderMap::new();
+        let lifetime = |resp: &[(&'static str, &'static str)]| {
+            entry(resp, &none).map(|e| (e.lifetime.as_secs(), e.initial_age.as_secs()))
+        };
+        let date = ("date", "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(
+            lifetime(&[date, ("expires", "Sun, 06 Nov 1994 08:50:37 GMT")]),
+            Some((60, 0))
+        );
+        // max-age wins over Expires, s-maxage over both.
+        assert_eq!(
+            lifetime(&[
+                date,
+                ("expires", "Sun, 06 Nov 1994 08:50:37 GMT"),
+                ("cache-control", "max-age=5")
+            ]),
+            Some((5, 0))
+        );
+        assert_eq!(
+            lifetime(&[("cache-control", "max-age=5, s-maxage=7")]),
+            Some((7, 0))
+        );
+        // An Expires before Date, or not a date, gives no freshness (nor an entry without a
+        // validator).
+        assert_eq!(
+            lifetime(&[date, ("expires", "Sun, 06 Nov 1994 08:00:00 GMT")]),
+            None
+        );
+        assert_eq!(
+            lifetime(&[("expires", "0"), ("etag", "\"x\"")]),
+            Some((0, 0))
+        );
+        assert_eq!(
+            lifetime(&[("cache-control", "max-age=60"), ("age", "45")]),
+            Some((60, 45))
+        );
+        let e = entry(&[("cache-control", "max-age=60"), ("age", "45")], &none).unwrap();
+        assert!(e.is_fresh(e.stored_at + Duration::from_secs(14)));
+        assert!(!e.is_fresh(e.stored_at + Duration::from_secs(15)));
+        assert_eq!(e.age(e.stored_at + Duration::from_secs(5)).as_secs(), 50);
+        let swr = |cc: &'static str| {
+            entry(&[("cache-control", cc), ("etag", "\"x\"")], &none)
+                .unwrap()
+                .stale_while_revalidate
+                .as_secs()
+        };
+        assert_eq!(swr("max-age=1, stale-while-revalidate=30"), 30);
+        assert_eq!(
+            swr("max-age=1, stale-while-revalidate=30, must-revalidate"),
+            0
+        );
+        assert_eq!(swr("s-maxage=1, stale-while-revalidate=30"), 0);
+        assert!(!CachedResponse::is_storable(&headers(&[
+            ("cache-control", "max-age=60"),
+            ("vary", "accept, *")
+        ])));
     }
 }

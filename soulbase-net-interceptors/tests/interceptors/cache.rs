@@ -185,3 +185,253 @@ async fn stale_while_revalidate_serves_stale_once_then_updates() {
     assert!(updated, "the entry was updated in the background");
     srv.join().await;
 }
+
+/// Sends `req` and returns whether it was answered from the cache (no attempt made).
+async fn from_cache(c: &soulbase_net_runtime::Client, req: NetRequest) -> bool {
+    let res = c.send(req).await.unwrap();
+    assert_eq!(res.status, 200);
+    res.attempts == 0
+}
+
+/// Asserts that `path` is fresh once fetched: the second GET is served without a request.
+async fn fresh_after_first(c: &soulbase_net_runtime::Client, srv: &FaultServer, path: &str) {
+    assert!(
+        !from_cache(c, NetRequest::get(srv.url(path))).await,
+        "{path}"
+    );
+    assert!(
+        from_cache(c, NetRequest::get(srv.url(path))).await,
+        "{path} is fresh"
+    );
+    assert_eq!(srv.hits(path), 1, "{path}");
+}
+
+/// Asserts that `path` (which carries the ETag `etag`) is stale from the start: two GETs both
+/// reach the server, the second with `If-None-Match`, and both end as 200 with the body.
+async fn stale_on_arrival(
+    c: &soulbase_net_runtime::Client,
+    srv: &FaultServer,
+    path: &str,
+    etag: &str,
+) {
+    assert!(
+        !from_cache(c, NetRequest::get(srv.url(path))).await,
+        "{path}"
+    );
+    assert!(
+        !from_cache(c, NetRequest::get(srv.url(path))).await,
+        "{path} is stale"
+    );
+    assert_eq!(srv.hits(path), 2, "{path}");
+    assert_eq!(
+        srv.requests(path)[1].header("if-none-match"),
+        Some(etag),
+        "{path}"
+    );
+}
+
+#[tokio::test]
+async fn expires_gives_freshness_only_without_max_age() {
+    let http_date = |d: SystemTime| httpdate::fmt_http_date(d);
+    let in_a_minute = http_date(SystemTime::now() + Duration::from_secs(60));
+    let a_minute_ago = http_date(SystemTime::now() - Duration::from_secs(60));
+    let srv = FaultServer::http1()
+        .route(
+            "/future",
+            Reply::resource("f").header("expires", &in_a_minute),
+        )
+        .route(
+            "/past",
+            Reply::resource("p")
+                .etag("\"p\"")
+                .header("expires", &a_minute_ago),
+        )
+        .route(
+            "/invalid",
+            Reply::resource("i").etag("\"i\"").header("expires", "0"),
+        )
+        .route(
+            "/max-age-wins",
+            Reply::resource("m")
+                .etag("\"m\"")
+                .header("expires", &in_a_minute)
+                .header("cache-control", "max-age=0"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(CacheHook::new())]);
+    fresh_after_first(&c, &srv, "/future").await;
+    for (path, etag) in [
+        ("/past", "\"p\""),
+        ("/invalid", "\"i\""),
+        ("/max-age-wins", "\"m\""),
+    ] {
+        stale_on_arrival(&c, &srv, path, etag).await;
+    }
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn age_counts_against_freshness_and_is_reported() {
+    let srv = FaultServer::http1()
+        .route(
+            "/young",
+            Reply::resource("y")
+                .header("cache-control", "max-age=60")
+                .header("age", "30"),
+        )
+        .route(
+            "/old",
+            Reply::resource("o")
+                .etag("\"o\"")
+                .header("cache-control", "max-age=60")
+                .header("age", "60"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(CacheHook::new())]);
+    c.send(NetRequest::get(srv.url("/young"))).await.unwrap();
+    let hit = c.send(NetRequest::get(srv.url("/young"))).await.unwrap();
+    assert_eq!(hit.attempts, 0);
+    let age: u64 = hit.headers["age"].to_str().unwrap().parse().unwrap();
+    assert!((30..40).contains(&age), "age {age}");
+    assert_eq!(srv.hits("/young"), 1);
+    // Already 60 s old with a 60 s lifetime: stale on arrival.
+    stale_on_arrival(&c, &srv, "/old", "\"o\"").await;
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn each_vary_variant_is_kept_beside_the_others() {
+    let srv = FaultServer::http1()
+        .route(
+            "/v",
+            Reply::echo()
+                .header("cache-control", "max-age=60")
+                .header("vary", "accept-language"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(CacheHook::new())]);
+    let get = |lang: Option<&str>| {
+        let req = NetRequest::get(srv.url("/v"));
+        match lang {
+            Some(l) => req.header("accept-language", l),
+            None => req,
+        }
+    };
+    for lang in [Some("de"), Some("fr"), None] {
+        assert!(!from_cache(&c, get(lang)).await, "{lang:?} first");
+    }
+    assert_eq!(srv.hits("/v"), 3);
+    // Every variant is served from the cache, with its own body.
+    for lang in [Some("de"), Some("fr"), None, Some("de")] {
+        let res = c.send(get(lang)).await.unwrap();
+        assert_eq!(res.attempts, 0, "{lang:?}");
+        let echo: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(
+            echo["headers"]["accept-language"][0].as_str(),
+            lang,
+            "{lang:?} got its own variant: {echo}"
+        );
+    }
+    assert_eq!(srv.hits("/v"), 3);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn vary_star_is_never_served_from_the_cache() {
+    use soulbase_net_testkit::Script;
+    let srv = FaultServer::http1()
+        .route(
+            "/star",
+            Reply::resource("s")
+                .header("cache-control", "max-age=60")
+                .header("vary", "*"),
+        )
+        .route(
+            "/turns",
+            Script::reply(
+                Reply::ok("v")
+                    .header("cache-control", "max-age=60")
+                    .header("vary", "accept-language"),
+            )
+            .times(1)
+            .then(
+                Reply::ok("*")
+                    .header("cache-control", "max-age=60")
+                    .header("vary", "accept-language, *"),
+            ),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(CacheHook::new())]);
+    for _ in 0..2 {
+        assert!(!from_cache(&c, NetRequest::get(srv.url("/star"))).await);
+    }
+    assert_eq!(srv.hits("/star"), 2);
+    // A variant is cached, then the resource answers `Vary: *`: nothing is served any more.
+    let get = |lang: &str| NetRequest::get(srv.url("/turns")).header("accept-language", lang);
+    assert!(!from_cache(&c, get("de")).await);
+    assert!(from_cache(&c, get("de")).await);
+    assert!(!from_cache(&c, get("fr")).await);
+    assert!(!from_cache(&c, get("de")).await);
+    assert!(!from_cache(&c, get("fr")).await);
+    assert_eq!(srv.hits("/turns"), 4);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn s_maxage_is_the_lifetime_of_this_shared_cache() {
+    let srv = FaultServer::http1()
+        .route(
+            "/longer",
+            Reply::resource("l").header("cache-control", "max-age=0, s-maxage=60"),
+        )
+        .route(
+            "/shorter",
+            Reply::resource("s")
+                .etag("\"s\"")
+                .header("cache-control", "max-age=60, s-maxage=0"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(CacheHook::new())]);
+    fresh_after_first(&c, &srv, "/longer").await;
+    stale_on_arrival(&c, &srv, "/shorter", "\"s\"").await;
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn must_revalidate_is_never_served_stale() {
+    let srv = FaultServer::http1()
+        .route(
+            "/strict",
+            Reply::resource("v1").etag("\"v1\"").header(
+                "cache-control",
+                "max-age=0, stale-while-revalidate=60, must-revalidate",
+            ),
+        )
+        .start()
+        .await
+        .unwrap();
+    let hook = Arc::new(CacheHook::new());
+    let c: Arc<dyn NetClient> = Arc::new(client(vec![hook.clone()]));
+    hook.revalidate_with(Arc::downgrade(&c));
+    for _ in 0..3 {
+        let res = c.send(NetRequest::get(srv.url("/strict"))).await.unwrap();
+        assert_eq!(res.attempts, 1, "revalidated in line, never served stale");
+        assert_eq!(res.text().await.unwrap(), "v1");
+    }
+    assert_eq!(srv.hits("/strict"), 3);
+    let seen = srv.requests("/strict");
+    assert!(seen[1..]
+        .iter()
+        .all(|r| r.header("if-none-match") == Some("\"v1\"")));
+    srv.join().await;
+}

@@ -1,6 +1,7 @@
 //! The client: [`ClientBuilder`] → [`Client`], which implements `NetClient`.
 
 mod body;
+mod gauges;
 mod learn;
 mod send;
 mod transport;
@@ -14,7 +15,7 @@ use std::{
 use http::HeaderValue;
 use rustls::pki_types::CertificateDer;
 use soulbase_net_core::{
-    Interceptor, NetClient, NetError, NetRequest, NetResponse, NoopObserver, Observer,
+    GaugeSource, Interceptor, NetClient, NetError, NetRequest, NetResponse, NoopObserver, Observer,
 };
 use soulbase_net_policy::{NetPolicy, PolicyResolver, SnapshotResolver};
 
@@ -77,8 +78,9 @@ struct Inner {
     transports: Transports,
     next_id: AtomicU64,
     breakers: Breakers,
-    budgets: RetryBudgets,
-    limiter: Limiter,
+    budgets: Arc<RetryBudgets>,
+    limiter: Arc<Limiter>,
+    gauges: Arc<dyn GaugeSource>,
     latencies: learn::Latencies,
     endpoints: learn::Endpoints,
 }
@@ -247,8 +249,13 @@ impl ClientBuilder {
             default_policy.cbreaker.idle_evict,
             Some(listener),
         );
-        let budgets = RetryBudgets::new(10_000, Duration::from_secs(600));
-        let limiter = Limiter::new(10_000);
+        let budgets = Arc::new(RetryBudgets::new(10_000, Duration::from_secs(600)));
+        let limiter = Arc::new(Limiter::new(10_000));
+        let gauges: Arc<dyn GaugeSource> = Arc::new(gauges::ClientGauges {
+            limiter: limiter.clone(),
+            budgets: budgets.clone(),
+        });
+        self.observer.on_gauges(&gauges);
         Ok(Client {
             inner: Arc::new(Inner {
                 resolver,
@@ -262,6 +269,7 @@ impl ClientBuilder {
                 breakers,
                 budgets,
                 limiter,
+                gauges,
                 latencies: learn::Latencies::default(),
                 endpoints: learn::Endpoints::default(),
             }),
@@ -294,6 +302,13 @@ impl Client {
     /// A [`ClientBuilder`].
     pub fn builder() -> ClientBuilder {
         ClientBuilder::new()
+    }
+
+    /// The client's gauges (limiter in flight and queued per host, AIMD windows, retry-budget
+    /// tokens per key), read on demand. The observer given to the builder already received
+    /// this handle through [`Observer::on_gauges`]; this is for anyone else who wants it.
+    pub fn gauge_source(&self) -> Arc<dyn GaugeSource> {
+        self.inner.gauges.clone()
     }
 
     /// The number of connections this client has opened so far (all hosts).

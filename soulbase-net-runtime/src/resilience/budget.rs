@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use soulbase_net_core::GaugeReading;
 use soulbase_net_policy::RetryBudget;
 use tokio::time::Instant;
 
@@ -27,6 +28,10 @@ pub(crate) struct RetryBudgets {
 #[derive(Debug)]
 pub(crate) struct Budget {
     window: Buckets<Counts>,
+    /// The rule of the last deposit or withdrawal (`retry_ratio`, clamped, and
+    /// `min_retries_per_sec × window`), kept for the gauge, which has no policy at hand.
+    ratio: f64,
+    floor: f64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -73,6 +78,22 @@ impl RetryBudgets {
         }
     }
 
+    /// Calls `visit` with the whole retries each key's budget allows at `now`.
+    pub(crate) fn read_gauges(&self, now: Instant, visit: &mut dyn FnMut(GaugeReading<'_>)) {
+        let map = self.map.lock();
+        for (key, budget) in map.iter() {
+            let (host, tenant) = match key.split_once('/') {
+                Some((host, tenant)) => (host, Some(tenant)),
+                None => (key, None),
+            };
+            visit(GaugeReading::RetryBudgetTokens {
+                host,
+                tenant,
+                value: budget.tokens(now),
+            });
+        }
+    }
+
     /// How many keys are held.
     pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
@@ -86,27 +107,50 @@ impl Budget {
     pub(crate) fn new(window: Duration, now: Instant) -> Self {
         Self {
             window: Buckets::new(window, now),
+            ratio: 0.0,
+            floor: 0.0,
         }
     }
 
     /// Records one request.
     pub(crate) fn deposit(&mut self, cfg: &RetryBudget, now: Instant) {
-        self.window.reconfigure(cfg.window, now);
+        self.configure(cfg, now);
         self.window.current(now).deposits += 1;
     }
 
     /// Takes one retry if the window allows it.
     pub(crate) fn try_withdraw(&mut self, cfg: &RetryBudget, now: Instant) -> bool {
-        self.window.reconfigure(cfg.window, now);
-        let total = self.window.sum(now, |acc: &mut Counts, c| {
-            acc.deposits += c.deposits;
-            acc.withdrawals += c.withdrawals;
-        });
-        if (total.withdrawals + 1) as f64 > allowance(cfg, total.deposits) {
+        self.configure(cfg, now);
+        if self.available(now) < 1.0 {
             return false;
         }
         self.window.current(now).withdrawals += 1;
         true
+    }
+
+    /// Whole retries the window allows at `now` (the gauge).
+    pub(crate) fn tokens(&self, now: Instant) -> u64 {
+        // Saturating float-to-int: negative and NaN become 0.
+        self.available(now).floor() as u64
+    }
+
+    /// The allowance at `now` less what was withdrawn: a retry needs at least 1.
+    fn available(&self, now: Instant) -> f64 {
+        let total = self.window.sum(now, |acc: &mut Counts, c| {
+            acc.deposits += c.deposits;
+            acc.withdrawals += c.withdrawals;
+        });
+        self.ratio * total.deposits as f64 + self.floor - total.withdrawals as f64
+    }
+
+    fn configure(&mut self, cfg: &RetryBudget, now: Instant) {
+        self.window.reconfigure(cfg.window, now);
+        self.ratio = if cfg.retry_ratio.is_nan() {
+            0.0
+        } else {
+            cfg.retry_ratio.clamp(0.0, 1.0)
+        };
+        self.floor = f64::from(cfg.min_retries_per_sec) * cfg.window.as_secs_f64();
     }
 }
 
@@ -114,16 +158,6 @@ impl Budget {
 /// `per_tenant`.
 pub(crate) fn budget_key(cfg: &RetryBudget, host: &str, tenant: Option<&str>) -> String {
     scoped_key(host, tenant, cfg.per_tenant)
-}
-
-/// Retries allowed in a window that saw `deposits` requests.
-fn allowance(cfg: &RetryBudget, deposits: u64) -> f64 {
-    let ratio = if cfg.retry_ratio.is_nan() {
-        0.0
-    } else {
-        cfg.retry_ratio.clamp(0.0, 1.0)
-    };
-    ratio * deposits as f64 + f64::from(cfg.min_retries_per_sec) * cfg.window.as_secs_f64()
 }
 
 impl Evictable for Budget {

@@ -63,6 +63,11 @@ impl<V: Evictable> BoundedMap<V> {
         self.max
     }
 
+    /// Every key and entry, in no particular order, without marking them used.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
+        self.entries.iter().map(|(k, s)| (&**k, &s.value))
+    }
+
     /// The entry for `key`, without marking it used.
     pub(crate) fn get(&self, key: &str) -> Option<&V> {
         self.entries.get(key).map(|s| &s.value)

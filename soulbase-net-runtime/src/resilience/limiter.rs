@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use soulbase_net_core::{LimitScope, Outcome};
+use soulbase_net_core::{GaugeReading, LimitScope, Outcome};
 use soulbase_net_policy::{AimdPolicy, AimdScope, LimitsPolicy};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -60,7 +60,7 @@ pub(crate) struct LimitGauges {
     pub(crate) in_flight: u32,
     /// Calls waiting for a slot or a rate reservation (bounded wait only).
     pub(crate) queued: usize,
-    /// The host's AIMD limit, when per-host AIMD is on.
+    /// The host's AIMD limit, once a call entered its per-host window.
     pub(crate) window: Option<u32>,
 }
 
@@ -127,22 +127,43 @@ impl Limiter {
     }
 
     /// The gauges of `host`, if it has an entry.
-    pub(crate) fn gauges(&self, host: &str, p: &LimitsPolicy) -> Option<LimitGauges> {
+    pub(crate) fn gauges(&self, host: &str) -> Option<LimitGauges> {
         let entry = self.hosts.lock().get(host).cloned()?;
-        let window =
-            (p.aimd.enabled && p.aimd.scope == AimdScope::Host).then(|| entry.aimd.limit(&p.aimd));
-        Some(LimitGauges {
-            in_flight: entry
-                .cap
-                .saturating_sub(u32::try_from(entry.slots.available_permits()).unwrap_or(u32::MAX)),
-            queued: entry.queued.load(Ordering::Relaxed),
-            window,
-        })
+        Some(entry.gauges())
     }
 
     /// The global AIMD limit, when global AIMD is on and has been used.
-    pub(crate) fn global_window(&self, p: &AimdPolicy) -> Option<u32> {
-        self.global.lock().as_ref().map(|a| a.limit(p))
+    pub(crate) fn global_window(&self) -> Option<u32> {
+        self.global.lock().as_ref().and_then(|a| a.gauge())
+    }
+
+    /// Calls `visit` with the gauges of every host entry and the global window.
+    pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
+        let hosts = self.hosts.lock();
+        for (host, entry) in hosts.iter() {
+            let g = entry.gauges();
+            visit(GaugeReading::LimiterInFlight {
+                host,
+                value: u64::from(g.in_flight),
+            });
+            visit(GaugeReading::LimiterQueued {
+                host,
+                value: g.queued as u64,
+            });
+            if let Some(window) = g.window {
+                visit(GaugeReading::LimiterWindow {
+                    host: Some(host),
+                    value: u64::from(window),
+                });
+            }
+        }
+        drop(hosts);
+        if let Some(window) = self.global_window() {
+            visit(GaugeReading::LimiterWindow {
+                host: None,
+                value: u64::from(window),
+            });
+        }
     }
 
     /// How many host entries are held.
@@ -202,6 +223,15 @@ impl Limiter {
 // === impl HostLimits ===
 
 impl HostLimits {
+    fn gauges(&self) -> LimitGauges {
+        let free = u32::try_from(self.slots.available_permits()).unwrap_or(u32::MAX);
+        LimitGauges {
+            in_flight: self.cap.saturating_sub(free),
+            queued: self.queued.load(Ordering::Relaxed),
+            window: self.aimd.gauge(),
+        }
+    }
+
     /// Reserves the next rate slot within the wait left before `deadline`; the wait.
     fn reserve_rate(
         &self,

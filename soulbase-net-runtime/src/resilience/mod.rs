@@ -30,11 +30,14 @@
 //!
 //! Random draws (jitter, shuffling) come from a [`Random`] source: [`FastRand`] in
 //! production, fixed draws in tests.
+//!
+//! The limiter's and budgets' gauges reach metrics through the client's `GaugeSource`
+//! ([`Limiter::read_gauges`], [`RetryBudgets::read_gauges`]), read at scrape time.
 
 #![allow(
     dead_code,
     unused_imports,
-    reason = "gauges (in-flight, queue, window), state inspection and address shuffling are read by tests now and by the metrics of the observe crate later"
+    reason = "per-key state inspection (breaker state, one host's gauges, key counts), lower-level entry points and address shuffling are used by the unit tests only"
 )]
 
 mod backoff;

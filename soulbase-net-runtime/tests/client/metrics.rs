@@ -1,11 +1,13 @@
-//! The observe crate's metrics fed by the real client: a scripted scenario and the exact
-//! counter values it must leave in the exposition.
+//! The observe crate's metrics fed by the real client: scripted scenarios and the exact
+//! counter and gauge values they must leave in the exposition.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
-use soulbase_net_core::{NetClient, NetRequest};
-use soulbase_net_observe::Metrics;
+use soulbase_net_core::{NetClient, NetEvent, NetRequest, Observer};
+use soulbase_net_observe::{Fanout, Metrics};
+use soulbase_net_policy::AimdScope;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
+use tokio::sync::Semaphore;
 
 use crate::support::{harness_with, loopback_policy};
 
@@ -57,4 +59,147 @@ async fn a_scripted_scenario_leaves_exact_counters() {
     assert!((slis.retry_rate - 0.25).abs() < 1e-9, "{slis:?}");
     assert_eq!(slis.error_ratio, 0.0);
     srv.join().await;
+}
+
+/// Hands out one permit per attempt started, so a test can await "n attempts are running".
+#[derive(Debug)]
+struct Started(Semaphore);
+
+impl Observer for Started {
+    fn on_event(&self, ev: &NetEvent<'_>) {
+        if let NetEvent::AttemptStarted { .. } = ev {
+            self.0.add_permits(1);
+        }
+    }
+}
+
+impl Started {
+    async fn wait(&self, n: u32) {
+        self.0.acquire_many(n).await.unwrap().forget();
+    }
+}
+
+/// `n` GET requests to `url`, each on its own task.
+fn spawn_gets(
+    client: &soulbase_net_runtime::Client,
+    url: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<soulbase_net_core::NetResponse, soulbase_net_core::NetError>>>
+{
+    (0..n)
+        .map(|_| {
+            let client = client.clone();
+            let req = NetRequest::get(url);
+            tokio::spawn(async move { client.send(req).await })
+        })
+        .collect()
+}
+
+fn metrics_and_starts() -> (Arc<Metrics>, Arc<Started>, Arc<Fanout>) {
+    let metrics = Arc::new(Metrics::new());
+    let started = Arc::new(Started(Semaphore::new(0)));
+    let fanout = Arc::new(Fanout::new().with(metrics.clone()).with(started.clone()));
+    (metrics, started, fanout)
+}
+
+const IN_FLIGHT: &str = r#"net_limiter_in_flight{host="127.0.0.1"}"#;
+const WINDOW: &str = r#"net_limiter_window{host="127.0.0.1"}"#;
+const TOKENS: &str = r#"net_retry_budget_tokens{tenant="",host="127.0.0.1"}"#;
+
+#[tokio::test]
+async fn limiter_and_budget_gauges_show_exact_values() {
+    let srv = FaultServer::http1()
+        // Long enough to outlast the scrape once all three are running; never waited on
+        // for synchronisation (the attempts' start events are).
+        .route("/slow", Reply::ok("x").delay(Duration::from_millis(800)))
+        .route("/flaky", Script::status(503).times(2).then(Reply::ok("y")))
+        .start()
+        .await
+        .unwrap();
+    let (metrics, started, fanout) = metrics_and_starts();
+    let mut p = loopback_policy();
+    p.retry.backoff.base = Duration::from_millis(2);
+    p.retry.budget.retry_ratio = 0.5;
+    p.retry.budget.min_retries_per_sec = 0;
+    p.retry.budget.window = Duration::from_secs(600);
+    p.limits.aimd.enabled = true;
+    p.limits.aimd.initial = 8;
+    let h = harness_with(p, |b| b.observer(fanout));
+    assert_eq!(sample(&metrics.encode(), IN_FLIGHT), None, "no host yet");
+
+    let calls = spawn_gets(&h.client, &srv.url("/slow"), 3);
+    started.wait(3).await;
+    let text = metrics.encode();
+    assert_eq!(sample(&text, IN_FLIGHT), Some(3.0), "{text}");
+    assert_eq!(sample(&text, WINDOW), Some(8.0), "{text}");
+    // Three requests deposited: 0.5 × 3 = 1.5 → 1 whole retry.
+    assert_eq!(sample(&text, TOKENS), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, r#"net_limiter_queued{host="127.0.0.1"}"#),
+        Some(0.0),
+        "{text}"
+    );
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status, 200);
+    }
+    let text = metrics.encode();
+    assert_eq!(sample(&text, IN_FLIGHT), Some(0.0), "{text}");
+    assert_eq!(sample(&text, WINDOW), Some(11.0), "+1 per success: {text}");
+
+    // A fourth request (0.5 × 4 = 2 tokens) retried twice spends both.
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/flaky")))
+        .await
+        .unwrap();
+    assert_eq!((res.status.as_u16(), res.attempts), (200, 3));
+    let text = metrics.encode();
+    assert_eq!(sample(&text, TOKENS), Some(0.0), "{text}");
+    assert_eq!(
+        sample(&text, r#"net_retry_total{reason="status_5xx"}"#),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, IN_FLIGHT), Some(0.0), "{text}");
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn cancelled_calls_free_their_slots_and_a_dropped_client_leaves_no_gauges() {
+    let srv = FaultServer::http1()
+        .route("/hang", Reply::hang())
+        .start()
+        .await
+        .unwrap();
+    let (metrics, started, fanout) = metrics_and_starts();
+    let mut p = loopback_policy();
+    p.limits.aimd.enabled = true;
+    p.limits.aimd.scope = AimdScope::Global;
+    p.limits.aimd.initial = 5;
+    let h = harness_with(p, |b| b.observer(fanout));
+    let calls = spawn_gets(&h.client, &srv.url("/hang"), 2);
+    started.wait(2).await;
+    let text = metrics.encode();
+    assert_eq!(sample(&text, IN_FLIGHT), Some(2.0), "{text}");
+    assert_eq!(
+        sample(&text, "net_limiter_global_window"),
+        Some(5.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, WINDOW), None, "no per-host window: {text}");
+    for call in calls {
+        call.abort();
+        assert!(call.await.unwrap_err().is_cancelled());
+    }
+    let text = metrics.encode();
+    assert_eq!(sample(&text, IN_FLIGHT), Some(0.0), "{text}");
+    drop(h);
+    let text = metrics.encode();
+    assert_eq!(sample(&text, IN_FLIGHT), None, "{text}");
+    assert_eq!(sample(&text, "net_limiter_global_window"), None, "{text}");
+    assert!(
+        text.contains("# TYPE net_limiter_in_flight gauge"),
+        "{text}"
+    );
+    drop(srv);
 }

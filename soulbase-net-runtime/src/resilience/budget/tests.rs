@@ -54,6 +54,48 @@ fn budget_refills_as_the_window_slides() {
 }
 
 #[test]
+fn tokens_are_the_whole_retries_left_and_follow_the_window() {
+    let c = cfg(0.5, 0, 10);
+    let t0 = Instant::now();
+    let budgets = RetryBudgets::new(10, Duration::from_secs(60));
+    let read = |now| {
+        let mut seen = Vec::new();
+        budgets.read_gauges(now, &mut |g| {
+            if let GaugeReading::RetryBudgetTokens {
+                host,
+                tenant,
+                value,
+            } = g
+            {
+                seen.push((host.to_owned(), tenant.map(str::to_owned), value));
+            }
+        });
+        seen.sort();
+        seen
+    };
+    for _ in 0..7 {
+        budgets.deposit("h", &c, t0);
+    }
+    budgets.deposit("h/t1", &c, t0);
+    budgets.deposit("h/t1", &c, t0);
+    // 0.5 × 7 = 3.5 → 3 whole retries; 0.5 × 2 = 1.
+    assert_eq!(
+        read(t0),
+        vec![
+            ("h".to_owned(), None, 3),
+            ("h".to_owned(), Some("t1".to_owned()), 1)
+        ]
+    );
+    assert!(budgets.try_withdraw("h", &c, t0));
+    assert!(budgets.try_withdraw("h/t1", &c, t0));
+    assert!(!budgets.try_withdraw("h/t1", &c, t0));
+    assert_eq!(read(t0)[0].2, 2);
+    assert_eq!(read(t0)[1].2, 0);
+    // The window slides on without any call: everything has left it.
+    assert_eq!(read(t0 + Duration::from_secs(10))[0].2, 0);
+}
+
+#[test]
 fn disabled_budget_always_allows() {
     let mut c = cfg(0.0, 0, 10);
     c.enabled = false;

@@ -98,6 +98,11 @@ pub(crate) struct Aimd {
 struct State {
     window: AimdWindow,
     in_flight: u32,
+    /// The limit as of the last acquire or feedback, under the policy given then (for the
+    /// gauge, which is read without a policy at hand).
+    limit: u32,
+    /// Whether a call ever entered: a host's window exists even when AIMD is off.
+    used: bool,
 }
 
 /// One call inside the window; leaves it on drop (also on cancellation and panic).
@@ -109,10 +114,13 @@ pub(crate) struct AimdPermit {
 impl Aimd {
     /// A window starting at `p.initial`.
     pub(crate) fn new(p: &AimdPolicy) -> Self {
+        let window = AimdWindow::new(p);
         Self {
             state: Mutex::new(State {
-                window: AimdWindow::new(p),
+                limit: window.limit(p),
+                window,
                 in_flight: 0,
+                used: false,
             }),
             freed: Notify::new(),
         }
@@ -121,7 +129,9 @@ impl Aimd {
     /// Enters the window if there is room.
     pub(crate) fn try_acquire(self: &Arc<Self>, p: &AimdPolicy) -> Option<AimdPermit> {
         let mut s = self.state.lock();
-        if s.in_flight >= s.window.limit(p) {
+        s.limit = s.window.limit(p);
+        s.used = true;
+        if s.in_flight >= s.limit {
             return None;
         }
         s.in_flight += 1;
@@ -154,6 +164,7 @@ impl Aimd {
             Signal::Overload => s.window.on_overload(p),
             Signal::Ignore => return,
         }
+        s.limit = s.window.limit(p);
         drop(s);
         self.freed.notify_waiters();
     }
@@ -161,6 +172,12 @@ impl Aimd {
     /// The current limit.
     pub(crate) fn limit(&self, p: &AimdPolicy) -> u32 {
         self.state.lock().window.limit(p)
+    }
+
+    /// The limit as last computed, once a call has entered the window (the gauge).
+    pub(crate) fn gauge(&self) -> Option<u32> {
+        let s = self.state.lock();
+        s.used.then_some(s.limit)
     }
 
     /// Calls in the window now.
@@ -239,6 +256,10 @@ mod tests {
         assert!(aimd.try_acquire(&p).is_some());
         aimd.record(&p, Signal::Success);
         assert_eq!(aimd.limit(&p), 3);
+        assert_eq!(aimd.gauge(), Some(3));
+        aimd.record(&p, Signal::Overload);
+        assert_eq!(aimd.gauge(), Some(1));
+        assert_eq!(Aimd::new(&p).gauge(), None, "no call entered yet");
     }
 
     #[test]

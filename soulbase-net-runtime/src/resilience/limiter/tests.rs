@@ -41,7 +41,7 @@ async fn permits_never_exceed_the_cap_under_1000_tasks() {
         t.await.unwrap();
     }
     assert_eq!(peak.load(Ordering::SeqCst), 8);
-    let g = limiter.gauges("h", &p).unwrap();
+    let g = limiter.gauges("h").unwrap();
     assert_eq!((g.in_flight, g.queued), (0, 0));
 }
 
@@ -54,7 +54,7 @@ async fn over_the_host_cap_fails_at_once() {
     let err = limiter.acquire("h", None, &p).await.unwrap_err();
     assert_eq!(err, LimitScope::HostConcurrency);
     assert!(limiter.acquire("other", None, &p).await.is_ok());
-    assert_eq!(limiter.gauges("h", &p).unwrap().in_flight, 2);
+    assert_eq!(limiter.gauges("h").unwrap().in_flight, 2);
     drop(a);
     assert!(limiter.acquire("h", None, &p).await.is_ok());
 }
@@ -69,9 +69,9 @@ async fn tenant_cap_spans_hosts() {
     let err = limiter.acquire("h3", Some("t"), &p).await.unwrap_err();
     assert_eq!(err, LimitScope::TenantConcurrency);
     // The refused call gave back its host slot.
-    assert_eq!(limiter.gauges("h3", &p).unwrap().in_flight, 0);
+    assert_eq!(limiter.gauges("h3").unwrap().in_flight, 0);
     let _c = limiter.acquire("h3", Some("u"), &p).await.unwrap();
-    assert_eq!(limiter.gauges("h3", &p).unwrap().in_flight, 1);
+    assert_eq!(limiter.gauges("h3").unwrap().in_flight, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -86,10 +86,10 @@ async fn bounded_wait_queues_then_gives_up() {
         tokio::spawn(async move { limiter.acquire("h", None, &p).await.map(drop) })
     };
     tokio::time::sleep(10 * MS).await;
-    assert_eq!(limiter.gauges("h", &p).unwrap().queued, 1);
+    assert_eq!(limiter.gauges("h").unwrap().queued, 1);
     assert_eq!(waiter.await.unwrap(), Err(LimitScope::HostConcurrency));
     assert_eq!(start.elapsed(), 100 * MS);
-    assert_eq!(limiter.gauges("h", &p).unwrap().queued, 0);
+    assert_eq!(limiter.gauges("h").unwrap().queued, 0);
     // A slot freed within the wait is taken.
     let waiter = {
         let (limiter, p) = (limiter.clone(), p.clone());
@@ -117,13 +117,13 @@ async fn permits_return_on_cancellation() {
         tokio::spawn(async move { limiter.acquire("h", None, &p).await.map(drop) })
     };
     tokio::time::sleep(MS).await;
-    let g = limiter.gauges("h", &p).unwrap();
+    let g = limiter.gauges("h").unwrap();
     assert_eq!((g.in_flight, g.queued), (1, 1));
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
     holder.abort();
     assert!(holder.await.unwrap_err().is_cancelled());
-    let g = limiter.gauges("h", &p).unwrap();
+    let g = limiter.gauges("h").unwrap();
     assert_eq!((g.in_flight, g.queued), (0, 0));
     assert!(limiter.acquire("h", None, &p).await.is_ok());
 }
@@ -143,7 +143,7 @@ async fn permits_return_on_panic() {
         })
     };
     assert!(task.await.unwrap_err().is_panic());
-    assert_eq!(limiter.gauges("h", &p).unwrap().in_flight, 0);
+    assert_eq!(limiter.gauges("h").unwrap().in_flight, 0);
     assert!(limiter.acquire("h", Some("t"), &p).await.is_ok());
 }
 
@@ -183,14 +183,14 @@ async fn aimd_window_refuses_then_halves_and_grows_back() {
         LimitScope::Adaptive
     );
     permits[0].record(Outcome::Error(ErrorKind::Timeout(Phase::Ttfb)));
-    assert_eq!(limiter.gauges("h", &p).unwrap().window, Some(2));
+    assert_eq!(limiter.gauges("h").unwrap().window, Some(2));
     drop(permits);
     let permits: Vec<_> = futures_take(&limiter, &p, 2).await;
     assert!(limiter.acquire("h", None, &p).await.is_err());
     for _ in 0..2 {
         permits[0].record(Outcome::Response(http::StatusCode::OK));
     }
-    assert_eq!(limiter.gauges("h", &p).unwrap().window, Some(4));
+    assert_eq!(limiter.gauges("h").unwrap().window, Some(4));
 }
 
 #[tokio::test]
@@ -206,8 +206,8 @@ async fn global_aimd_is_shared_by_hosts() {
         limiter.acquire("h3", None, &p).await.unwrap_err(),
         LimitScope::Adaptive
     );
-    assert_eq!(limiter.global_window(&p.aimd), Some(2));
-    assert_eq!(limiter.gauges("h1", &p).unwrap().window, None);
+    assert_eq!(limiter.global_window(), Some(2));
+    assert_eq!(limiter.gauges("h1").unwrap().window, None);
 }
 
 #[tokio::test]
@@ -263,5 +263,5 @@ async fn permits_never_exceed_the_cap_across_threads() {
         peak.load(Ordering::SeqCst) <= 3,
         "the tenant cap of 3 holds"
     );
-    assert_eq!(limiter.gauges("h", &p).unwrap().in_flight, 0);
+    assert_eq!(limiter.gauges("h").unwrap().in_flight, 0);
 }

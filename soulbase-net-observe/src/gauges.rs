@@ -1,0 +1,254 @@
+//! The clients' limiter and retry-budget gauges, read from their
+//! [`GaugeSource`]s at scrape time and written with the same bounded host and tenant labels
+//! as the other metrics.
+//!
+//! Why at scrape time: the values are the client's own state (and a budget's window slides
+//! with time), so a read when Prometheus asks is exact, and the request path pays nothing.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Weak},
+};
+
+use parking_lot::Mutex;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{gauge::ConstGauge, MetricType},
+};
+use soulbase_net_core::{GaugeReading, GaugeSource};
+
+use crate::labels::{HostLabels, Label, LabelCap, TenantHostLabels};
+
+/// The sources attached by clients, and the label caps shared with the other metrics.
+#[derive(Debug)]
+pub(crate) struct GaugeState {
+    sources: Mutex<Vec<Weak<dyn GaugeSource>>>,
+    hosts: Arc<LabelCap>,
+    tenants: Arc<LabelCap>,
+    no_tenant: Label,
+}
+
+/// One scrape's readings, summed by label: hosts past the cap share `"_other"`, and several
+/// clients reporting the same host add up.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Totals {
+    pub(crate) in_flight: BTreeMap<Label, u64>,
+    pub(crate) queued: BTreeMap<Label, u64>,
+    pub(crate) window: BTreeMap<Label, u64>,
+    pub(crate) global_window: Option<u64>,
+    pub(crate) tokens: BTreeMap<(Label, Label), u64>,
+}
+
+// === impl GaugeState ===
+
+impl GaugeState {
+    pub(crate) fn new(hosts: Arc<LabelCap>, tenants: Arc<LabelCap>) -> Self {
+        GaugeState {
+            sources: Mutex::new(Vec::new()),
+            hosts,
+            tenants,
+            no_tenant: Label::new(""),
+        }
+    }
+
+    /// Keeps a weak handle on `source`; handles of dropped clients are forgotten.
+    pub(crate) fn attach(&self, source: &Arc<dyn GaugeSource>) {
+        let mut sources = self.sources.lock();
+        sources.retain(|s| s.strong_count() > 0);
+        sources.push(Arc::downgrade(source));
+    }
+
+    /// Reads every live source now.
+    pub(crate) fn read(&self) -> Totals {
+        // Upgrade under the lock, read outside it: a source takes its client's locks.
+        let live: Vec<Arc<dyn GaugeSource>> = {
+            let mut sources = self.sources.lock();
+            sources.retain(|s| s.strong_count() > 0);
+            sources.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut totals = Totals::default();
+        for source in live {
+            source.read_gauges(&mut |reading| self.add(&mut totals, reading));
+        }
+        totals
+    }
+
+    fn add(&self, totals: &mut Totals, reading: GaugeReading<'_>) {
+        match reading {
+            GaugeReading::LimiterInFlight { host, value } => {
+                *totals.in_flight.entry(self.hosts.admit(host)).or_default() += value;
+            }
+            GaugeReading::LimiterQueued { host, value } => {
+                *totals.queued.entry(self.hosts.admit(host)).or_default() += value;
+            }
+            GaugeReading::LimiterWindow {
+                host: Some(host),
+                value,
+            } => {
+                *totals.window.entry(self.hosts.admit(host)).or_default() += value;
+            }
+            GaugeReading::LimiterWindow { host: None, value } => {
+                *totals.global_window.get_or_insert(0) += value;
+            }
+            GaugeReading::RetryBudgetTokens {
+                host,
+                tenant,
+                value,
+            } => {
+                let tenant =
+                    tenant.map_or_else(|| self.no_tenant.clone(), |t| self.tenants.admit(t));
+                *totals
+                    .tokens
+                    .entry((tenant, self.hosts.admit(host)))
+                    .or_default() += value;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Writes [`GaugeState::read`] as gauges.
+#[derive(Debug)]
+pub(crate) struct GaugeCollector(pub(crate) Arc<GaugeState>);
+
+impl Collector for GaugeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let t = self.0.read();
+        let by_host = |map: BTreeMap<Label, u64>| {
+            map.into_iter()
+                .map(|(host, v)| (HostLabels { host }, v))
+                .collect::<Vec<_>>()
+        };
+        family(
+            &mut encoder,
+            "net_limiter_in_flight",
+            "Calls holding a host's concurrency slot",
+            by_host(t.in_flight),
+        )?;
+        family(
+            &mut encoder,
+            "net_limiter_queued",
+            "Calls waiting for a place under a host's limits",
+            by_host(t.queued),
+        )?;
+        family(
+            &mut encoder,
+            "net_limiter_window",
+            "The per-host AIMD window: calls allowed in flight",
+            by_host(t.window),
+        )?;
+        if let Some(window) = t.global_window {
+            let gauge = ConstGauge::new(gauge_value(window));
+            let metric = encoder.encode_descriptor(
+                "net_limiter_global_window",
+                "The client-wide AIMD window: calls allowed in flight",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        let tokens = t
+            .tokens
+            .into_iter()
+            .map(|((tenant, host), v)| (TenantHostLabels { tenant, host }, v))
+            .collect();
+        family(
+            &mut encoder,
+            "net_retry_budget_tokens",
+            "Retries the retry budget allows now",
+            tokens,
+        )
+    }
+}
+
+fn family<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: Vec<(L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in &series {
+        ConstGauge::new(gauge_value(*value)).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge_value(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Vec<GaugeReading<'static>>);
+
+    impl GaugeSource for Fixed {
+        fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
+            self.0.iter().for_each(|r| visit(*r));
+        }
+    }
+
+    #[test]
+    fn readings_past_the_cap_and_across_clients_add_up() {
+        let state = GaugeState::new(Arc::new(LabelCap::new(1)), Arc::new(LabelCap::new(1)));
+        let a: Arc<dyn GaugeSource> = Arc::new(Fixed(vec![
+            GaugeReading::LimiterInFlight {
+                host: "a",
+                value: 2,
+            },
+            GaugeReading::LimiterInFlight {
+                host: "b",
+                value: 3,
+            },
+            GaugeReading::LimiterInFlight {
+                host: "c",
+                value: 4,
+            },
+            GaugeReading::LimiterWindow {
+                host: None,
+                value: 8,
+            },
+            GaugeReading::RetryBudgetTokens {
+                host: "a",
+                tenant: Some("t1"),
+                value: 5,
+            },
+            GaugeReading::RetryBudgetTokens {
+                host: "a",
+                tenant: Some("t2"),
+                value: 6,
+            },
+        ]));
+        let b: Arc<dyn GaugeSource> = Arc::new(Fixed(vec![
+            GaugeReading::LimiterInFlight {
+                host: "a",
+                value: 1,
+            },
+            GaugeReading::LimiterWindow {
+                host: None,
+                value: 2,
+            },
+        ]));
+        state.attach(&a);
+        state.attach(&b);
+        let t = state.read();
+        let other = Label::new(crate::labels::OTHER);
+        assert_eq!(t.in_flight.get(&Label::new("a")), Some(&3));
+        assert_eq!(t.in_flight.get(&other), Some(&7), "b and c past the cap");
+        assert_eq!(t.global_window, Some(10));
+        assert_eq!(t.tokens.get(&(Label::new("t1"), Label::new("a"))), Some(&5));
+        assert_eq!(t.tokens.get(&(other, Label::new("a"))), Some(&6));
+        drop(b);
+        assert_eq!(state.read().in_flight.get(&Label::new("a")), Some(&2));
+        drop(a);
+        assert_eq!(
+            state.read(),
+            Totals::default(),
+            "dropped clients report nothing"
+        );
+        assert!(state.sources.lock().is_empty());
+    }
+}
