@@ -299,9 +299,16 @@ impl BenchClient {
                 } else {
                     full_policy(concurrency)
                 };
-                let client = Client::builder()
+                let mut builder = Client::builder()
                     .policy(policy)
-                    .pool_max_idle_per_host(concurrency)
+                    .pool_max_idle_per_host(concurrency);
+                if kind == Kind::SoulbaseFull {
+                    // What a service runs in production: trace context and metrics too.
+                    builder = builder
+                        .interceptor(soulbase_net_interceptors::TraceUa::new())
+                        .observer(Arc::new(soulbase_net_observe::Metrics::new()));
+                }
+                let client = builder
                     .build()
                     .map_err(|e| format!("bench: soulbase-net client: {e}"))?;
                 BenchClient::Soulbase(client, url.to_owned())
@@ -387,6 +394,22 @@ struct Run {
     ok: u64,
     errors: u64,
     first_error: Option<String>,
+    /// Process CPU time (user + system, server included) per successful request, in µs.
+    cpu_us: f64,
+}
+
+/// CPU time this process has used so far (all threads), from `/proc/self/stat`; `None`
+/// where that file does not exist. The server runs in the same process, so per request it
+/// adds the same amount for every client: differences between clients are the clients'.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the file, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports them in USER_HZ, 100 per second on every architecture it supports.
+    Some(Duration::from_millis(ticks * 10))
 }
 
 async fn load(
@@ -397,6 +420,7 @@ async fn load(
 ) -> Result<Run, String> {
     let client = Arc::new(BenchClient::build(kind, &server.url("/"), concurrency)?);
     let conns_before = server.conns();
+    let cpu_before = process_cpu();
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(secs);
     let mut tasks = Vec::with_capacity(concurrency);
@@ -431,6 +455,11 @@ async fn load(
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu()
+        .zip(cpu_before)
+        .map_or(Duration::ZERO, |(after, before)| {
+            after.saturating_sub(before)
+        });
     drop(client);
     latencies.sort_unstable();
     let ok = latencies.len() as u64;
@@ -443,6 +472,11 @@ async fn load(
         ok,
         errors,
         first_error,
+        cpu_us: if ok == 0 {
+            0.0
+        } else {
+            cpu.as_secs_f64() * 1e6 / ok as f64
+        },
     })
 }
 
@@ -483,6 +517,7 @@ struct Summary {
     ok: u64,
     errors: u64,
     first_error: Option<String>,
+    cpu_us: f64,
 }
 
 impl Summary {
@@ -498,6 +533,7 @@ impl Summary {
             p95_ms: pick(|r| r.p95_ms),
             p99_ms: pick(|r| r.p99_ms),
             conns: pick(|r| r.conns as f64),
+            cpu_us: pick(|r| r.cpu_us),
             ok: runs.iter().map(|r| r.ok).sum(),
             errors: runs.iter().map(|r| r.errors).sum(),
             first_error: runs.iter().find_map(|r| r.first_error.clone()),
@@ -578,13 +614,14 @@ async fn bench(opts: &Options) -> Result<Report, String> {
         for (i, &kind) in opts.clients.iter().enumerate() {
             let run = load(kind, &server, opts.concurrency, opts.secs).await?;
             println!(
-                "  round {round}/{} {:<21} {:>9.0} req/s  p99 {:>7.2} ms  conns {:>4}  errors {}",
+                "  round {round}/{} {:<21} {:>9.0} req/s  p99 {:>7.2} ms  conns {:>4}  errors {}  cpu {:.1} µs/req",
                 opts.rounds,
                 kind.label(),
                 run.rps,
                 run.p99_ms,
                 run.conns,
-                run.errors
+                run.errors,
+                run.cpu_us
             );
             runs[i].push(run);
             // Let the closed connections drain before the next client starts.
@@ -620,7 +657,7 @@ impl Report {
         }
     }
 
-    fn ratios(&self) -> [(&'static str, f64, &'static str); 4] {
+    fn ratios(&self) -> [(&'static str, f64, &'static str); 5] {
         use Kind::*;
         [
             (
@@ -643,6 +680,11 @@ impl Report {
                 self.ratio(SoulbaseMin, Hyper, |s| s.rps),
                 "",
             ),
+            (
+                "full_vs_hyper_cpu",
+                self.ratio(SoulbaseFull, Hyper, |s| s.cpu_us),
+                "",
+            ),
         ]
     }
 
@@ -658,13 +700,21 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<21} {:>9} {:>19} {:>8} {:>8} {:>8} {:>6} {:>7}",
-            "client", "req/s", "(min..max)", "p50 ms", "p95 ms", "p99 ms", "conns", "errors"
+            "{:<21} {:>9} {:>19} {:>8} {:>8} {:>8} {:>6} {:>7} {:>10}",
+            "client",
+            "req/s",
+            "(min..max)",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "conns",
+            "errors",
+            "cpu µs/req"
         );
         for s in &self.clients {
             let _ = writeln!(
                 out,
-                "{:<21} {:>9.0} {:>19} {:>8.2} {:>8.2} {:>8.2} {:>6.0} {:>7}",
+                "{:<21} {:>9.0} {:>19} {:>8.2} {:>8.2} {:>8.2} {:>6.0} {:>7} {:>10.1}",
                 s.kind.label(),
                 s.rps,
                 format!("({:.0}..{:.0})", s.rps_min, s.rps_max),
@@ -672,7 +722,8 @@ impl Report {
                 s.p95_ms,
                 s.p99_ms,
                 s.conns,
-                s.errors
+                s.errors,
+                s.cpu_us
             );
         }
         for s in self.clients.iter().filter(|s| s.errors > 0) {
@@ -714,6 +765,7 @@ impl Report {
                     "rps_min": round2(s.rps_min),
                     "rps_max": round2(s.rps_max),
                     "errors": s.errors,
+                    "cpu_us_per_req": round2(s.cpu_us),
                 }),
             );
         }
