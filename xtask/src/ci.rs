@@ -46,6 +46,9 @@ const STEPS: &[Step] = &[
     },
 ];
 
+/// The chaos run of CI: short, with the default seed.
+const CHAOS_ARGS: [&str; 2] = ["--secs", "5"];
+
 /// Runs the steps; an error names the step that failed.
 pub(crate) fn run() -> Result<(), String> {
     let root = project_root();
@@ -79,6 +82,10 @@ pub(crate) fn run() -> Result<(), String> {
     let t = Instant::now();
     crate::contract::run(&[])?;
     eprintln!("xtask: contract ok in {:.1}s", t.elapsed().as_secs_f64());
+    step_banner("chaos");
+    let t = Instant::now();
+    crate::chaos::run(&CHAOS_ARGS.map(str::to_owned))?;
+    eprintln!("xtask: chaos ok in {:.1}s", t.elapsed().as_secs_f64());
     eprintln!(
         "xtask: ci passed in {:.1}s",
         started.elapsed().as_secs_f64()

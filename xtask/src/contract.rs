@@ -19,26 +19,11 @@ use soulbase_net_core::{
     ErrorCode, ErrorKind, NetClient, NetEvent, NetRequest, Observer, Phase, TimeoutCfg,
 };
 use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::{Client, DialFuture, Dialer, TcpDialer};
+use soulbase_net_runtime::{Client, DialFuture, Dialer};
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 
-/// One contract: its id, what it promises, what was seen.
-#[derive(Debug)]
-pub(crate) struct Row {
-    id: String,
-    expected: String,
-    measured: String,
-    passed: bool,
-}
-
-fn row(id: &str, expected: impl Into<String>, measured: impl Into<String>, passed: bool) -> Row {
-    Row {
-        id: id.to_owned(),
-        expected: expected.into(),
-        measured: measured.into(),
-        passed,
-    }
-}
+use crate::loopback::LoopbackDialer;
+use crate::table::{self, print_table, row, Row};
 
 /// Runs the matrix, prints the table, writes JSON when asked; `Err` when a row failed.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
@@ -53,8 +38,8 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let rows = rt.block_on(matrix())?;
-    print_table(&rows);
-    let failed = rows.iter().filter(|r| !r.passed).count();
+    print_table("contract", &rows);
+    let failed = table::failed(&rows);
     println!(
         "\n{} contracts, {} passed, {failed} failed, in {:.1}s",
         rows.len(),
@@ -62,65 +47,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     if let Some(path) = json_path {
-        let json = serde_json::json!({
-            "rows": rows.iter().map(|r| serde_json::json!({
-                "id": r.id, "expected": r.expected, "measured": r.measured, "passed": r.passed,
-            })).collect::<Vec<_>>(),
-            "passed": rows.len() - failed,
-            "failed": failed,
-        });
-        let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-        std::fs::write(&path, text).map_err(|e| format!("writing {path}: {e}"))?;
+        table::write_json(&path, &table::rows_json(&rows))?;
     }
     if failed == 0 {
         Ok(())
     } else {
         Err(format!("{failed} contract(s) failed"))
-    }
-}
-
-fn print_table(rows: &[Row]) {
-    let w = rows.iter().map(|r| r.id.len()).max().unwrap_or(8).max(8);
-    let e = rows
-        .iter()
-        .map(|r| r.expected.len())
-        .max()
-        .unwrap_or(8)
-        .clamp(8, 48);
-    println!(
-        "{:<w$}  {:<e$}  {:<40}  pass",
-        "contract", "expected", "measured"
-    );
-    for r in rows {
-        println!(
-            "{:<w$}  {:<e$}  {:<40}  {}",
-            r.id,
-            r.expected,
-            r.measured,
-            if r.passed { "yes" } else { "NO" }
-        );
-    }
-}
-
-/// Refuses to dial anything but loopback, whatever the code under test decides.
-#[derive(Debug, Default)]
-struct LoopbackOnly {
-    dialled: Mutex<Vec<SocketAddr>>,
-}
-
-impl Dialer for LoopbackOnly {
-    fn dial(&self, addr: SocketAddr) -> DialFuture {
-        self.dialled.lock().push(addr);
-        if addr.ip().is_loopback() {
-            TcpDialer.dial(addr)
-        } else {
-            Box::pin(async move {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    format!("contract dialer refuses {addr}"),
-                ))
-            })
-        }
     }
 }
 
@@ -162,7 +94,7 @@ fn base_policy() -> Result<NetPolicy, String> {
 fn client(policy: NetPolicy) -> Result<Client, String> {
     Client::builder()
         .policy(policy)
-        .dialer(Arc::new(LoopbackOnly::default()))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .build()
         .map_err(|e| e.to_string())
 }
@@ -434,7 +366,7 @@ async fn security() -> Result<Vec<Row>, String> {
     // Private and special addresses: the default policy, nothing granted.
     let mut deny = NetPolicy::default();
     deny.dns.nameservers = vec![SocketAddr::from(([127, 0, 0, 1], 9))];
-    let dialer = Arc::new(LoopbackOnly::default());
+    let dialer = Arc::new(LoopbackDialer::default());
     let c = Client::builder()
         .policy(deny)
         .dialer(dialer.clone())
@@ -461,7 +393,7 @@ async fn security() -> Result<Vec<Row>, String> {
             refused += 1;
         }
     }
-    let dials = dialer.dialled.lock().len();
+    let dials = dialer.dialled().len();
     rows.push(row(
         "security.private_refused",
         format!("{}/{} refused, 0 dials", targets.len(), targets.len()),
@@ -589,7 +521,7 @@ async fn timeout_upper_bound() -> Result<Row, String> {
     let jitter = Arc::new(Jitter::default());
     let c = Client::builder()
         .policy(p)
-        .dialer(Arc::new(LoopbackOnly::default()))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .observer(jitter.clone())
         .build()
         .map_err(|e| e.to_string())?;

@@ -34,9 +34,11 @@ use soulbase_net_core::{
     Observer, Phase, TimeoutCfg,
 };
 use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::{Client, DialFuture, Dialer, TcpDialer};
+use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, FaultServerBuilder, RandomFaults, Reply, Script};
 use tokio::time::Instant;
+
+use crate::loopback::LoopbackDialer;
 
 /// The breaker opens after this many failed attempts in a row.
 const BREAKER_THRESHOLD: u32 = 5;
@@ -257,27 +259,6 @@ impl DemoObserver {
     }
 }
 
-/// Dials loopback only; counts every address it was asked for.
-#[derive(Debug, Default)]
-struct LoopbackDialer {
-    off_loopback: Mutex<Vec<SocketAddr>>,
-}
-
-impl Dialer for LoopbackDialer {
-    fn dial(&self, addr: SocketAddr) -> DialFuture {
-        if !addr.ip().is_loopback() {
-            self.off_loopback.lock().push(addr);
-            return Box::pin(async move {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    format!("the demo dials loopback only, not {addr}"),
-                ))
-            });
-        }
-        TcpDialer.dial(addr)
-    }
-}
-
 /// Prints one live line per phase (overwritten as it progresses), then its verdict.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Progress {
@@ -382,7 +363,7 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
             .map(|(k, from, to)| format!("{k}: {} -> {}", from.as_str(), to.as_str()))
             .collect()
     };
-    let off_loopback_dials = dialer.off_loopback.lock().clone();
+    let off_loopback_dials = dialer.off_loopback();
     Ok(Report {
         phases,
         counts: observer.counts(),
@@ -627,7 +608,7 @@ async fn phase_ssrf(
     let refused = |r: &Result<NetResponse, NetError>| matches!(r, Err(e) if e.kind() == ErrorKind::Blocked && e.code() == ErrorCode::AuthForbidden);
     let hits = srv.hits("/go");
     srv.join().await;
-    let off = dialer.off_loopback.lock().len();
+    let off = dialer.off_loopback().len();
     let passed = refused(&direct) && refused(&redirected) && hits == 1 && off == 0;
     let result = PhaseResult {
         name: NAME,

@@ -4,9 +4,12 @@
 //! fresh CI machine that has only the Rust toolchain (rust-analyzer's pattern).
 
 mod bench;
+mod chaos;
 mod ci;
 mod contract;
 mod demo;
+mod loopback;
+mod table;
 mod tidy;
 
 use std::{
@@ -28,6 +31,10 @@ commands:
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
   contract [--json PATH]
           the contract matrix (seed 000 §10, seed 001 §XI) against the testkit on loopback
+  chaos   [--secs S] [--seed N] [--json PATH]
+          seeded random faults (DNS, resets, stalls, 5xx/429, bad certificates, proxies) for
+          S seconds (default 10); fails if a call is lost, hangs past its deadline, or a
+          non-idempotent request arrives twice, or a denied address is dialled
 ";
 
 fn main() -> ExitCode {
@@ -37,6 +44,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(),
         Some("contract") => contract::run(&args[1..]),
+        Some("chaos") => chaos::run(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");

@@ -1,0 +1,183 @@
+//! The chaos traffic: concurrent callers, each drawing target, method and deadline per
+//! request from a seeded stream, each call run in its own task and timed from the first
+//! byte sent to the last byte read (or the error).
+
+use std::{sync::Arc, time::Duration};
+
+use soulbase_net_core::{http::Method, NetClient, NetRequest};
+use soulbase_net_runtime::Client;
+use soulbase_net_testkit::RandomFaults;
+use tokio::time::Instant;
+
+use super::world::{Target, POLICY_TOTAL};
+
+/// The header that marks each request uniquely, so the servers' captures can be counted.
+pub(crate) const MARKER: &str = "x-chaos-id";
+/// How long past its deadline a call may take before the run stops waiting for it (and
+/// counts it as lost).
+const GIVE_UP_AFTER: Duration = Duration::from_secs(5);
+/// At most this many requests per caller, whatever the duration.
+const MAX_PER_CALLER: u64 = 100_000;
+
+/// What kind of request a call was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Get,
+    Head,
+    /// A POST that must not be repeated (no idempotency key).
+    Post,
+    /// A POST marked idempotent: retried and hedged under one `Idempotency-Key`.
+    IdempotentPost,
+    /// A PUT sent without the idempotent flag: never retried by the client.
+    Put,
+}
+
+impl Kind {
+    /// Whether a repeat of this call is allowed to reach the server.
+    pub(crate) fn may_repeat(self) -> bool {
+        matches!(self, Kind::Get | Kind::Head | Kind::IdempotentPost)
+    }
+
+    fn draw(u: f64) -> Kind {
+        match u {
+            u if u < 0.40 => Kind::Get,
+            u if u < 0.45 => Kind::Head,
+            u if u < 0.75 => Kind::Post,
+            u if u < 0.92 => Kind::IdempotentPost,
+            _ => Kind::Put,
+        }
+    }
+
+    fn request(self, url: &str, id: &str) -> NetRequest {
+        let body = format!("{{\"op\":\"{id}\"}}");
+        let req = match self {
+            Kind::Get => NetRequest::get(url),
+            Kind::Head => NetRequest::head(url),
+            Kind::Post => NetRequest::post(url).body(body),
+            Kind::IdempotentPost => NetRequest::post(url).body(body).idempotent(true),
+            Kind::Put => NetRequest::new(Method::PUT, url).body(body),
+        };
+        req.header(MARKER, id)
+    }
+}
+
+/// How a call ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A response with this status, and its whole body read.
+    Answered(u16),
+    /// An error: its stable code and its kind.
+    Failed { code: String, kind: String },
+    /// Neither: the call's task died, or it had not returned long after its deadline.
+    Lost(String),
+}
+
+/// One call of the run.
+#[derive(Clone, Debug)]
+pub(crate) struct Call {
+    pub(crate) id: String,
+    pub(crate) target: usize,
+    pub(crate) kind: Kind,
+    /// The call's total deadline.
+    pub(crate) limit: Duration,
+    /// From `send` to the last body byte or the error.
+    pub(crate) wall: Duration,
+    pub(crate) attempts: u32,
+    pub(crate) outcome: Outcome,
+}
+
+/// Draws request `n` of caller `caller`: the target index, the kind, an own total deadline
+/// (or none: the policy's), all from `seed`.
+fn draw(rng: &RandomFaults, n: u64, targets: &[Target]) -> (usize, Kind, Option<Duration>) {
+    let total: u32 = targets.iter().map(|t| t.weight).sum();
+    let mut pick = (rng.draw(n * 3) * f64::from(total.max(1))) as u32;
+    let mut target = targets.len().saturating_sub(1);
+    for (i, t) in targets.iter().enumerate() {
+        if pick < t.weight {
+            target = i;
+            break;
+        }
+        pick -= t.weight;
+    }
+    let kind = Kind::draw(rng.draw(n * 3 + 1));
+    // Four calls in ten bring their own deadline, from 300 ms to 1.5 s — some shorter than
+    // one attempt, so the call's deadline must cut the attempt short.
+    let u = rng.draw(n * 3 + 2);
+    let limit = (u < 0.4).then(|| Duration::from_millis(300 + (u / 0.4 * 1200.0) as u64));
+    (target, kind, limit)
+}
+
+/// One call, timed: send, then read the whole body.
+async fn call(client: Arc<Client>, req: NetRequest) -> (Outcome, Duration, u32) {
+    let started = Instant::now();
+    let result = match client.send(req).await {
+        Ok(res) => {
+            let (status, attempts) = (res.status.as_u16(), res.attempts);
+            res.bytes().await.map(|_| (status, attempts))
+        }
+        Err(e) => Err(e),
+    };
+    let wall = started.elapsed();
+    match result {
+        Ok((status, attempts)) => (Outcome::Answered(status), wall, attempts),
+        Err(e) => (
+            Outcome::Failed {
+                code: e.code().as_str().to_owned(),
+                kind: e.kind().label().to_owned(),
+            },
+            wall,
+            e.attempts(),
+        ),
+    }
+}
+
+/// One caller: request after request until `until`, each in its own task, so that a panic
+/// or a call that never returns is seen rather than taking the caller with it.
+pub(crate) async fn caller(
+    client: Arc<Client>,
+    targets: Arc<Vec<Target>>,
+    seed: u64,
+    index: u64,
+    until: Instant,
+) -> Vec<Call> {
+    let rng = RandomFaults::seeded(seed.wrapping_add(index.wrapping_mul(0x9E37_79B9)));
+    let mut calls = Vec::new();
+    let mut n = 0;
+    while Instant::now() < until && n < MAX_PER_CALLER {
+        let (target, kind, own_limit) = draw(&rng, n, &targets);
+        let id = format!("{seed}-{index}-{n}");
+        let mut req = kind.request(&targets[target].url, &id);
+        if let Some(limit) = own_limit {
+            req = req.total_timeout(limit);
+        }
+        let limit = own_limit.unwrap_or(POLICY_TOTAL);
+        let started = Instant::now();
+        let task = tokio::spawn(call(client.clone(), req));
+        let abort = task.abort_handle();
+        let (outcome, wall, attempts) =
+            match tokio::time::timeout(limit + GIVE_UP_AFTER, task).await {
+                Ok(Ok(done)) => done,
+                Ok(Err(e)) => (
+                    Outcome::Lost(format!("task ended: {e}")),
+                    started.elapsed(),
+                    0,
+                ),
+                Err(_) => {
+                    abort.abort();
+                    let waited = started.elapsed();
+                    (Outcome::Lost("no answer, no error".to_owned()), waited, 0)
+                }
+            };
+        calls.push(Call {
+            id,
+            target,
+            kind,
+            limit,
+            wall,
+            attempts,
+            outcome,
+        });
+        n += 1;
+    }
+    calls
+}
