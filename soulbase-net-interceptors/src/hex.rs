@@ -1,15 +1,23 @@
-//! Lower-case hex and random identifiers shared by the interceptors.
+//! Lower-case hex and random identifiers shared by the interceptors. Table lookups rather
+//! than `format!`: these run for every request (trace and request ids, span ids, keys).
+
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `bytes` to `out` as lower-case hex.
+#[cfg(any(feature = "trace", feature = "idempotency"))]
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    out.reserve(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+}
 
 /// `bytes` as lower-case hex.
 #[cfg(feature = "idempotency")]
 pub(crate) fn encode(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-
     let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{b:02x}");
-    }
+    push_hex(&mut out, bytes);
     out
 }
 
@@ -20,5 +28,24 @@ pub(crate) fn random_128() -> String {
     if v == 0 {
         v = 1;
     }
-    format!("{v:032x}")
+    let mut out = String::with_capacity(32);
+    push_hex(&mut out, &v.to_be_bytes());
+    out
+}
+
+#[cfg(all(test, feature = "idempotency", feature = "trace"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_matches_the_formatter() {
+        for bytes in [&[][..], &[0], &[0x0f, 0xf0, 0xab], &[255; 20]] {
+            let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(encode(bytes), expected);
+        }
+        let id = random_128();
+        assert_eq!(id.len(), 32);
+        assert!(id.bytes().all(|b| DIGITS.contains(&b)));
+        assert!(u128::from_str_radix(&id, 16).unwrap() != 0);
+    }
 }

@@ -116,7 +116,14 @@ fn set_traceparent(req: &mut NetRequest, ctx: &TraceContext) {
     if span == 0 {
         span = 1;
     }
-    let value = format!("00-{}-{span:016x}-{}", ctx.trace_id, ctx.flags);
+    // 00-<trace id>-<span id>-<flags>, built without the formatter (every attempt).
+    let mut value = String::with_capacity(55);
+    value.push_str("00-");
+    value.push_str(&ctx.trace_id);
+    value.push('-');
+    hex::push_hex(&mut value, &span.to_be_bytes());
+    value.push('-');
+    value.push_str(&ctx.flags);
     if let Ok(value) = HeaderValue::from_str(&value) {
         req.headers.insert(TRACEPARENT, value);
     }

@@ -309,35 +309,7 @@ impl NetRequest {
 
     /// Parses the URL, checks it, and merges the query pairs.
     fn target_url(&self) -> Result<Url, String> {
-        let mut url = Url::parse(&self.url).map_err(|e| match e {
-            url::ParseError::RelativeUrlWithoutBase => {
-                "url is relative; an absolute http or https url is required".to_owned()
-            }
-            other => format!("url cannot be parsed: {other}"),
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "url scheme `{}` is not http or https",
-                url.scheme()
-            ));
-        }
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err("url has userinfo; send credentials in a header instead".to_owned());
-        }
-        match url.host() {
-            None => return Err("url has no host".to_owned()),
-            Some(url::Host::Ipv4(ip)) => {
-                // std's parser takes only the canonical dotted quad (no octal, hex,
-                // shortened or integer forms), so equality means the URL spelt it canonically.
-                let raw = raw_host(&self.url);
-                if raw.parse::<std::net::Ipv4Addr>() != Ok(ip) {
-                    return Err(format!(
-                        "host `{raw}` is not a canonical IPv4 address (it would mean {ip})"
-                    ));
-                }
-            }
-            Some(_) => {}
-        }
+        let mut url = checked_url(&self.url)?;
         if !self.query.is_empty() {
             let kept: Vec<(String, String)> = url
                 .query_pairs()
@@ -366,6 +338,83 @@ impl NetRequest {
     pub fn body_bytes(&self) -> Result<Option<Bytes>, NetError> {
         self.body.to_bytes()
     }
+}
+
+/// URLs this thread checked recently, with their parse: services call the same few URLs
+/// over and over, and parsing is most of what validating a request costs.
+const RECENT_URLS: usize = 8;
+
+/// Longer URLs are not kept (they are rarely repeated, and comparing them costs more).
+const RECENT_URL_MAX_LEN: usize = 256;
+
+thread_local! {
+    static RECENT: std::cell::RefCell<Vec<(Box<str>, Url)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`parse_checked`], remembered per thread for the last [`RECENT_URLS`] URLs that passed.
+/// Parsing is a pure function of the text, so a remembered answer is the same answer.
+fn checked_url(raw: &str) -> Result<Url, String> {
+    if raw.len() > RECENT_URL_MAX_LEN {
+        return parse_checked(raw);
+    }
+    let hit = RECENT
+        .try_with(|recent| {
+            recent
+                .borrow()
+                .iter()
+                .find(|(text, _)| &**text == raw)
+                .map(|(_, url)| url.clone())
+        })
+        .ok()
+        .flatten();
+    if let Some(url) = hit {
+        return Ok(url);
+    }
+    let url = parse_checked(raw)?;
+    let _ = RECENT.try_with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if recent.len() >= RECENT_URLS {
+            recent.remove(0);
+        }
+        recent.push((raw.into(), url.clone()));
+    });
+    Ok(url)
+}
+
+/// Parses `raw` and refuses what a request URL may not be: relative, not http(s), with
+/// userinfo, without a host, or with an IPv4 host spelt other than canonically.
+fn parse_checked(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw).map_err(|e| match e {
+        url::ParseError::RelativeUrlWithoutBase => {
+            "url is relative; an absolute http or https url is required".to_owned()
+        }
+        other => format!("url cannot be parsed: {other}"),
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "url scheme `{}` is not http or https",
+            url.scheme()
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("url has userinfo; send credentials in a header instead".to_owned());
+    }
+    match url.host() {
+        None => return Err("url has no host".to_owned()),
+        Some(url::Host::Ipv4(ip)) => {
+            // std's parser takes only the canonical dotted quad (no octal, hex,
+            // shortened or integer forms), so equality means the URL spelt it canonically.
+            let raw = raw_host(raw);
+            if raw.parse::<std::net::Ipv4Addr>() != Ok(ip) {
+                return Err(format!(
+                    "host `{raw}` is not a canonical IPv4 address (it would mean {ip})"
+                ));
+            }
+        }
+        Some(_) => {}
+    }
+    Ok(url)
 }
 
 /// The host as written in the URL text (between `://` and the path, without userinfo or

@@ -237,3 +237,32 @@ proptest! {
         prop_assert_eq!(ok, canonical, "{}", text);
     }
 }
+
+#[test]
+fn remembered_urls_give_the_same_answers_as_parsing() {
+    // More distinct URLs than are remembered, each validated twice, interleaved with ones
+    // that must keep failing: a remembered parse never changes an answer.
+    for round in 0..2 {
+        for i in 0..(RECENT_URLS as u16 + 4) {
+            let text = format!("http://127.0.0.1:{}/p?q={i}", 8000 + i);
+            let url = NetRequest::get(text.as_str()).validate(u64::MAX).unwrap();
+            assert_eq!(url.as_str(), text, "round {round}");
+            assert_eq!(url.port(), Some(8000 + i));
+            let bad = NetRequest::get("http://127.1/").validate(u64::MAX);
+            assert!(
+                bad.is_err(),
+                "round {round}: a non-canonical host stays refused"
+            );
+        }
+    }
+    // A remembered URL still gets the request's own query merged in.
+    let plain = NetRequest::get("http://127.0.0.1:8000/p?q=0")
+        .validate(u64::MAX)
+        .unwrap();
+    let merged = NetRequest::get("http://127.0.0.1:8000/p?q=0")
+        .query("q", "9")
+        .validate(u64::MAX)
+        .unwrap();
+    assert_eq!(plain.query(), Some("q=0"));
+    assert_eq!(merged.query(), Some("q=9"));
+}

@@ -93,7 +93,12 @@ impl Inner {
                 },
                 host,
                 tenant: req.tenant.clone(),
-                url: redact_url(url.as_str()),
+                // Only events carry it: without an observer nobody would read it.
+                url: if self.observed {
+                    redact_url(url.as_str())
+                } else {
+                    String::new()
+                },
             }),
             policy: &policy,
             started,
@@ -113,7 +118,9 @@ impl Inner {
                 .await
             {
                 Ok(permit) => {
-                    let result = self.run(&mut req, url, &call, &timeouts).await;
+                    // Boxed once here: the pipeline's future is large, and every level
+                    // above that held it inline would move it again.
+                    let result = Box::pin(self.run(&mut req, url, &call, &timeouts)).await;
                     permit.record(match &result {
                         Ok(res) => Outcome::Response(res.status),
                         Err(e) => Outcome::Error(e.kind()),
@@ -132,22 +139,27 @@ impl Inner {
                 }
             }
         };
-        let result = match token {
-            None => work.await,
-            Some(token) => {
-                let cancelled = tokio::select! {
-                    biased;
-                    () = token.cancelled() => None,
-                    result = work => Some(result),
-                };
-                match cancelled {
-                    Some(result) => result,
-                    None => {
-                        let err = NetError::new(ErrorKind::Cancelled)
-                            .with_message("the cancel token fired")
-                            .at(&call.labels.method, &req.url);
-                        Err(self.after_error(&req, err).await)
-                    }
+        // One place for the work future whether or not there is a token: each copy of it
+        // would make this future (moved on every call) bigger.
+        let cancel = async {
+            match &token {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let result = {
+            let cancelled = tokio::select! {
+                biased;
+                () = cancel => None,
+                result = work => Some(result),
+            };
+            match cancelled {
+                Some(result) => result,
+                None => {
+                    let err = NetError::new(ErrorKind::Cancelled)
+                        .with_message("the cancel token fired")
+                        .at(&call.labels.method, &req.url);
+                    Err(self.after_error(&req, err).await)
                 }
             }
         };
@@ -351,8 +363,9 @@ impl Inner {
             let began = now;
             let schedule = HedgeSchedule::new(&policy.hedge, replayable, None);
             let result = match schedule {
+                // Boxed: a rare path whose future would otherwise enlarge every call's.
                 Some(schedule) => {
-                    self.hedged(req, &target, call, &timeouts, attempts, schedule, budget)
+                    Box::pin(self.hedged(req, &target, call, &timeouts, attempts, schedule, budget))
                         .await
                 }
                 None => {
@@ -600,31 +613,34 @@ impl Inner {
                 .headers_mut()
                 .insert(header::PROXY_AUTHORIZATION, auth);
         }
-        let mut captured = capture_connection(&mut http_req);
+        let captured = capture_connection(&mut http_req);
         let request = transport.http.request(http_req);
         tokio::pin!(request);
         // One timer for both phases: the total deadline until a connection is chosen (the
         // connector bounds connecting by itself), then moved to the first-byte deadline.
+        // The connection is chosen inside a poll of `request`, so checking for it after
+        // each poll needs no wake-up of its own.
         let timer = tokio::time::sleep_until(call.deadline);
         tokio::pin!(timer);
-        let early = tokio::select! {
-            res = &mut request => Some(res),
-            _ = captured.wait_for_connection_metadata() => None,
-            () = &mut timer => return Err(NetError::timeout(Phase::Total)),
-        };
-        let res = match early {
-            Some(res) => res,
-            None => {
+        let mut phase = Phase::Total;
+        let res = std::future::poll_fn(|cx| {
+            if let Poll::Ready(res) = request.as_mut().poll(cx) {
+                return Poll::Ready(Ok(res));
+            }
+            if phase == Phase::Total && captured.connection_metadata().is_some() {
                 let left_in_attempt = timeouts.attempt.saturating_sub(began.elapsed());
-                let (at, phase) =
-                    call.phase_deadline(Phase::Ttfb, timeouts.ttfb.min(left_in_attempt));
-                timer.as_mut().reset(at);
-                tokio::select! {
-                    res = &mut request => res,
-                    () = &mut timer => return Err(NetError::timeout(phase)),
+                let (at, p) = call.phase_deadline(Phase::Ttfb, timeouts.ttfb.min(left_in_attempt));
+                phase = p;
+                if p == Phase::Ttfb {
+                    timer.as_mut().reset(at);
                 }
             }
-        };
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(NetError::timeout(phase))),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await?;
         let res = res.map_err(classify::request_error)?;
         let ttfb = began.elapsed();
         let (mut parts, body) = res.into_parts();
