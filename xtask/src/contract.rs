@@ -22,30 +22,11 @@ use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::{Client, DialFuture, Dialer, TcpDialer};
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 
-/// One contract: its id, what it promises, what was seen.
-#[derive(Debug)]
-pub(crate) struct Row {
-    id: String,
-    expected: String,
-    measured: String,
-    passed: bool,
-}
-
-fn row(id: &str, expected: impl Into<String>, measured: impl Into<String>, passed: bool) -> Row {
-    Row {
-        id: id.to_owned(),
-        expected: expected.into(),
-        measured: measured.into(),
-        passed,
-    }
-}
+use crate::report::{self, row, Row};
 
 /// Runs the matrix, prints the table, writes JSON when asked; `Err` when a row failed.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let json_path = match args.iter().position(|a| a == "--json") {
-        Some(i) => Some(args.get(i + 1).ok_or("--json needs a path")?.clone()),
-        None => None,
-    };
+    let json_path = report::json_arg(args)?;
     let started = Instant::now();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -53,53 +34,13 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     let rows = rt.block_on(matrix())?;
-    print_table(&rows);
-    let failed = rows.iter().filter(|r| !r.passed).count();
-    println!(
-        "\n{} contracts, {} passed, {failed} failed, in {:.1}s",
-        rows.len(),
-        rows.len() - failed,
-        started.elapsed().as_secs_f64()
-    );
-    if let Some(path) = json_path {
-        let json = serde_json::json!({
-            "rows": rows.iter().map(|r| serde_json::json!({
-                "id": r.id, "expected": r.expected, "measured": r.measured, "passed": r.passed,
-            })).collect::<Vec<_>>(),
-            "passed": rows.len() - failed,
-            "failed": failed,
-        });
-        let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-        std::fs::write(&path, text).map_err(|e| format!("writing {path}: {e}"))?;
-    }
-    if failed == 0 {
-        Ok(())
-    } else {
-        Err(format!("{failed} contract(s) failed"))
-    }
-}
-
-fn print_table(rows: &[Row]) {
-    let w = rows.iter().map(|r| r.id.len()).max().unwrap_or(8).max(8);
-    let e = rows
-        .iter()
-        .map(|r| r.expected.len())
-        .max()
-        .unwrap_or(8)
-        .clamp(8, 48);
-    println!(
-        "{:<w$}  {:<e$}  {:<40}  pass",
-        "contract", "expected", "measured"
-    );
-    for r in rows {
-        println!(
-            "{:<w$}  {:<e$}  {:<40}  {}",
-            r.id,
-            r.expected,
-            r.measured,
-            if r.passed { "yes" } else { "NO" }
-        );
-    }
+    report::finish(
+        &rows,
+        "contract",
+        "contracts",
+        started.elapsed(),
+        json_path.as_deref(),
+    )
 }
 
 /// Refuses to dial anything but loopback, whatever the code under test decides.

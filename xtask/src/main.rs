@@ -7,6 +7,8 @@ mod bench;
 mod ci;
 mod contract;
 mod demo;
+mod interop;
+mod report;
 mod tidy;
 
 use std::{
@@ -27,6 +29,9 @@ commands:
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
   contract [--json PATH]
           the contract matrix (seed 000 §10, seed 001 §XI) against the testkit on loopback
+  interop [--json PATH]
+          the client against real nginx, httpbin, tinyproxy, squid and dnsmasq, installed
+          if missing, run in a network namespace with only loopback
 ";
 
 fn main() -> ExitCode {
@@ -36,6 +41,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(),
         Some("contract") => contract::run(&args[1..]),
+        Some("interop") => interop::run(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");
