@@ -25,7 +25,8 @@ commands:
   bench   [--json PATH] [--secs S] [--concurrency C] [--rounds R]
           hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
           plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
-  ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts (what CI runs)
+  ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts, interop
+          (what CI runs)
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
   contract [--json PATH]
           the contract matrix (seed 000 §10, seed 001 §XI) against the testkit on loopback

@@ -15,6 +15,10 @@ const DEBS: &[(&str, &str)] = &[
     ("squid", "squid"),
     ("dnsmasq", "dnsmasq"),
     ("dnsutils", "dig"),
+    // Tools the suite itself runs: the PKI, namespaces' `lo`, signals to daemons.
+    ("openssl", "openssl"),
+    ("iproute2", "ip"),
+    ("procps", "kill"),
 ];
 
 /// PyPI packages, pinned so every run drives the same peers.
