@@ -1,4 +1,6 @@
-//! `cargo xtask ci`: every check CI runs, in order, stopping at the first failure.
+//! `cargo xtask ci`: every check CI runs, in order, stopping at the first failure. The interop
+//! suite (root, package registries) runs last; `XTASK_SKIP_INTEROP=1` skips it on a machine
+//! that cannot install packages.
 #![allow(
     clippy::disallowed_types,
     reason = "xtask has no tokio runtime; std Instant only times the steps"
@@ -86,6 +88,14 @@ pub(crate) fn run() -> Result<(), String> {
     let t = Instant::now();
     crate::chaos::run(&CHAOS_ARGS.map(str::to_owned))?;
     eprintln!("xtask: chaos ok in {:.1}s", t.elapsed().as_secs_f64());
+    step_banner("interop");
+    if std::env::var_os("XTASK_SKIP_INTEROP").is_some() {
+        eprintln!("xtask: interop SKIPPED (XTASK_SKIP_INTEROP is set)");
+    } else {
+        let t = Instant::now();
+        crate::interop::run(&[])?;
+        eprintln!("xtask: interop ok in {:.1}s", t.elapsed().as_secs_f64());
+    }
     eprintln!(
         "xtask: ci passed in {:.1}s",
         started.elapsed().as_secs_f64()

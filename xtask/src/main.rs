@@ -8,6 +8,7 @@ mod chaos;
 mod ci;
 mod contract;
 mod demo;
+mod interop;
 mod loopback;
 mod table;
 mod tidy;
@@ -27,7 +28,8 @@ commands:
           [--clients hyper,reqwest,soulbase_min,soulbase_full]
           hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
           plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
-  ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts (what CI runs)
+  ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts, chaos, interop
+          (what CI runs)
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
   contract [--json PATH]
           the contract matrix (seed 000 §10, seed 001 §XI) against the testkit on loopback
@@ -35,6 +37,9 @@ commands:
           seeded random faults (DNS, resets, stalls, 5xx/429, bad certificates, proxies) for
           S seconds (default 10); fails if a call is lost, hangs past its deadline, or a
           non-idempotent request arrives twice, or a denied address is dialled
+  interop [--json PATH]
+          the client against real nginx, httpbin, tinyproxy, squid and dnsmasq, installed
+          if missing, run in a network namespace with only loopback
 ";
 
 fn main() -> ExitCode {
@@ -45,6 +50,7 @@ fn main() -> ExitCode {
         Some("ci") => ci::run(),
         Some("contract") => contract::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
+        Some("interop") => interop::run(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");

@@ -1,5 +1,5 @@
-//! The pass/fail table that `contract` and `chaos` print — one row per promise, with what was
-//! expected, what was measured and whether they agree — and its JSON form.
+//! The pass/fail table that `contract`, `chaos` and `interop` print — one row per promise,
+//! with what was expected, what was measured and whether they agree — and its JSON form.
 #![allow(clippy::print_stdout, reason = "a command-line report")]
 
 use serde_json::{json, Value};
@@ -75,4 +75,39 @@ pub(crate) fn rows_json(rows: &[Row]) -> Value {
 pub(crate) fn write_json(path: &str, value: &Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("writing {path}: {e}"))
+}
+
+/// The `--json PATH` argument, if given.
+pub(crate) fn json_arg(args: &[String]) -> Result<Option<String>, String> {
+    match args.iter().position(|a| a == "--json") {
+        Some(i) => Ok(Some(args.get(i + 1).ok_or("--json needs a path")?.clone())),
+        None => Ok(None),
+    }
+}
+
+/// Prints the table and a summary line (`what` names the rows, e.g. "scenarios"), writes
+/// the JSON report when asked; `Err` when a row failed.
+pub(crate) fn finish(
+    rows: &[Row],
+    heading: &str,
+    what: &str,
+    took: std::time::Duration,
+    json_path: Option<&str>,
+) -> Result<(), String> {
+    print_table(heading, rows);
+    let failed = failed(rows);
+    println!(
+        "\n{} {what}, {} passed, {failed} failed, in {:.1}s",
+        rows.len(),
+        rows.len() - failed,
+        took.as_secs_f64()
+    );
+    if let Some(path) = json_path {
+        write_json(path, &rows_json(rows))?;
+    }
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} {what} failed"))
+    }
 }

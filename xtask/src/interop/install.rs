@@ -1,0 +1,113 @@
+//! Installing the peers: Debian packages through apt, httpbin and gunicorn through pip into a
+//! virtual environment kept next to the build (`target/interop/venv`). Runs outside the
+//! network namespace, since the registries are not on loopback; each step is skipped when
+//! what it installs is already there.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+/// Debian packages and a program each one provides.
+const DEBS: &[(&str, &str)] = &[
+    ("nginx-light", "nginx"),
+    ("tinyproxy", "tinyproxy"),
+    ("squid", "squid"),
+    ("dnsmasq", "dnsmasq"),
+    ("dnsutils", "dig"),
+    // Tools the suite itself runs: the PKI, namespaces' `lo`, signals to daemons.
+    ("openssl", "openssl"),
+    ("iproute2", "ip"),
+    ("procps", "kill"),
+];
+
+/// PyPI packages, pinned so every run drives the same peers.
+const PIP: &[&str] = &["httpbin==0.10.4", "gunicorn==27.0.1"];
+
+/// Installs what is missing; returns the virtual environment holding gunicorn and httpbin.
+pub(crate) fn ensure(target_dir: &Path) -> Result<PathBuf, String> {
+    let missing: Vec<&str> = DEBS
+        .iter()
+        .filter(|(pkg, _)| !deb_installed(pkg))
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if !missing.is_empty() {
+        eprintln!("interop: installing {}", missing.join(" "));
+        if apt_install(&missing).is_err() {
+            run(
+                Command::new("apt-get").args(["update", "-q"]),
+                "apt-get update",
+            )?;
+            apt_install(&missing)?;
+        }
+    }
+    for (pkg, program) in DEBS {
+        if find_program(program).is_none() {
+            return Err(format!("{pkg} is installed but `{program}` is not on PATH"));
+        }
+    }
+    let venv = target_dir.join("interop").join("venv");
+    let gunicorn = venv.join("bin").join("gunicorn");
+    let ready = gunicorn.exists()
+        && Command::new(venv.join("bin").join("python"))
+            .args(["-c", "import httpbin, gunicorn"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ready {
+        eprintln!(
+            "interop: installing {} into {}",
+            PIP.join(" "),
+            venv.display()
+        );
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+        run(
+            Command::new(&python).arg("-m").arg("venv").arg(&venv),
+            "python3 -m venv",
+        )?;
+        run(
+            Command::new(venv.join("bin").join("pip"))
+                .args(["install", "-q", "--disable-pip-version-check"])
+                .args(PIP),
+            "pip install",
+        )?;
+    }
+    Ok(venv)
+}
+
+fn deb_installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+fn apt_install(pkgs: &[&str]) -> Result<(), String> {
+    run(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(pkgs)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install",
+    )
+}
+
+/// The full path of `program` on PATH or in the sbin directories (where daemons live).
+pub(crate) fn find_program(program: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/bin"])
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| p.is_file());
+    found
+}
+
+/// Runs a command to completion; its output goes to the terminal.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let status = cmd.status().map_err(|e| format!("{what}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status})"))
+    }
+}

@@ -1,0 +1,199 @@
+//! `cargo xtask interop [--json PATH]`: the client against real servers nobody here wrote —
+//! nginx, httpbin (gunicorn), tinyproxy, squid and dnsmasq — on loopback.
+//!
+//! Outside any namespace it installs what is missing (Debian packages, a Python virtual
+//! environment), then runs itself again as `unshare -n -- <exe> interop --inside`: a network
+//! namespace whose only interface is `lo`, so neither a peer nor a guard bug can send traffic
+//! off the machine. Inside, it makes a throwaway PKI, writes each peer's config under a temp
+//! directory, starts the peers, runs the scenarios and stops every peer by its process group.
+//! Where namespaces are unavailable it runs on the host's loopback and skips the scenarios that
+//! name private addresses, saying so.
+#![allow(clippy::print_stdout, reason = "a command-line report")]
+#![allow(
+    clippy::disallowed_types,
+    reason = "std Instant times the install and the run for the report"
+)]
+
+mod dns;
+mod httpbin;
+mod install;
+mod nginx;
+mod peers;
+mod pki;
+mod proxies;
+mod scenario;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use crate::table;
+
+/// Installs, then runs the suite in a loopback-only namespace (or, failing that, on the
+/// host's loopback without the private-address rows).
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    if args.iter().any(|a| a == "--inside") {
+        return inside(args);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
+    let target_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| crate::project_root().join("target"));
+    let t = Instant::now();
+    let venv = install::ensure(&target_dir)?;
+    eprintln!(
+        "interop: peers installed in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut inner: Vec<String> = vec!["interop".into(), "--inside".into()];
+    inner.extend(["--venv".into(), venv.display().to_string()]);
+    inner.extend(args.iter().cloned());
+    let namespaced = Command::new("unshare")
+        .args(["-n", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let status = if namespaced {
+        Command::new("unshare")
+            .args(["-n", "--"])
+            .arg(&exe)
+            .args(&inner)
+            .status()
+    } else {
+        eprintln!(
+            "interop: no network namespace here (`unshare -n` failed); running on the host's \
+             loopback and SKIPPING the private-address scenarios"
+        );
+        inner.push("--no-namespace".into());
+        Command::new(&exe).args(&inner).status()
+    }
+    .map_err(|e| format!("running the suite: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("interop suite failed ({status})"))
+    }
+}
+
+/// What the scenarios are given besides the peers' layout.
+#[derive(Debug)]
+pub(crate) struct Setup {
+    /// The PKI.
+    pub(crate) pki: pki::Pki,
+    /// Whether this runs in a namespace with only `lo` (private-address rows need it).
+    pub(crate) isolated: bool,
+}
+
+/// Inside the namespace: PKI, peers, scenarios, report.
+fn inside(args: &[String]) -> Result<(), String> {
+    let json_path = table::json_arg(args)?;
+    let venv = match args.iter().position(|a| a == "--venv") {
+        Some(i) => PathBuf::from(args.get(i + 1).ok_or("--venv needs a path")?),
+        None => return Err("--inside needs --venv".into()),
+    };
+    let isolated = if args.iter().any(|a| a == "--no-namespace") {
+        false
+    } else {
+        install::run(
+            Command::new("ip").args(["link", "set", "lo", "up"]),
+            "ip link set lo up",
+        )?;
+        only_loopback()?
+    };
+    let started = Instant::now();
+    let dir = std::env::temp_dir().join(format!("soulbase-interop-{}", std::process::id()));
+    let _cleanup = RemoveDir(dir.clone());
+    let pki = pki::make(&dir.join("pki"))?;
+    // Inside the namespace port 53 is free, and squid can only ask name servers on 53.
+    let dns_port = if isolated { 53 } else { 0 };
+    let dns_port = if dns_port == 0 {
+        free_udp_port()?
+    } else {
+        dns_port
+    };
+    let (mut peers, layout) = peers::start(&dir, &pki, &venv, dns_port)?;
+    eprintln!(
+        "interop: peers ready in {:.1}s (namespace with only lo: {isolated})",
+        started.elapsed().as_secs_f64()
+    );
+    let setup = Setup { pki, isolated };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let mut rows = rt.block_on(scenario::all(&layout, &setup));
+    drop(rt);
+    let pids = peers.stop();
+    let left: Vec<u32> = pids
+        .iter()
+        .flat_map(|p| {
+            let mut v = peers::group_members(*p);
+            if peers::alive(*p) {
+                v.push(*p);
+            }
+            v
+        })
+        .collect();
+    rows.push(table::row(
+        "peers.stopped",
+        format!("{} peers stopped by pid, none left", pids.len()),
+        format!("{} stopped, left running: {left:?}", pids.len()),
+        left.is_empty() && pids.len() == 6,
+    ));
+    if !isolated {
+        println!("interop: private-address scenarios SKIPPED (no network namespace)");
+    }
+    table::finish(
+        &rows,
+        "interop",
+        "interop rows",
+        started.elapsed(),
+        json_path.as_deref(),
+    )
+}
+
+/// Refuses to run the scenarios unless `lo` is the only interface (we are in the namespace).
+fn only_loopback() -> Result<bool, String> {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .map_err(|e| format!("ip link: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split(':').nth(1).map(str::trim))
+        .collect();
+    if names == ["lo"] {
+        Ok(true)
+    } else {
+        Err(format!(
+            "expected a namespace with only lo, found interfaces {names:?}"
+        ))
+    }
+}
+
+fn free_udp_port() -> Result<u16, String> {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free UDP port: {e}"))
+}
+
+/// Removes the run's directory (configs, PKI, logs) when dropped, unless
+/// `SOULBASE_INTEROP_KEEP` is set.
+#[derive(Debug)]
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        if std::env::var_os("SOULBASE_INTEROP_KEEP").is_some() {
+            eprintln!("interop: kept {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
