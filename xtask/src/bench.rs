@@ -142,7 +142,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             .map_err(|e| format!("bench: could not encode the JSON: {e}"))?;
         std::fs::write(path, text + "\n")
             .map_err(|e| format!("bench: could not write {}: {e}", path.display()))?;
-        println!("wrote {}", path.display());
+        let chart = path.with_extension("svg");
+        std::fs::write(&chart, report.svg())
+            .map_err(|e| format!("bench: could not write {}: {e}", chart.display()))?;
+        println!("wrote {} and {}", path.display(), chart.display());
     }
     Ok(())
 }
@@ -557,6 +560,53 @@ impl Breaker {
     }
 }
 
+/// What the retry budget spared a failing upstream: attempts reaching it for
+/// [`BREAKER_REQUESTS`] GETs, each allowed 3 attempts, with the budget off and on.
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    attempts_off: u64,
+    attempts_on: u64,
+}
+
+impl Budget {
+    /// Attempts per request: 3.0 means every retry went out.
+    fn amplification(attempts: u64) -> f64 {
+        attempts as f64 / BREAKER_REQUESTS as f64
+    }
+}
+
+/// Sends [`BREAKER_REQUESTS`] GETs to `/fail` (always 503) with 3 attempts each and a 1 ms
+/// backoff, once without and once with the retry budget (its defaults: 20 % of requests plus
+/// 10 retries a second over 10 s), breaker off: how many attempts reach the server.
+async fn budget_scenario(server: &BenchServer) -> Result<Budget, String> {
+    let mut attempts = [0u64; 2];
+    for (i, on) in [false, true].into_iter().enumerate() {
+        let mut p = minimal_policy(1);
+        p.retry.enabled = true;
+        p.retry.max_attempts = 3;
+        p.retry.backoff.base = Duration::from_millis(1);
+        p.retry.backoff.cap = Duration::from_millis(1);
+        p.retry.budget.enabled = on;
+        let client = Client::builder()
+            .policy(p)
+            .build()
+            .map_err(|e| format!("bench: soulbase-net client: {e}"))?;
+        let before = server.stats.fail_hits.load(Ordering::Relaxed);
+        for _ in 0..BREAKER_REQUESTS {
+            match client.send(NetRequest::get(server.url("/fail"))).await {
+                Ok(res) if res.status == StatusCode::SERVICE_UNAVAILABLE => {}
+                Ok(res) => return Err(format!("bench: /fail answered {}", res.status)),
+                Err(e) => return Err(format!("bench: budget scenario: {e}")),
+            }
+        }
+        attempts[i] = server.stats.fail_hits.load(Ordering::Relaxed) - before;
+    }
+    Ok(Budget {
+        attempts_off: attempts[0],
+        attempts_on: attempts[1],
+    })
+}
+
 /// Sends [`BREAKER_REQUESTS`] GETs (no retries) to `/fail`, which always answers 503.
 async fn breaker_scenario(server: &BenchServer) -> Result<Breaker, String> {
     let mut attempts = [0u64; 2];
@@ -586,12 +636,16 @@ async fn breaker_scenario(server: &BenchServer) -> Result<Breaker, String> {
     })
 }
 
+/// One panel of the chart: title, the figure drawn, bar colour.
+type Panel = (&'static str, fn(&Summary) -> f64, &'static str);
+
 /// Everything one `cargo xtask bench` measured.
 #[derive(Debug)]
 struct Report {
     opts: Options,
     clients: Vec<Summary>,
     breaker: Breaker,
+    budget: Budget,
 }
 
 async fn bench(opts: &Options) -> Result<Report, String> {
@@ -637,10 +691,15 @@ async fn bench(opts: &Options) -> Result<Report, String> {
         .collect();
     println!("  breaker scenario: {BREAKER_REQUESTS} GETs to an upstream that always fails …");
     let breaker = breaker_scenario(&server).await?;
+    println!(
+        "  retry budget scenario: {BREAKER_REQUESTS} GETs, 3 attempts each, to the same upstream …"
+    );
+    let budget = budget_scenario(&server).await?;
     Ok(Report {
         opts: opts.clone(),
         clients,
         breaker,
+        budget,
     })
 }
 
@@ -748,6 +807,75 @@ impl Report {
             b.attempts_on,
             b.reduction() * 100.0
         );
+        let r = self.budget;
+        let _ = writeln!(
+            out,
+            "retry budget: {BREAKER_REQUESTS} GETs with 3 attempts each sent {} attempts without the budget ({:.2} per request), {} with it ({:.2} per request)",
+            r.attempts_off,
+            Budget::amplification(r.attempts_off),
+            r.attempts_on,
+            Budget::amplification(r.attempts_on)
+        );
+        out
+    }
+
+    /// A bar chart of the comparison (req/s and p99 per client), written beside the JSON.
+    fn svg(&self) -> String {
+        const W: f64 = 720.0;
+        const BAR: f64 = 26.0;
+        const LEFT: f64 = 180.0;
+        let panels: [Panel; 3] = [
+            ("throughput (req/s, higher is better)", |s| s.rps, "#3b7dd8"),
+            ("p99 latency (ms, lower is better)", |s| s.p99_ms, "#d8823b"),
+            (
+                "CPU per request (µs, lower is better)",
+                |s| s.cpu_us,
+                "#5a9e4b",
+            ),
+        ];
+        let rows = self.clients.len() as f64;
+        let panel_h = 34.0 + rows * (BAR + 6.0);
+        let height = 40.0 + panel_h * panels.len() as f64;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" font-family="sans-serif" font-size="13">"#
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="10" y="24" font-size="15" font-weight="bold">soulbase-net bench: {} callers, HTTP/1.1 keep-alive over loopback, medians of {} rounds ({})</text>"#,
+            self.opts.concurrency,
+            self.opts.rounds,
+            profile()
+        );
+        for (p, (title, value, colour)) in panels.iter().enumerate() {
+            let top = 40.0 + p as f64 * panel_h;
+            let _ = writeln!(
+                out,
+                r#"<text x="10" y="{}" font-weight="bold">{title}</text>"#,
+                top + 18.0
+            );
+            let max = self
+                .clients
+                .iter()
+                .map(value)
+                .fold(0.0_f64, f64::max)
+                .max(f64::MIN_POSITIVE);
+            for (i, s) in self.clients.iter().enumerate() {
+                let y = top + 28.0 + i as f64 * (BAR + 6.0);
+                let v = value(s);
+                let w = (W - LEFT - 90.0) * v / max;
+                let _ = writeln!(
+                    out,
+                    r#"<text x="10" y="{}">{}</text><rect x="{LEFT}" y="{y}" width="{w:.1}" height="{BAR}" fill="{colour}"/><text x="{:.1}" y="{}">{v:.1}</text>"#,
+                    y + 18.0,
+                    s.kind.label(),
+                    LEFT + w + 6.0,
+                    y + 18.0
+                );
+            }
+        }
+        out.push_str("</svg>\n");
         out
     }
 
@@ -785,6 +913,13 @@ impl Report {
                 "attempts_off": self.breaker.attempts_off,
                 "attempts_on": self.breaker.attempts_on,
                 "reduction": round3(self.breaker.reduction()),
+            },
+            "retry_budget": {
+                "requests": BREAKER_REQUESTS,
+                "attempts_off": self.budget.attempts_off,
+                "attempts_on": self.budget.attempts_on,
+                "amplification_off": round3(Budget::amplification(self.budget.attempts_off)),
+                "amplification_on": round3(Budget::amplification(self.budget.attempts_on)),
             },
         })
     }
@@ -849,5 +984,19 @@ mod tests {
         }
         assert!(json["ratios"]["full_vs_hyper_rps"].is_number());
         assert!(json["breaker"]["reduction"].is_number());
+        // Without a budget every request makes its 3 attempts; with it, retries add at most
+        // 20 % of the requests plus 10 a second over the 10 s window.
+        assert_eq!(report.budget.attempts_off, 3 * BREAKER_REQUESTS);
+        let cap = BREAKER_REQUESTS + BREAKER_REQUESTS / 5 + 100;
+        assert!(
+            (BREAKER_REQUESTS..=cap).contains(&report.budget.attempts_on),
+            "{:?}",
+            report.budget
+        );
+        let svg = report.svg();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        for s in &report.clients {
+            assert!(svg.contains(s.kind.label()), "{svg}");
+        }
     }
 }

@@ -82,8 +82,10 @@ pub enum ErrorKind {
     RateLimited,
     /// A byte or request quota (QoS budget) is spent. `QUOTA.RATE_LIMITED`.
     QuotaExceeded,
-    /// The retry budget is spent; the last attempt's outcome is the source.
-    /// `PROVIDER.UNAVAILABLE`.
+    /// A budget refused the call (for services and interceptors that shed load by budget).
+    /// The runtime's retry budget does not produce it: when the budget refuses a retry, the
+    /// call ends with the last attempt's own outcome (so the caller sees what the upstream
+    /// did) and the observer gets `RetryBudgetExhausted`. `PROVIDER.UNAVAILABLE`.
     BudgetExhausted,
     /// The address guard or the host allow-list refused the destination (SSRF protection).
     /// No socket was opened to it. `AUTH.FORBIDDEN`.

@@ -25,8 +25,8 @@ use crate::{
 /// [`SecurityPolicy`].
 ///
 /// Rules, in order, for an address (after [`canonical`]):
-/// 1. inside a `grants.cidrs` network → allowed (the only way to reach a cloud metadata
-///    address);
+/// 1. inside a `grants.cidrs` network → allowed; a cloud metadata address only by a grant
+///    of exactly that address (`169.254.169.254/32`), never by a wider network;
 /// 2. an ordinary public unicast address → allowed;
 /// 3. a cloud metadata address → denied;
 /// 4. `deny_private = false` → allowed;
@@ -208,10 +208,17 @@ impl AddressGuard {
     /// The range that makes `ip` refused for `host`, or `None` when it may be dialled.
     fn refusal(&self, host: &str, ip: IpAddr) -> Option<SpecialRange> {
         let ip = canonical(ip);
-        if self.grant_cidrs.iter().any(|net| net.contains(&ip)) {
+        let class = classify(ip);
+        let metadata = class == Some(SpecialRange::CloudMetadata);
+        // A metadata address opens only to a grant of exactly that address: a wide grant
+        // (`169.254.0.0/16`, `0.0.0.0/0`) must not hand out cloud credentials by accident.
+        let granted = self.grant_cidrs.iter().any(|net| {
+            net.contains(&ip) && (!metadata || net.prefix_len() == net.max_prefix_len())
+        });
+        if granted {
             return None;
         }
-        let range = classify(ip)?;
+        let range = class?;
         if range == SpecialRange::CloudMetadata {
             return Some(range);
         }

@@ -117,6 +117,36 @@ fn grants_open_what_they_name_and_nothing_else() {
 }
 
 #[test]
+fn only_an_exact_grant_opens_cloud_metadata() {
+    let wide = guard(|p| {
+        p.grants.cidrs = vec![
+            "169.254.0.0/16".parse().unwrap(),
+            "0.0.0.0/0".parse().unwrap(),
+            "::/0".parse().unwrap(),
+        ];
+    });
+    for metadata in [
+        "169.254.169.254",
+        "169.254.170.2",
+        "100.100.100.200",
+        "fd00:ec2::254",
+    ] {
+        let denied = wide.check_addr("any", ip(metadata)).unwrap_err();
+        assert_eq!(
+            denied.rule,
+            DenyRule::Range(SpecialRange::CloudMetadata),
+            "{metadata}"
+        );
+    }
+    // The wide grants still open everything else they cover.
+    wide.check_addr("any", ip("169.254.1.1")).unwrap();
+    wide.check_addr("any", ip("10.0.0.1")).unwrap();
+    let exact = guard(|p| p.grants.cidrs = vec!["169.254.169.254/32".parse().unwrap()]);
+    exact.check_addr("any", ip("169.254.169.254")).unwrap();
+    assert!(exact.check_addr("any", ip("169.254.170.2")).is_err());
+}
+
+#[test]
 fn deny_private_off_still_refuses_cloud_metadata() {
     let g = guard(|p| p.deny_private = false);
     g.check_addr("h", ip("127.0.0.1")).unwrap();
