@@ -587,19 +587,7 @@ async fn budget_scenario(server: &BenchServer) -> Result<Budget, String> {
         p.retry.backoff.base = Duration::from_millis(1);
         p.retry.backoff.cap = Duration::from_millis(1);
         p.retry.budget.enabled = on;
-        let client = Client::builder()
-            .policy(p)
-            .build()
-            .map_err(|e| format!("bench: soulbase-net client: {e}"))?;
-        let before = server.stats.fail_hits.load(Ordering::Relaxed);
-        for _ in 0..BREAKER_REQUESTS {
-            match client.send(NetRequest::get(server.url("/fail"))).await {
-                Ok(res) if res.status == StatusCode::SERVICE_UNAVAILABLE => {}
-                Ok(res) => return Err(format!("bench: /fail answered {}", res.status)),
-                Err(e) => return Err(format!("bench: budget scenario: {e}")),
-            }
-        }
-        attempts[i] = server.stats.fail_hits.load(Ordering::Relaxed) - before;
+        attempts[i] = hits_on_failing(server, p, false).await?;
     }
     Ok(Budget {
         attempts_off: attempts[0],
@@ -615,25 +603,36 @@ async fn breaker_scenario(server: &BenchServer) -> Result<Breaker, String> {
         p.cbreaker.enabled = on;
         p.cbreaker.consecutive_failures = 5;
         p.cbreaker.cooldown = Duration::from_secs(60);
-        let client = Client::builder()
-            .policy(p)
-            .build()
-            .map_err(|e| format!("bench: soulbase-net client: {e}"))?;
-        let before = server.stats.fail_hits.load(Ordering::Relaxed);
-        for _ in 0..BREAKER_REQUESTS {
-            match client.send(NetRequest::get(server.url("/fail"))).await {
-                Ok(res) if res.status == StatusCode::SERVICE_UNAVAILABLE => {}
-                Err(e) if on && e.kind() == ErrorKind::CircuitOpen => {}
-                Ok(res) => return Err(format!("bench: /fail answered {}", res.status)),
-                Err(e) => return Err(format!("bench: breaker scenario: {e}")),
-            }
-        }
-        attempts[i] = server.stats.fail_hits.load(Ordering::Relaxed) - before;
+        attempts[i] = hits_on_failing(server, p, on).await?;
     }
     Ok(Breaker {
         attempts_off: attempts[0],
         attempts_on: attempts[1],
     })
+}
+
+/// Sends [`BREAKER_REQUESTS`] GETs to `/fail` (always 503) through a client of `policy`;
+/// returns how many attempts reached the server. Every call must end in the 503, or in
+/// `CircuitOpen` when `breaker` is on.
+async fn hits_on_failing(
+    server: &BenchServer,
+    policy: NetPolicy,
+    breaker: bool,
+) -> Result<u64, String> {
+    let client = Client::builder()
+        .policy(policy)
+        .build()
+        .map_err(|e| format!("bench: soulbase-net client: {e}"))?;
+    let before = server.stats.fail_hits.load(Ordering::Relaxed);
+    for _ in 0..BREAKER_REQUESTS {
+        match client.send(NetRequest::get(server.url("/fail"))).await {
+            Ok(res) if res.status == StatusCode::SERVICE_UNAVAILABLE => {}
+            Err(e) if breaker && e.kind() == ErrorKind::CircuitOpen => {}
+            Ok(res) => return Err(format!("bench: /fail answered {}", res.status)),
+            Err(e) => return Err(format!("bench: failing-upstream scenario: {e}")),
+        }
+    }
+    Ok(server.stats.fail_hits.load(Ordering::Relaxed) - before)
 }
 
 /// One panel of the chart: title, the figure drawn, bar colour.
