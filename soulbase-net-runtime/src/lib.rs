@@ -19,6 +19,8 @@
 //! [`tls`] are public for services that need the same TLS configuration, pinning or error
 //! classification outside the client.
 
+#[doc(hidden)]
+pub mod bench_hooks;
 mod body;
 mod classify;
 mod client;

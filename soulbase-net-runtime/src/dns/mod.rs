@@ -3,7 +3,7 @@
 //! (seeds 000, 002, 004), over hickory-resolver.
 
 mod background;
-mod cache;
+pub(crate) mod cache;
 mod order;
 mod persist;
 mod upstream;
