@@ -582,7 +582,8 @@ async fn retry_success_prob() -> Result<Vec<Row>, String> {
         let c = Arc::new(client(pol)?);
         let url = srv.url(&format!("/drop/{p}/{r}"));
         let mut tasks = tokio::task::JoinSet::new();
-        let per_task = n / 32;
+        // Rounded up, so that no cell runs fewer than `n` requests.
+        let per_task = n.div_ceil(32);
         for _ in 0..32 {
             let (c, url) = (c.clone(), url.clone());
             tasks.spawn(async move {
