@@ -1,7 +1,8 @@
 //! `TraceUa`: W3C trace context, a request id and one user agent.
 
 use soulbase_net_core::{
-    http::{header, HeaderName, HeaderValue},
+    bytes::Bytes,
+    http::{header, HeaderMap, HeaderName, HeaderValue},
     Interceptor, NetError, NetRequest,
 };
 
@@ -87,7 +88,7 @@ impl Interceptor for TraceUa {
                 trace_id: hex::random_128(),
                 flags: "01".to_owned(),
             });
-        set_traceparent(req, &ctx);
+        set_traceparent(&mut req.headers, &ctx);
         req.extensions.insert(ctx);
         if !req.headers.contains_key(&REQUEST_ID) {
             if let Ok(id) = HeaderValue::from_str(&hex::random_128()) {
@@ -100,8 +101,8 @@ impl Interceptor for TraceUa {
     }
 
     fn on_attempt(&self, req: &mut NetRequest, _attempt: u32) {
-        if let Some(ctx) = req.extensions.get::<TraceContext>().cloned() {
-            set_traceparent(req, &ctx);
+        if let Some(ctx) = req.extensions.get::<TraceContext>() {
+            set_traceparent(&mut req.headers, ctx);
         }
     }
 
@@ -111,7 +112,7 @@ impl Interceptor for TraceUa {
 }
 
 /// Sets `traceparent` with the trace of `ctx` and a new random span id.
-fn set_traceparent(req: &mut NetRequest, ctx: &TraceContext) {
+fn set_traceparent(headers: &mut HeaderMap, ctx: &TraceContext) {
     let mut span = fastrand::u64(..);
     if span == 0 {
         span = 1;
@@ -124,8 +125,9 @@ fn set_traceparent(req: &mut NetRequest, ctx: &TraceContext) {
     hex::push_hex(&mut value, &span.to_be_bytes());
     value.push('-');
     value.push_str(&ctx.flags);
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        req.headers.insert(TRACEPARENT, value);
+    // Handed over as `Bytes` without another copy.
+    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value.into_bytes())) {
+        headers.insert(TRACEPARENT, value);
     }
 }
 
