@@ -2,6 +2,7 @@
 //! with its phase timeouts, and the events that report it.
 
 use std::{
+    borrow::Cow,
     future::Future,
     pin::Pin,
     sync::{
@@ -272,7 +273,7 @@ impl Inner {
                 .deposit(&key, &policy.retry.budget, Instant::now());
             key
         } else {
-            String::new()
+            Cow::Borrowed("")
         };
         let mut attempts = 0;
         let mut redirects = RedirectState::new();
@@ -336,7 +337,7 @@ impl Inner {
                 call.labels.tenant.as_deref(),
             )
         } else {
-            String::new()
+            Cow::Borrowed("")
         };
         loop {
             let now = Instant::now();

@@ -201,7 +201,11 @@ impl fmt::Debug for BreakerPermit {
 
 /// The circuit key of a call to `host` for `tenant`: per host, or per (host, tenant) when
 /// `key_by` is [`CbKey::HostTenant`].
-pub(crate) fn breaker_key(p: &CircuitBreakerPolicy, host: &str, tenant: Option<&str>) -> String {
+pub(crate) fn breaker_key<'a>(
+    p: &CircuitBreakerPolicy,
+    host: &'a str,
+    tenant: Option<&str>,
+) -> std::borrow::Cow<'a, str> {
     scoped_key(host, tenant, matches!(p.key_by, CbKey::HostTenant))
 }
 

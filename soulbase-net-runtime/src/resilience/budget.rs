@@ -156,7 +156,11 @@ impl Budget {
 
 /// The budget key of a call to `host` for `tenant`: per host, or per (host, tenant) when
 /// `per_tenant`.
-pub(crate) fn budget_key(cfg: &RetryBudget, host: &str, tenant: Option<&str>) -> String {
+pub(crate) fn budget_key<'a>(
+    cfg: &RetryBudget,
+    host: &'a str,
+    tenant: Option<&str>,
+) -> std::borrow::Cow<'a, str> {
     scoped_key(host, tenant, cfg.per_tenant)
 }
 

@@ -7,16 +7,21 @@
 //! `O(log n)`.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::{borrow::Cow, time::Duration};
 
 use tokio::time::Instant;
 
 /// The key of per-key state kept per host, or per (host, tenant) when `per_tenant`:
 /// `host` or `host/tenant` (a host never contains `/`, so keys cannot collide).
-pub(crate) fn scoped_key(host: &str, tenant: Option<&str>, per_tenant: bool) -> String {
+/// Borrowed when it is the host alone (the common case costs no allocation).
+pub(crate) fn scoped_key<'a>(
+    host: &'a str,
+    tenant: Option<&str>,
+    per_tenant: bool,
+) -> Cow<'a, str> {
     match tenant {
-        Some(t) if per_tenant => format!("{host}/{t}"),
-        _ => host.to_owned(),
+        Some(t) if per_tenant => Cow::Owned(format!("{host}/{t}")),
+        _ => Cow::Borrowed(host),
     }
 }
 
