@@ -192,13 +192,9 @@ async fn dropping_the_call_stops_further_attempts() {
         let (client, url) = (client.clone(), srv.url("/r"));
         tokio::spawn(async move { client.send(NetRequest::get(url)).await })
     };
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while srv.hits("/r") == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/r", 1))
+        .await
+        .unwrap();
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
     // The retry was due after 1 s; watch 1.5 s for an attempt that must not come.
@@ -303,13 +299,9 @@ async fn over_the_concurrency_limit_is_rate_limited_at_once() {
         let (client, url) = (client.clone(), srv.url("/hold"));
         tokio::spawn(async move { client.send(NetRequest::get(url)).await })
     };
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while srv.hits("/hold") == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/hold", 1))
+        .await
+        .unwrap();
     let err = client
         .send(NetRequest::get(srv.url("/hold")))
         .await
@@ -504,13 +496,9 @@ async fn a_cancel_token_stops_the_call_and_its_retries() {
         let client = client.clone();
         tokio::spawn(async move { client.send(req).await })
     };
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while srv.hits("/r") == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/r", 1))
+        .await
+        .unwrap();
     token.cancel();
     let err = call.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Cancelled);

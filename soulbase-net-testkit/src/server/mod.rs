@@ -232,6 +232,7 @@ impl FaultServerBuilder {
                 hits: AtomicU64::new(0),
             },
             stats: Mutex::new(HashMap::new()),
+            hit: tokio::sync::Notify::new(),
             connections: AtomicU64::new(0),
             origin: format!("{scheme}://{addr}"),
             authority: addr.to_string(),
@@ -329,6 +330,22 @@ impl FaultServer {
     /// How many requests arrived for `path` (any method, matched or not).
     pub fn hits(&self, path: &str) -> u64 {
         self.shared.stats.lock().get(path).map_or(0, |s| s.hits)
+    }
+
+    /// Waits until at least `n` requests have arrived for `path` (any method): the way to
+    /// know that a call in flight has reached the server. It waits as long as it takes; wrap
+    /// it in `tokio::time::timeout` to bound it.
+    pub async fn wait_for_hits(&self, path: &str, n: u64) {
+        loop {
+            let notified = self.shared.hit.notified();
+            tokio::pin!(notified);
+            // Registered before the count is read, so a hit in between still wakes it.
+            notified.as_mut().enable();
+            if self.hits(path) >= n {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// How many requests arrived in total.

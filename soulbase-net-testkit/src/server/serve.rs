@@ -51,6 +51,8 @@ pub(super) struct Shared {
     pub(super) routes: Vec<Route>,
     pub(super) fallback: Route,
     pub(super) stats: Mutex<HashMap<String, PathStats>>,
+    /// Woken after every request is counted, for [`FaultServer::wait_for_hits`].
+    pub(super) hit: tokio::sync::Notify,
     pub(super) connections: AtomicU64,
     pub(super) origin: String,
     pub(super) authority: String,
@@ -233,6 +235,7 @@ async fn handle(
         s.hits += 1;
         s.requests.push(req.clone());
     }
+    shared.hit.notify_waiters();
     let reply = route.script.pick(hit, &req);
     if let Some(d) = reply.delay_before_head() {
         tokio::time::sleep(d).await;

@@ -688,3 +688,33 @@ async fn invalid_reply_input_is_a_500_not_a_panic() {
     assert!(String::from_utf8_lossy(&body(r).await.unwrap()).contains("invalid header"));
     srv.join().await;
 }
+
+#[tokio::test]
+async fn wait_for_hits_wakes_when_a_request_arrives_not_when_it_is_answered() {
+    let mut srv = FaultServer::http1()
+        .route("/held", Reply::ok("late").delay(Duration::from_secs(30)))
+        .start()
+        .await
+        .unwrap();
+    // Nothing has arrived: the wait does not end on its own.
+    assert!(
+        timeout(Duration::from_millis(100), srv.wait_for_hits("/held", 1))
+            .await
+            .is_err()
+    );
+    let url = srv.url("/held");
+    let call = tokio::spawn(async move { get(&h1(), &url).await });
+    // The request arrives while its answer is still 30 s away.
+    timeout(Duration::from_secs(5), srv.wait_for_hits("/held", 1))
+        .await
+        .expect("the request reached the server");
+    assert_eq!(srv.hits("/held"), 1);
+    assert!(!call.is_finished());
+    assert!(
+        timeout(Duration::from_millis(100), srv.wait_for_hits("/held", 2))
+            .await
+            .is_err()
+    );
+    call.abort();
+    srv.shutdown().await;
+}
