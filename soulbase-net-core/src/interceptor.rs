@@ -1,6 +1,6 @@
 //! The [`Interceptor`] trait: hooks run around every request (seed 000 §4.2).
 
-use std::sync::Arc;
+use std::{fmt, ops::BitOr, sync::Arc};
 
 use crate::{error::NetError, request::NetRequest, response::NetResponse};
 
@@ -13,7 +13,9 @@ use crate::{error::NetError, request::NetRequest, response::NetResponse};
 /// the same across attempts (request id, idempotency key, signature) is set in `before`, and
 /// what must change per attempt (a trace span id) in `on_attempt`.
 ///
-/// Every method has a default that does nothing.
+/// Every method has a default that does nothing. An interceptor that implements only some
+/// of them says which in [`hooks`](Interceptor::hooks), and the client then skips the others
+/// (each skipped `async` hook saves a boxed future per request).
 ///
 /// # Examples
 /// ```
@@ -78,9 +80,94 @@ pub trait Interceptor: Send + Sync {
     /// compensation.
     async fn on_error(&self, _req: &NetRequest, _err: &NetError) {}
 
+    /// The hooks this interceptor implements; the client calls only these. Default is
+    /// [`Hooks::ALL`], which is always right; naming fewer is an optimisation, and a hook
+    /// left out is never called.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_core::{Hooks, Interceptor, NetRequest};
+    ///
+    /// /// Changes every attempt, nothing else.
+    /// struct Stamp;
+    ///
+    /// impl Interceptor for Stamp {
+    ///     fn on_attempt(&self, req: &mut NetRequest, attempt: u32) {
+    ///         req.headers.insert("x-attempt", attempt.into());
+    ///     }
+    ///
+    ///     fn hooks(&self) -> Hooks {
+    ///         Hooks::ON_ATTEMPT
+    ///     }
+    /// }
+    ///
+    /// assert!(Stamp.hooks().contains(Hooks::ON_ATTEMPT));
+    /// assert!(!Stamp.hooks().contains(Hooks::BEFORE));
+    /// ```
+    fn hooks(&self) -> Hooks {
+        Hooks::ALL
+    }
+
     /// A short name for logs and events. Default is the type name.
     fn name(&self) -> &'static str {
         std::any::type_name::<Self>()
+    }
+}
+
+/// A set of [`Interceptor`] hooks, combined with `|`: what [`Interceptor::hooks`] returns.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hooks(u8);
+
+impl Hooks {
+    /// No hook.
+    pub const NONE: Hooks = Hooks(0);
+    /// [`Interceptor::before`].
+    pub const BEFORE: Hooks = Hooks(1);
+    /// [`Interceptor::respond`].
+    pub const RESPOND: Hooks = Hooks(1 << 1);
+    /// [`Interceptor::on_attempt`].
+    pub const ON_ATTEMPT: Hooks = Hooks(1 << 2);
+    /// [`Interceptor::should_resend`].
+    pub const SHOULD_RESEND: Hooks = Hooks(1 << 3);
+    /// [`Interceptor::after`].
+    pub const AFTER: Hooks = Hooks(1 << 4);
+    /// [`Interceptor::on_error`].
+    pub const ON_ERROR: Hooks = Hooks(1 << 5);
+    /// Every hook.
+    pub const ALL: Hooks = Hooks(0b11_1111);
+
+    /// Whether every hook of `other` is in this set.
+    pub const fn contains(self, other: Hooks) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for Hooks {
+    type Output = Hooks;
+
+    fn bitor(self, rhs: Hooks) -> Hooks {
+        Hooks(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(Hooks, &str); 6] = [
+            (Hooks::BEFORE, "before"),
+            (Hooks::RESPOND, "respond"),
+            (Hooks::ON_ATTEMPT, "on_attempt"),
+            (Hooks::SHOULD_RESEND, "should_resend"),
+            (Hooks::AFTER, "after"),
+            (Hooks::ON_ERROR, "on_error"),
+        ];
+        f.debug_set()
+            .entries(
+                NAMES
+                    .iter()
+                    .filter(|(hook, _)| self.contains(*hook))
+                    .map(|(_, name)| name),
+            )
+            .finish()
     }
 }
 
@@ -110,6 +197,10 @@ impl<T: Interceptor + ?Sized> Interceptor for Arc<T> {
         (**self).on_error(req, err).await;
     }
 
+    fn hooks(&self) -> Hooks {
+        (**self).hooks()
+    }
+
     fn name(&self) -> &'static str {
         (**self).name()
     }
@@ -137,5 +228,23 @@ mod tests {
         assert_eq!(req.headers, before);
         assert_eq!(res.status, http::StatusCode::OK);
         assert!(i.name().ends_with("Nothing"), "{}", i.name());
+        assert_eq!(i.hooks(), Hooks::ALL);
+    }
+
+    #[test]
+    fn hook_sets_combine_and_print_their_names() {
+        let set = Hooks::BEFORE | Hooks::AFTER;
+        assert!(set.contains(Hooks::BEFORE) && set.contains(Hooks::AFTER));
+        assert!(!set.contains(Hooks::ON_ERROR));
+        assert!(!set.contains(Hooks::BEFORE | Hooks::RESPOND));
+        assert!(Hooks::ALL.contains(set) && set.contains(Hooks::NONE));
+        assert_eq!(format!("{set:?}"), r#"{"before", "after"}"#);
+        let every = Hooks::BEFORE
+            | Hooks::RESPOND
+            | Hooks::ON_ATTEMPT
+            | Hooks::SHOULD_RESEND
+            | Hooks::AFTER
+            | Hooks::ON_ERROR;
+        assert_eq!(every, Hooks::ALL);
     }
 }

@@ -27,6 +27,7 @@ mod client;
 mod error;
 mod event;
 mod interceptor;
+pub mod recent;
 mod request;
 mod response;
 mod timeout;
@@ -38,7 +39,7 @@ pub use crate::event::{
     BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,
     NoopObserver, Observer, Outcome, RequestInfo,
 };
-pub use crate::interceptor::Interceptor;
+pub use crate::interceptor::{Hooks, Interceptor};
 pub use crate::request::NetRequest;
 pub use crate::response::{parse_retry_after, Elapsed, NetResponse, RespBody};
 pub use crate::timeout::TimeoutCfg;

@@ -12,7 +12,7 @@ use std::{
 
 use soulbase_net_core::{
     http::{header, HeaderValue, StatusCode},
-    Interceptor, NetError, NetRequest, NetResponse,
+    Hooks, Interceptor, NetError, NetRequest, NetResponse,
 };
 use tokio::{sync::Mutex, time::Instant};
 
@@ -209,6 +209,10 @@ impl Interceptor for Bearer {
             resent: true,
         });
         true
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::BEFORE | Hooks::SHOULD_RESEND
     }
 
     fn name(&self) -> &'static str {

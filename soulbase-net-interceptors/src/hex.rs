@@ -4,7 +4,7 @@
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `bytes` to `out` as lower-case hex.
-#[cfg(any(feature = "trace", feature = "idempotency"))]
+#[cfg(feature = "idempotency")]
 pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     out.reserve(bytes.len() * 2);
     for b in bytes {
@@ -14,6 +14,15 @@ pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
 }
 
 /// `bytes` as lower-case hex.
+/// Writes `bytes` as lowercase hex into `out`, which holds exactly two bytes per input byte.
+#[cfg(feature = "trace")]
+pub(crate) fn write_hex(out: &mut [u8], bytes: &[u8]) {
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0x0f)];
+    }
+}
+
 #[cfg(feature = "idempotency")]
 pub(crate) fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
@@ -22,7 +31,7 @@ pub(crate) fn encode(bytes: &[u8]) -> String {
 }
 
 /// 16 random bytes as 32 hex characters; never all zero.
-#[cfg(any(feature = "trace", feature = "idempotency"))]
+#[cfg(feature = "idempotency")]
 pub(crate) fn random_128() -> String {
     let mut v = fastrand::u128(..);
     if v == 0 {
@@ -47,5 +56,13 @@ mod tests {
         assert_eq!(id.len(), 32);
         assert!(id.bytes().all(|b| DIGITS.contains(&b)));
         assert!(u128::from_str_radix(&id, 16).unwrap() != 0);
+    }
+
+    #[test]
+    fn write_hex_matches_encode() {
+        let bytes = [0x00, 0x0f, 0xf0, 0xab, 0xff];
+        let mut out = [0u8; 10];
+        write_hex(&mut out, &bytes);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), encode(&bytes));
     }
 }

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use soulbase_net_core::{
     bytes::Bytes,
     http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode},
-    ErrorKind, Interceptor, NetError, NetRequest, NetResponse, RespBody,
+    ErrorKind, Hooks, Interceptor, NetError, NetRequest, NetResponse, RespBody,
 };
 use tokio::{sync::watch, time::Instant};
 
@@ -284,6 +284,10 @@ impl Interceptor for IdempotencyKey {
         if let Some(Role::Leader(guard)) = req.extensions.get::<Role>() {
             guard.finish(Outcome::Error(err.kind(), err.message().map(str::to_owned)));
         }
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::BEFORE | Hooks::RESPOND | Hooks::AFTER | Hooks::ON_ERROR
     }
 
     fn name(&self) -> &'static str {

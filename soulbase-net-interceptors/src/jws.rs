@@ -9,7 +9,7 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine as _};
 use ring::signature::{self, Ed25519KeyPair, KeyPair as _};
 use soulbase_net_core::{
     http::{header, HeaderValue},
-    Interceptor, NetError, NetRequest,
+    Hooks, Interceptor, NetError, NetRequest,
 };
 
 const SCHEME: &str = "A2A ";
@@ -146,6 +146,10 @@ impl Interceptor for A2aJws {
             .map_err(|_| NetError::invalid_request("the key id is not a valid header value"))?;
         req.headers.insert(header::AUTHORIZATION, value);
         Ok(())
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::BEFORE
     }
 
     fn name(&self) -> &'static str {

@@ -8,7 +8,7 @@ use soulbase_net_core::{
     bytes::Bytes,
     http::{header, StatusCode},
     url::Url,
-    Body, ErrorKind, Interceptor, NetError, NetRequest, NetResponse, RespBody,
+    Body, ErrorKind, Hooks, Interceptor, NetError, NetRequest, NetResponse, RespBody,
 };
 use tokio::time::Instant;
 
@@ -318,6 +318,10 @@ impl Interceptor for QosBytes {
             // Released without charge.
             drop(noted.reservation.lock().take());
         }
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::BEFORE | Hooks::AFTER | Hooks::ON_ERROR
     }
 
     fn name(&self) -> &'static str {

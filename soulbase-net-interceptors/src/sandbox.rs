@@ -1,6 +1,6 @@
 //! `SandboxGuard`: the host allow-list and literal-IP checks, before anything is sent.
 
-use soulbase_net_core::{url::Host, Interceptor, NetError, NetRequest};
+use soulbase_net_core::{url::Host, Hooks, Interceptor, NetError, NetRequest};
 use soulbase_net_policy::{AddressGuard, HostPatternError, SecurityPolicy};
 
 /// Refuses, before anything is sent, a request whose host is not in `allow_hosts` or whose
@@ -66,6 +66,10 @@ impl Interceptor for SandboxGuard {
             None => return Err(NetError::invalid_request("the URL has no host")),
         }
         Ok(())
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::BEFORE
     }
 
     fn name(&self) -> &'static str {

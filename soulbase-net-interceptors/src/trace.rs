@@ -3,7 +3,7 @@
 use soulbase_net_core::{
     bytes::Bytes,
     http::{header, HeaderMap, HeaderName, HeaderValue},
-    Interceptor, NetError, NetRequest,
+    Hooks, Interceptor, NetError, NetRequest,
 };
 
 use crate::hex;
@@ -46,12 +46,21 @@ pub struct TraceUa {
     user_agent: HeaderValue,
 }
 
-/// The trace of one call, kept in the request's extensions between `before` and the attempts.
-#[derive(Clone, Debug)]
-struct TraceContext {
-    trace_id: String,
-    flags: String,
-}
+/// `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`.
+const TRACEPARENT_LEN: usize = 55;
+/// Where the span id starts in a `traceparent`.
+const SPAN_AT: usize = 36;
+
+/// Which bytes are lower-case hex digits (the only digits `traceparent` allows).
+const LOWER_HEX: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = matches!(b as u8, b'0'..=b'9' | b'a'..=b'f');
+        b += 1;
+    }
+    table
+};
 
 // === impl TraceUa ===
 
@@ -79,21 +88,24 @@ impl TraceUa {
 #[async_trait::async_trait]
 impl Interceptor for TraceUa {
     async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
-        let ctx = req
-            .headers
-            .get(&TRACEPARENT)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_traceparent)
-            .unwrap_or_else(|| TraceContext {
-                trace_id: hex::random_128(),
-                flags: "01".to_owned(),
-            });
-        set_traceparent(&mut req.headers, &ctx);
-        req.extensions.insert(ctx);
-        if !req.headers.contains_key(&REQUEST_ID) {
-            if let Ok(id) = HeaderValue::from_str(&hex::random_128()) {
-                req.headers.insert(REQUEST_ID, id);
+        // The trace id and flags of the caller's valid `traceparent`, else a new trace; the
+        // value then lives in the header, where `on_attempt` finds it for every attempt.
+        let mut value = match req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
+            Some(value) => value,
+            None => {
+                let mut value = [0u8; TRACEPARENT_LEN];
+                value[..3].copy_from_slice(b"00-");
+                hex::write_hex(&mut value[3..35], &nonzero_u128().to_be_bytes());
+                value[35] = b'-';
+                value[52..].copy_from_slice(b"-01");
+                value
             }
+        };
+        set_traceparent(&mut req.headers, &mut value);
+        if !req.headers.contains_key(&REQUEST_ID) {
+            let mut id = [0u8; 32];
+            hex::write_hex(&mut id, &nonzero_u128().to_be_bytes());
+            req.headers.insert(REQUEST_ID, ascii_value(id));
         }
         req.headers
             .insert(header::USER_AGENT, self.user_agent.clone());
@@ -101,9 +113,14 @@ impl Interceptor for TraceUa {
     }
 
     fn on_attempt(&self, req: &mut NetRequest, _attempt: u32) {
-        if let Some(ctx) = req.extensions.get::<TraceContext>() {
-            set_traceparent(&mut req.headers, ctx);
+        // The trace `before` set (or a valid one put in its place since): a new span of it.
+        if let Some(mut value) = req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
+            set_traceparent(&mut req.headers, &mut value);
         }
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::BEFORE | Hooks::ON_ATTEMPT
     }
 
     fn name(&self) -> &'static str {
@@ -111,59 +128,61 @@ impl Interceptor for TraceUa {
     }
 }
 
-/// Sets `traceparent` with the trace of `ctx` and a new random span id.
-fn set_traceparent(headers: &mut HeaderMap, ctx: &TraceContext) {
-    let mut span = fastrand::u64(..);
-    if span == 0 {
-        span = 1;
-    }
-    // 00-<trace id>-<span id>-<flags>, built without the formatter (every attempt).
-    let mut value = String::with_capacity(55);
-    value.push_str("00-");
-    value.push_str(&ctx.trace_id);
-    value.push('-');
-    hex::push_hex(&mut value, &span.to_be_bytes());
-    value.push('-');
-    value.push_str(&ctx.flags);
-    // Handed over as `Bytes` without another copy.
-    if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value.into_bytes())) {
-        headers.insert(TRACEPARENT, value);
-    }
+/// A random 128-bit value other than zero (W3C forbids all-zero ids).
+fn nonzero_u128() -> u128 {
+    fastrand::u128(1..)
 }
 
-/// The trace id and flags of a valid version-00 `traceparent`.
-fn parse_traceparent(value: &str) -> Option<TraceContext> {
-    let mut parts = value.trim().split('-');
-    let (version, trace_id, span_id, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let is_hex = |s: &str, len: usize| {
-        s.len() == len
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    let valid = version == "00"
-        && parts.next().is_none()
-        && is_hex(trace_id, 32)
-        && is_hex(span_id, 16)
-        && is_hex(flags, 2)
-        && trace_id.bytes().any(|b| b != b'0')
-        && span_id.bytes().any(|b| b != b'0');
-    valid.then(|| TraceContext {
-        trace_id: trace_id.to_owned(),
-        flags: flags.to_owned(),
-    })
+/// Writes a new random span id into `value` and sets it as the `traceparent`.
+fn set_traceparent(headers: &mut HeaderMap, value: &mut [u8; TRACEPARENT_LEN]) {
+    let span = fastrand::u64(1..);
+    hex::write_hex(&mut value[SPAN_AT..SPAN_AT + 16], &span.to_be_bytes());
+    headers.insert(TRACEPARENT, ascii_value(*value));
+}
+
+/// A header value of hex digits and dashes. Held by its own allocation, so the copies the
+/// client makes of the request's headers share it instead of each copying it.
+fn ascii_value<const N: usize>(value: [u8; N]) -> HeaderValue {
+    // Hex digits and `-` are visible ASCII, always a valid header value: the fallback
+    // (an empty value) is never taken.
+    HeaderValue::from_maybe_shared(Bytes::from_owner(value))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A valid version-00 `traceparent` (surrounding whitespace allowed), as its 55 bytes.
+fn valid_traceparent(value: &HeaderValue) -> Option<[u8; TRACEPARENT_LEN]> {
+    let value = value.as_bytes().trim_ascii();
+    let value: [u8; TRACEPARENT_LEN] = value.try_into().ok()?;
+    let (trace_id, span_id, flags) = (&value[3..35], &value[36..52], &value[53..]);
+    let is_hex = |s: &[u8]| s.iter().all(|b| LOWER_HEX[usize::from(*b)]);
+    let valid = value.starts_with(b"00-")
+        && value[35] == b'-'
+        && value[52] == b'-'
+        && is_hex(trace_id)
+        && is_hex(span_id)
+        && is_hex(flags)
+        && trace_id.iter().any(|b| *b != b'0')
+        && span_id.iter().any(|b| *b != b'0');
+    valid.then_some(value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The trace id and flags of a valid `traceparent`.
+    fn parse_traceparent(value: &str) -> Option<(String, String)> {
+        let value = valid_traceparent(&HeaderValue::from_str(value).ok()?)?;
+        let text = std::str::from_utf8(&value).unwrap();
+        Some((text[3..35].to_owned(), text[53..].to_owned()))
+    }
+
     #[test]
     fn parses_only_valid_traceparents() {
-        let ok =
-            parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
-        assert_eq!(ok.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_eq!(ok.flags, "01");
+        let (trace_id, flags) =
+            parse_traceparent(" 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(flags, "01");
         for bad in [
             "",
             "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -190,12 +209,10 @@ mod tests {
         let second = req.headers["traceparent"].clone();
         t.on_attempt(&mut req, 2);
         let third = req.headers["traceparent"].clone();
-        let ctx = parse_traceparent(first.to_str().unwrap()).unwrap();
+        let (trace_id, flags) = parse_traceparent(first.to_str().unwrap()).unwrap();
+        assert_eq!(flags, "01");
         for tp in [&second, &third] {
-            assert_eq!(
-                parse_traceparent(tp.to_str().unwrap()).unwrap().trace_id,
-                ctx.trace_id
-            );
+            assert_eq!(parse_traceparent(tp.to_str().unwrap()).unwrap().0, trace_id);
         }
         assert_ne!(second, third);
         assert_eq!(req.headers["x-request-id"], id);

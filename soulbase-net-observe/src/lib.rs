@@ -27,6 +27,7 @@
 
 mod fanout;
 mod gauges;
+mod hot;
 mod labels;
 mod metrics;
 mod sli;

@@ -1,7 +1,11 @@
 //! [`Metrics`]: an [`Observer`] that keeps the seed's metrics in a `prometheus-client` registry
 //! and writes them in the OpenMetrics text format.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use prometheus_client::{
     encoding::text::encode,
@@ -14,6 +18,7 @@ use soulbase_net_core::{
 
 use crate::{
     gauges::{GaugeCollector, GaugeState},
+    hot,
     labels::{
         method_label, scheme_label, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
         LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels, OTHER,
@@ -109,6 +114,13 @@ pub struct Metrics {
     dns: Family<SourceLabels, Counter>,
     sli: Arc<SliState>,
     gauges: Arc<GaugeState>,
+    /// This registry's number in the per-thread counter memo.
+    owner: u64,
+    /// The latency histograms of the phases every request reports, found once (on first
+    /// use, so a series still appears only when first observed).
+    total_ms: OnceLock<Histogram>,
+    ttfb_ms: OnceLock<Histogram>,
+    connect_ms: OnceLock<Histogram>,
 }
 
 /// Configures [`Metrics`]; from [`Metrics::builder`].
@@ -182,6 +194,10 @@ impl MetricsBuilder {
             sli: Arc::clone(&sli),
             gauges: Arc::clone(&gauges),
             registry: Registry::default(),
+            owner: hot::next_owner(),
+            total_ms: OnceLock::new(),
+            ttfb_ms: OnceLock::new(),
+            connect_ms: OnceLock::new(),
         };
         let r = &mut registry;
         // Families are handles on shared state: the registry gets clones.
@@ -314,20 +330,38 @@ impl Metrics {
     }
 
     fn observe_ms(&self, phase: &'static str, d: Duration) {
-        self.latency
-            .get_or_create(&PhaseLabels { phase })
+        let memo = match phase {
+            "total" => &self.total_ms,
+            "ttfb" => &self.ttfb_ms,
+            _ => &self.connect_ms,
+        };
+        memo.get_or_init(|| self.latency.get_or_create(&PhaseLabels { phase }).clone())
             .observe(d.as_secs_f64() * 1000.0);
     }
 
     fn on_finished(&self, req: &RequestInfo<'_>, outcome: &Outcome, total: Duration) {
-        let labels = RequestLabels {
-            tenant: self.tenant(req),
-            host: self.host(req),
-            method: method_label(req.method),
-            scheme: scheme_label(req.scheme),
-            outcome: outcome.label(),
+        let (method, scheme, outcome_label) = (
+            method_label(req.method),
+            scheme_label(req.scheme),
+            outcome.label(),
+        );
+        let key = hot::Key {
+            owner: self.owner,
+            family: "requests",
+            host: req.host,
+            tenant: req.tenant,
+            rest: [method, scheme, outcome_label],
         };
-        self.requests.get_or_create(&labels).inc();
+        hot::inc_by(key, 1, || {
+            let labels = RequestLabels {
+                tenant: self.tenant(req),
+                host: self.host(req),
+                method,
+                scheme,
+                outcome: outcome_label,
+            };
+            self.requests.get_or_create(&labels).clone()
+        });
         self.observe_ms("total", total);
         self.sli.on_finished(outcome, total.as_secs_f64() * 1000.0);
     }
@@ -374,12 +408,21 @@ impl Observer for Metrics {
                 }
             }
             NetEvent::Bytes { req, dir, bytes } => {
-                let labels = BytesLabels {
-                    dir: dir.as_str(),
-                    tenant: self.tenant(&req),
-                    host: self.host(&req),
+                let key = hot::Key {
+                    owner: self.owner,
+                    family: "bytes",
+                    host: req.host,
+                    tenant: req.tenant,
+                    rest: [dir.as_str(), "", ""],
                 };
-                self.bytes.get_or_create(&labels).inc_by(bytes);
+                hot::inc_by(key, bytes, || {
+                    let labels = BytesLabels {
+                        dir: dir.as_str(),
+                        tenant: self.tenant(&req),
+                        host: self.host(&req),
+                    };
+                    self.bytes.get_or_create(&labels).clone()
+                });
             }
             NetEvent::RetryScheduled { reason, .. } => {
                 self.retries

@@ -7,7 +7,12 @@ use http::{header::HeaderName, HeaderMap, HeaderValue, Method};
 use serde::Serialize;
 use url::Url;
 
-use crate::{body::Body, error::NetError, timeout::TimeoutCfg};
+use crate::{
+    body::Body,
+    error::NetError,
+    recent::{recall, Recent},
+    timeout::TimeoutCfg,
+};
 
 /// One outbound HTTP request, as the seed defines it (seed 000 §2).
 ///
@@ -271,11 +276,7 @@ impl NetRequest {
     /// [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest) naming the header.
     pub fn check_headers(&self) -> Result<(), NetError> {
         for (name, value) in &self.headers {
-            if value
-                .as_bytes()
-                .iter()
-                .any(|b| matches!(b, b'\r' | b'\n' | 0))
-            {
+            if memchr::memchr3(b'\r', b'\n', 0, value.as_bytes()).is_some() {
                 return Err(NetError::invalid_request(format!(
                     "header `{name}` contains CR, LF or NUL"
                 ))
@@ -344,42 +345,13 @@ impl NetRequest {
 /// over and over, and parsing is most of what validating a request costs.
 const RECENT_URLS: usize = 8;
 
-/// Longer URLs are not kept (they are rarely repeated, and comparing them costs more).
-const RECENT_URL_MAX_LEN: usize = 256;
-
 thread_local! {
-    static RECENT: std::cell::RefCell<Vec<(Box<str>, Url)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static RECENT: Recent<Url> = const { Recent::new(Vec::new()) };
 }
 
 /// [`parse_checked`], remembered per thread for the last [`RECENT_URLS`] URLs that passed.
-/// Parsing is a pure function of the text, so a remembered answer is the same answer.
 fn checked_url(raw: &str) -> Result<Url, String> {
-    if raw.len() > RECENT_URL_MAX_LEN {
-        return parse_checked(raw);
-    }
-    let hit = RECENT
-        .try_with(|recent| {
-            recent
-                .borrow()
-                .iter()
-                .find(|(text, _)| &**text == raw)
-                .map(|(_, url)| url.clone())
-        })
-        .ok()
-        .flatten();
-    if let Some(url) = hit {
-        return Ok(url);
-    }
-    let url = parse_checked(raw)?;
-    let _ = RECENT.try_with(|recent| {
-        let mut recent = recent.borrow_mut();
-        if recent.len() >= RECENT_URLS {
-            recent.remove(0);
-        }
-        recent.push((raw.into(), url.clone()));
-    });
-    Ok(url)
+    recall(&RECENT, RECENT_URLS, raw, parse_checked)
 }
 
 /// Parses `raw` and refuses what a request URL may not be: relative, not http(s), with

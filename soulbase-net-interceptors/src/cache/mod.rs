@@ -13,7 +13,7 @@ use std::{
 use soulbase_net_core::{
     bytes::Bytes,
     http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode},
-    Interceptor, NetClient, NetError, NetRequest, NetResponse, RespBody,
+    Hooks, Interceptor, NetClient, NetError, NetRequest, NetResponse, RespBody,
 };
 use tokio::time::Instant;
 
@@ -271,6 +271,10 @@ impl Interceptor for CacheHook {
             _ => {}
         }
         Ok(())
+    }
+
+    fn hooks(&self) -> Hooks {
+        Hooks::BEFORE | Hooks::RESPOND | Hooks::AFTER
     }
 
     fn name(&self) -> &'static str {

@@ -1,7 +1,9 @@
 //! What the client learns from its own traffic: recent latencies per host (for the dynamic
 //! timeout of seed 001) and frozen endpoints (seed 004's DomainsManager).
 
-use std::{borrow::Cow, collections::HashMap, time::Duration};
+use std::{borrow::Cow, time::Duration};
+
+use foldhash::HashMap;
 
 use parking_lot::Mutex;
 use soulbase_net_policy::{DynamicTimeout, EndpointPolicy};

@@ -1,6 +1,7 @@
 //! The client: [`ClientBuilder`] → [`Client`], which implements `NetClient`.
 
 mod body;
+mod chain;
 mod gauges;
 mod learn;
 mod send;
@@ -68,7 +69,7 @@ pub struct Client {
 
 struct Inner {
     resolver: Arc<dyn PolicyResolver>,
-    interceptors: Vec<Arc<dyn Interceptor>>,
+    interceptors: chain::Chain,
     observer: Arc<dyn Observer>,
     /// Whether an observer was given: without one, the response body is not wrapped to
     /// count bytes nobody would see.
@@ -104,7 +105,7 @@ impl ClientBuilder {
             pool_max_idle_per_host: 32,
             http2_prior_knowledge: false,
             decompress: true,
-            max_response_headers: 100,
+            max_response_headers: transport::HYPER_MAX_HEADERS,
             max_response_head_bytes: 64 * 1024,
         }
     }
@@ -259,7 +260,7 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner {
                 resolver,
-                interceptors: self.interceptors,
+                interceptors: chain::Chain::new(self.interceptors),
                 observer: self.observer,
                 observed: self.observed,
                 user_agent: self.user_agent,

@@ -18,6 +18,7 @@ use http::{header, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::connect::capture_connection;
 use soulbase_net_core::{
+    recent::{recall, Recent},
     redact_url, Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse,
     Outcome, Phase, RequestInfo, RespBody,
 };
@@ -96,7 +97,7 @@ impl Inner {
                 tenant: req.tenant.clone(),
                 // Only events carry it: without an observer nobody would read it.
                 url: if self.observed {
-                    redact_url(url.as_str())
+                    shown_url(&url)
                 } else {
                     String::new()
                 },
@@ -198,8 +199,9 @@ impl Inner {
     ) -> Result<NetResponse, NetError> {
         // What `before` may change that the parsed URL depends on; without interceptors
         // nothing can, and the URL parsed by `send` stands.
-        let target = (!self.interceptors.is_empty()).then(|| (req.url.clone(), req.query.clone()));
-        for interceptor in &self.interceptors {
+        let target =
+            (!self.interceptors.before.is_empty()).then(|| (req.url.clone(), req.query.clone()));
+        for interceptor in &self.interceptors.before {
             if let Err(e) = interceptor.before(req).await {
                 return Err(self.after_error(req, e).await);
             }
@@ -221,7 +223,7 @@ impl Inner {
             Err(e) => return Err(self.after_error(req, e).await),
         };
         ensure_idempotency_key(req, &call.policy.retry);
-        for interceptor in &self.interceptors {
+        for interceptor in &self.interceptors.respond {
             if let Some(answer) = interceptor.respond(req).await {
                 return answer;
             }
@@ -229,7 +231,7 @@ impl Inner {
         let mut result = self.follow(req, url.clone(), call, timeouts).await;
         if let Ok(res) = &mut result {
             let mut resend = false;
-            for interceptor in &self.interceptors {
+            for interceptor in &self.interceptors.should_resend {
                 if interceptor.should_resend(req, res).await {
                     resend = true;
                     break;
@@ -242,7 +244,7 @@ impl Inner {
         }
         match result {
             Ok(mut res) => {
-                for interceptor in self.interceptors.iter().rev() {
+                for interceptor in self.interceptors.after.iter().rev() {
                     if let Err(e) = interceptor.after(req, &mut res).await {
                         return Err(self.after_error(req, e).await);
                     }
@@ -263,7 +265,9 @@ impl Inner {
         timeouts: &soulbase_net_policy::TimeoutPolicy,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
-        let budget = if policy.retry.budget.enabled {
+        // Only retries and hedges spend from the budget: without either, nothing is kept.
+        let spends = policy.retry.enabled || policy.hedge.enabled;
+        let budget = if policy.retry.budget.enabled && spends {
             let key = budget_key(
                 &policy.retry.budget,
                 &call.labels.host,
@@ -298,7 +302,7 @@ impl Inner {
                 Ok(Action::Return) => return Ok(res),
                 Err(e) => return Err(e.with_attempts(res.attempts)),
             };
-            let shown = redact_url(follow.url.as_str());
+            let shown = shown_url(&follow.url);
             self.observer.on_event(&NetEvent::Redirected {
                 req: call.info(),
                 status: res.status,
@@ -371,7 +375,7 @@ impl Inner {
                 }
                 None => {
                     *attempts += 1;
-                    for interceptor in &self.interceptors {
+                    for interceptor in &self.interceptors.on_attempt {
                         interceptor.on_attempt(req, *attempts);
                     }
                     self.attempt(req, &target, call, &timeouts, *attempts, false)
@@ -466,7 +470,7 @@ impl Inner {
             }
         }
         let began = Instant::now();
-        let interceptors = &self.interceptors;
+        let interceptors = &self.interceptors.on_attempt;
         let start = |copy: &'_ mut NetRequest, attempts: &mut u32| {
             *attempts += 1;
             for interceptor in interceptors {
@@ -654,18 +658,17 @@ impl Inner {
         check_content_length(&parts.headers, max)?;
         let limited = LimitedBody::new(body, max)
             .read_timeout(timeouts.read)
-            .deadline(call.deadline)
-            .counter(Arc::new(AtomicU64::new(0)));
-        let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
-            decode(limited, &mut parts.headers, max, decoding)?
-        } else {
-            limited.boxed_unsync()
-        };
+            .deadline(call.deadline);
         self.observer.on_event(&NetEvent::Bytes {
             req: call.info(),
             dir: Direction::Out,
             bytes: sent.load(Ordering::Relaxed),
         });
+        let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
+            decode(limited, &mut parts.headers, max, decoding)?
+        } else {
+            limited.boxed_unsync()
+        };
         let body = if self.observed {
             MeteredBody::new(body, self.observer.clone(), call.labels.clone()).boxed_unsync()
         } else {
@@ -700,7 +703,7 @@ impl Inner {
         url: &Url,
         limits: (u64, Duration, Arc<AtomicU64>),
     ) -> Result<(Request<ReqBody>, bool), NetError> {
-        let uri: http::Uri = url.as_str().parse().map_err(|e| {
+        let uri = request_uri(url).map_err(|e| {
             NetError::invalid_request("url is not a valid request target").with_source(e)
         })?;
         let (max, write_timeout, sent) = limits;
@@ -757,7 +760,7 @@ impl Inner {
     }
 
     async fn after_error(&self, req: &NetRequest, e: NetError) -> NetError {
-        for interceptor in self.interceptors.iter().rev() {
+        for interceptor in self.interceptors.on_error.iter().rev() {
             interceptor.on_error(req, &e).await;
         }
         e
@@ -804,6 +807,27 @@ fn proxy_auth(transport: &super::transport::Transport, uri: &http::Uri) -> Optio
         .intercept(uri)?
         .basic_auth()
         .cloned()
+}
+
+thread_local! {
+    /// The last URLs this thread turned into request targets.
+    static RECENT_URIS: Recent<http::Uri> = const { Recent::new(Vec::new()) };
+}
+
+/// The request target of `url`, remembered per thread for the last few URLs (a hit is a
+/// compare and a few reference counts instead of a parse and a copy).
+fn request_uri(url: &Url) -> Result<http::Uri, http::uri::InvalidUri> {
+    recall(&RECENT_URIS, 8, url.as_str(), str::parse)
+}
+
+/// The URL as events show it: without userinfo, query or fragment. `validate` refuses
+/// userinfo, so this is the parsed URL up to its path, cut without searching again.
+fn shown_url(url: &Url) -> String {
+    if url.username().is_empty() && url.password().is_none() {
+        url[..url::Position::AfterPath].to_owned()
+    } else {
+        redact_url(url.as_str())
+    }
 }
 
 /// The encodings the client decodes when it offers them itself.

@@ -5,7 +5,6 @@
 //! different policies must not share pooled connections. Most clients have one transport.
 
 use std::{
-    collections::HashMap,
     fmt,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -13,6 +12,8 @@ use std::{
     },
     time::Duration,
 };
+
+use foldhash::{HashMap, HashMapExt};
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -157,13 +158,18 @@ impl Transports {
                 .freeze
                 .then_some(policy.endpoints.frozen_duration),
         });
-        let http = HyperClient::builder(TokioExecutor::new())
-            .pool_idle_timeout(s.pool_idle_timeout)
+        let mut http = HyperClient::builder(TokioExecutor::new());
+        http.pool_idle_timeout(s.pool_idle_timeout)
             .pool_max_idle_per_host(s.pool_max_idle_per_host)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
-            .http2_only(s.http2_prior_knowledge)
-            .http1_max_headers(s.max_response_headers)
+            .http2_only(s.http2_prior_knowledge);
+        // hyper's own limit is the same 100 headers, parsed into an array on the stack; a
+        // limit set explicitly, even to 100, makes it fill a vector for every response.
+        if s.max_response_headers != HYPER_MAX_HEADERS {
+            http.http1_max_headers(s.max_response_headers);
+        }
+        let http = http
             .http1_max_buf_size(s.max_response_head_bytes.max(8192))
             .http2_max_header_list_size(
                 u32::try_from(s.max_response_head_bytes).unwrap_or(u32::MAX),
@@ -181,6 +187,10 @@ impl fmt::Debug for Transports {
             .finish()
     }
 }
+
+/// The most response headers hyper parses when no limit is set (`DEFAULT_MAX_HEADERS` in
+/// its h1 role); also the client's default `max_response_headers`.
+pub(crate) const HYPER_MAX_HEADERS: usize = 100;
 
 /// The parts of a policy that shape a connection, as one string.
 fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {

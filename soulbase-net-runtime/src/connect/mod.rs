@@ -10,7 +10,6 @@ mod io;
 mod proxy;
 
 use std::{
-    collections::HashMap,
     fmt,
     future::Future,
     net::{IpAddr, SocketAddr},
@@ -22,6 +21,8 @@ use std::{
     task::{Context, Poll},
     time::Duration,
 };
+
+use foldhash::{HashMap, HashMapExt};
 
 use http::Uri;
 use hyper_util::client::{

@@ -12,7 +12,7 @@
 //! wall-clock one ([`SystemTime`]) that is what the persistence file stores, since a monotonic
 //! instant means nothing to the next process.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! address — that failed is skipped for a while; when every candidate is frozen, the one that
 //! thaws first is tried.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::hash::Hash;
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! recently used evictable entries (an eighth of the map), which keeps inserts amortised
 //! `O(log n)`.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::{borrow::Cow, time::Duration};
 
 use tokio::time::Instant;

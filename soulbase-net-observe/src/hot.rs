@@ -1,0 +1,154 @@
+//! A per-thread memo of the counters the last requests touched.
+//!
+//! Why: every request ends in a `net_requests_total` and two `net_bytes_total` increments,
+//! and finding each counter in its family means bounding the host and tenant labels (a
+//! lookup each) and hashing the whole label set under the family's lock. Calls to one
+//! upstream repeat the same labels, so a thread keeps the last few counters it found, keyed
+//! by the raw values, and an increment with the same labels is a few compares. A memo entry
+//! never goes stale: label caps only grow and families never drop a series.
+
+use std::{
+    cell::RefCell,
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use prometheus_client::metrics::counter::Counter;
+
+/// Entries kept per thread.
+const ENTRIES: usize = 8;
+
+/// A number for each `Metrics`, so that two registries on one thread never share entries.
+pub(crate) fn next_owner() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What identifies one counter: its `Metrics`, its family and its label values as the
+/// request gave them (before the caps bound them).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Key<'a> {
+    pub(crate) owner: u64,
+    pub(crate) family: &'static str,
+    pub(crate) host: &'a str,
+    pub(crate) tenant: Option<&'a str>,
+    /// The family's other labels, which are always static strings.
+    pub(crate) rest: [&'static str; 3],
+}
+
+struct Entry {
+    owner: u64,
+    family: &'static str,
+    host: Box<str>,
+    tenant: Option<Box<str>>,
+    rest: [&'static str; 3],
+    counter: Counter,
+}
+
+impl Entry {
+    fn matches(&self, key: &Key<'_>) -> bool {
+        self.owner == key.owner
+            && self.family == key.family
+            && self.rest == key.rest
+            && *self.host == *key.host
+            && self.tenant.as_deref() == key.tenant
+    }
+}
+
+#[derive(Default)]
+struct Memo {
+    entries: Vec<Entry>,
+    /// The slot the next miss replaces once the memo is full.
+    next: usize,
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
+}
+
+/// Adds `by` to the counter of `key`, found by `find` on a miss.
+pub(crate) fn inc_by(key: Key<'_>, by: u64, find: impl FnOnce() -> Counter) {
+    let hit = MEMO.with(|memo| {
+        let memo = memo.borrow();
+        match memo.entries.iter().find(|e| e.matches(&key)) {
+            Some(e) => {
+                e.counter.inc_by(by);
+                true
+            }
+            None => false,
+        }
+    });
+    if hit {
+        return;
+    }
+    let counter = find();
+    counter.inc_by(by);
+    MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        let entry = Entry {
+            owner: key.owner,
+            family: key.family,
+            host: key.host.into(),
+            tenant: key.tenant.map(Into::into),
+            rest: key.rest,
+            counter,
+        };
+        if memo.entries.len() < ENTRIES {
+            memo.entries.push(entry);
+        } else {
+            let slot = memo.next;
+            memo.entries[slot] = entry;
+            memo.next = (slot + 1) % ENTRIES;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(owner: u64, host: &str) -> Key<'_> {
+        Key {
+            owner,
+            family: "f",
+            host,
+            tenant: None,
+            rest: ["GET", "", ""],
+        }
+    }
+
+    #[test]
+    fn a_hit_increments_the_counter_found_first() {
+        let owner = next_owner();
+        let counter = Counter::default();
+        let mut finds = 0;
+        for _ in 0..3 {
+            inc_by(key(owner, "h"), 2, || {
+                finds += 1;
+                counter.clone()
+            });
+        }
+        assert_eq!(finds, 1);
+        assert_eq!(counter.get(), 6);
+        // Another owner, host or tenant is another counter.
+        let other = Counter::default();
+        inc_by(key(next_owner(), "h"), 1, || other.clone());
+        inc_by(key(owner, "g"), 1, || other.clone());
+        let mut with_tenant = key(owner, "h");
+        with_tenant.tenant = Some("t");
+        inc_by(with_tenant, 1, || other.clone());
+        assert_eq!((counter.get(), other.get()), (6, 3));
+    }
+
+    #[test]
+    fn a_full_memo_replaces_entries_and_still_counts_right() {
+        let owner = next_owner();
+        let counters: Vec<Counter> = (0..ENTRIES * 2).map(|_| Counter::default()).collect();
+        let hosts: Vec<String> = (0..ENTRIES * 2).map(|i| format!("h{i}")).collect();
+        for round in 0..3 {
+            for (host, counter) in hosts.iter().zip(&counters) {
+                inc_by(key(owner, host), 1, || counter.clone());
+            }
+            assert!(counters.iter().all(|c| c.get() == round + 1));
+        }
+    }
+}
