@@ -45,10 +45,15 @@ struct Entry {
 }
 
 impl Entry {
+    /// The static labels are compared by address: the same label always comes from the
+    /// same constant, and a label that compares unequal that way only costs a miss (the
+    /// counter found is still the right one). Content is compared only for the host and
+    /// tenant, last.
     fn matches(&self, key: &Key<'_>) -> bool {
+        let same = |a: &'static str, b: &'static str| std::ptr::eq(a, b);
         self.owner == key.owner
-            && self.family == key.family
-            && self.rest == key.rest
+            && same(self.family, key.family)
+            && self.rest.iter().zip(&key.rest).all(|(a, b)| same(a, b))
             && *self.host == *key.host
             && self.tenant.as_deref() == key.tenant
     }

@@ -18,6 +18,7 @@ use http::{header, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::connect::capture_connection;
 use soulbase_net_core::{
+    parse_retry_after,
     recent::{recall, Recent},
     redact_url, Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse,
     Outcome, Phase, RequestInfo, RespBody,
@@ -274,7 +275,7 @@ impl Inner {
                 call.labels.tenant.as_deref(),
             );
             self.budgets
-                .deposit(&key, &policy.retry.budget, Instant::now());
+                .deposit(&key, &policy.retry.budget, call.started);
             key
         } else {
             Cow::Borrowed("")
@@ -402,10 +403,12 @@ impl Inner {
             let end = AttemptEnd {
                 attempt: *attempts,
                 outcome,
+                // The wall clock is read only for an answer that names a time.
                 retry_after: result
                     .as_ref()
                     .ok()
-                    .and_then(|r| r.retry_after(std::time::SystemTime::now())),
+                    .and_then(|r| r.headers.get(header::RETRY_AFTER))
+                    .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
                 time_left: call
                     .deadline
                     .saturating_duration_since(ended)

@@ -39,15 +39,17 @@ struct Shared {
 /// Permission for one call. Record its result with [`record`](Self::record); dropped without
 /// a result, a probe counts as failed and a normal call is ignored.
 #[must_use = "a permit that is dropped at once counts as an abandoned call"]
-pub(crate) struct BreakerPermit {
-    tracked: Option<Tracked>,
+pub(crate) struct BreakerPermit<'a> {
+    tracked: Option<Tracked<'a>>,
 }
 
-struct Tracked {
-    shared: Arc<Shared>,
-    key: Box<str>,
+/// Borrowed from the admission's caller, which outlives the attempt: no allocation, copy
+/// or reference count per call.
+struct Tracked<'a> {
+    shared: &'a Shared,
+    key: &'a str,
     ticket: Ticket,
-    policy: CircuitBreakerPolicy,
+    policy: &'a CircuitBreakerPolicy,
     admitted_at: Instant,
 }
 
@@ -75,12 +77,12 @@ impl Breakers {
     ///
     /// [`Rejected`] while the circuit is open (with the rest of the cooldown, for
     /// `CircuitOpen`'s retry-after) or half-open with every probe out.
-    pub(crate) fn admit(
-        &self,
-        key: &str,
-        p: &CircuitBreakerPolicy,
+    pub(crate) fn admit<'a>(
+        &'a self,
+        key: &'a str,
+        p: &'a CircuitBreakerPolicy,
         now: Instant,
-    ) -> Result<BreakerPermit, Rejected> {
+    ) -> Result<BreakerPermit<'a>, Rejected> {
         if !p.enabled {
             return Ok(BreakerPermit { tracked: None });
         }
@@ -98,10 +100,10 @@ impl Breakers {
         let ticket = admitted?;
         Ok(BreakerPermit {
             tracked: Some(Tracked {
-                shared: self.shared.clone(),
-                key: key.into(),
+                shared: &self.shared,
+                key,
                 ticket,
-                policy: p.clone(),
+                policy: p,
                 admitted_at: now,
             }),
         })
@@ -145,24 +147,24 @@ impl Shared {
         }
     }
 
-    fn finish(&self, t: &Tracked, result: Option<CallResult>, now: Instant) {
+    fn finish(&self, t: &Tracked<'_>, result: Option<CallResult>, now: Instant) {
         let transition = {
             let mut map = self.circuits.lock();
-            let Some(circuit) = map.get_mut(&t.key, now) else {
+            let Some(circuit) = map.get_mut(t.key, now) else {
                 return;
             };
             match result {
-                Some(r) => circuit.record(&t.policy, t.ticket, r, now),
-                None => circuit.abandon(&t.policy, t.ticket, now),
+                Some(r) => circuit.record(t.policy, t.ticket, r, now),
+                None => circuit.abandon(t.policy, t.ticket, now),
             }
         };
-        self.notify(&t.key, transition);
+        self.notify(t.key, transition);
     }
 }
 
 // === impl BreakerPermit ===
 
-impl BreakerPermit {
+impl BreakerPermit<'_> {
     /// Records how the call ended: `failure` as decided by [`is_failure`], `elapsed` for the
     /// slow-call rule, at `now`.
     pub(crate) fn record(mut self, failure: bool, elapsed: Duration, now: Instant) {
@@ -178,7 +180,7 @@ impl BreakerPermit {
     }
 }
 
-impl Drop for BreakerPermit {
+impl Drop for BreakerPermit<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.tracked.take() {
             // The clock is not injected into `Drop`; never earlier than the admission, so a
@@ -189,9 +191,9 @@ impl Drop for BreakerPermit {
     }
 }
 
-impl fmt::Debug for BreakerPermit {
+impl fmt::Debug for BreakerPermit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let key = self.tracked.as_ref().map(|t| &*t.key);
+        let key = self.tracked.as_ref().map(|t| t.key);
         f.debug_struct("BreakerPermit")
             .field("key", &key)
             .field("probe", &self.is_probe())

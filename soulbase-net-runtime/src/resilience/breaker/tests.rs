@@ -349,7 +349,8 @@ fn open_circuits_are_not_evicted_while_cooling_down() {
     }
     // The map is full of open circuits: new hosts pass untracked, the open ones stay open.
     for i in 0..100 {
-        let permit = b.admit(&format!("new{i}"), &p, t0 + SEC).unwrap();
+        let key = format!("new{i}");
+        let permit = b.admit(&key, &p, t0 + SEC).unwrap();
         permit.record(true, FAST, t0 + SEC);
     }
     assert_eq!(b.len(), 4);
