@@ -57,9 +57,10 @@ impl Call<'_> {
         self.labels.info()
     }
 
-    /// `Timeout(phase)`, or `Timeout(Total)` when the total deadline comes first.
-    fn phase_deadline(&self, phase: Phase, limit: Duration) -> (Instant, Phase) {
-        let at = Instant::now() + limit;
+    /// `Timeout(phase)`, or `Timeout(Total)` when the total deadline comes first, for a
+    /// phase of `limit` starting `now`.
+    fn phase_deadline(&self, phase: Phase, now: Instant, limit: Duration) -> (Instant, Phase) {
+        let at = now + limit;
         if at >= self.deadline {
             (self.deadline, Phase::Total)
         } else {
@@ -111,15 +112,13 @@ impl Inner {
             .on_event(&NetEvent::RequestStarted { req: call.info() });
         let token = req.extensions.get::<CancellationToken>().cloned();
         let work = async {
-            match self
-                .limiter
-                .acquire(
-                    &call.labels.host,
-                    call.labels.tenant.as_deref(),
-                    &policy.limits,
-                )
-                .await
-            {
+            let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
+            let acquired = match self.limiter.acquire_now(host, tenant, &policy.limits) {
+                Some(acquired) => acquired,
+                // Boxed: waiting is rare, and its future would enlarge every call's.
+                None => Box::pin(self.limiter.acquire(host, tenant, &policy.limits)).await,
+            };
+            match acquired {
                 Ok(permit) => {
                     // Boxed once here: the pipeline's future is large, and every level
                     // above that held it inline would move it again.
@@ -636,8 +635,12 @@ impl Inner {
                 return Poll::Ready(Ok(res));
             }
             if phase == Phase::Total && captured.connection_metadata().is_some() {
-                let left_in_attempt = timeouts.attempt.saturating_sub(began.elapsed());
-                let (at, p) = call.phase_deadline(Phase::Ttfb, timeouts.ttfb.min(left_in_attempt));
+                let now = Instant::now();
+                let left_in_attempt = timeouts
+                    .attempt
+                    .saturating_sub(now.saturating_duration_since(began));
+                let limit = timeouts.ttfb.min(left_in_attempt);
+                let (at, p) = call.phase_deadline(Phase::Ttfb, now, limit);
                 phase = p;
                 if p == Phase::Ttfb {
                     timer.as_mut().reset(at);
@@ -650,7 +653,8 @@ impl Inner {
         })
         .await?;
         let res = res.map_err(classify::request_error)?;
-        let ttfb = began.elapsed();
+        let head_at = Instant::now();
+        let ttfb = head_at.saturating_duration_since(began);
         let (mut parts, body) = res.into_parts();
         let info = parts.extensions.get::<ConnectInfo>();
         if let Some(info) = info {
@@ -689,7 +693,7 @@ impl Inner {
             elapsed: Elapsed {
                 connect,
                 ttfb,
-                total: call.started.elapsed(),
+                total: head_at.saturating_duration_since(call.started),
             },
             bytes_in: 0,
             attempts: 1,

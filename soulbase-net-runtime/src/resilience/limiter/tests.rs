@@ -265,3 +265,42 @@ async fn permits_never_exceed_the_cap_across_threads() {
     );
     assert_eq!(limiter.gauges("h").unwrap().in_flight, 0);
 }
+
+#[test]
+fn acquire_now_answers_without_waiting_or_defers_to_acquire() {
+    let limiter = Limiter::new(100);
+    // No waiting allowed: a permit while there is room, then the scope that refused.
+    let mut p = policy(1);
+    p.per_tenant_concurrency = 1;
+    let held = limiter.acquire_now("h", Some("t"), &p).unwrap().unwrap();
+    assert_eq!(
+        limiter.acquire_now("h", None, &p).unwrap().unwrap_err(),
+        LimitScope::HostConcurrency
+    );
+    assert_eq!(
+        limiter
+            .acquire_now("h2", Some("t"), &p)
+            .unwrap()
+            .unwrap_err(),
+        LimitScope::TenantConcurrency
+    );
+    // A refused call gave back what it had taken: `h2` has all its room.
+    assert_eq!(limiter.gauges("h2").unwrap().in_flight, 0);
+    // Waiting allowed: a call that would wait is left to `acquire`.
+    p.max_wait = Duration::from_millis(10);
+    assert!(limiter.acquire_now("h", None, &p).is_none());
+    drop(held);
+    assert!(limiter.acquire_now("h", Some("t"), &p).unwrap().is_ok());
+    // A rate with waiting allowed always goes through `acquire`; without, it answers.
+    p.per_host_concurrency = 4;
+    p.per_host_rate_rps = Some(1);
+    p.rate_burst = Some(1);
+    assert!(limiter.acquire_now("r", None, &p).is_none());
+    p.max_wait = Duration::ZERO;
+    let first = limiter.acquire_now("r", None, &p).unwrap();
+    assert!(first.is_ok());
+    assert_eq!(
+        limiter.acquire_now("r", None, &p).unwrap().unwrap_err(),
+        LimitScope::HostRate
+    );
+}
