@@ -32,8 +32,8 @@ pin_project! {
     ///   counted. Default is none.
     /// - **Deadline**: past this instant, it fails with `Timeout(Total)`, whether or not data
     ///   keeps dripping in. Default is none.
-    /// - **Bytes in**: every delivered data byte is added to a shared counter, so the client
-    ///   can report what was read even when the body is dropped half way.
+    /// - **Bytes in**: when given a counter, every delivered data byte is added to it, so a
+    ///   holder can see what was read even when the body is dropped half way.
     ///
     /// Errors of the wrapped body become [`ErrorKind::Io`] with the original error as the
     /// source, unless they already are a [`NetError`], which passes through unchanged.
@@ -61,7 +61,7 @@ pin_project! {
         inner: B,
         max_bytes: u64,
         read: u64,
-        counter: Arc<AtomicU64>,
+        counter: Option<Arc<AtomicU64>>,
         read_timeout: Option<Duration>,
         // Armed while the consumer waits for a frame; disarmed when one is delivered.
         #[pin]
@@ -84,7 +84,7 @@ impl<B> LimitedBody<B> {
             inner,
             max_bytes,
             read: 0,
-            counter: Arc::new(AtomicU64::new(0)),
+            counter: None,
             read_timeout: None,
             idle: None,
             idle_armed: false,
@@ -109,15 +109,18 @@ impl<B> LimitedBody<B> {
     }
 
     /// Adds every delivered data byte to `counter` (shared with the client, which reports
-    /// bytes in). Default is a counter of its own.
+    /// bytes in). Default is no counter (nothing is allocated or added per frame).
     pub fn counter(mut self, counter: Arc<AtomicU64>) -> Self {
-        self.counter = counter;
+        self.counter = Some(counter);
         self
     }
 
-    /// The byte counter this body adds to.
-    pub fn bytes_counter(&self) -> Arc<AtomicU64> {
-        Arc::clone(&self.counter)
+    /// The byte counter this body adds to (one is made now if it has none).
+    pub fn bytes_counter(&mut self) -> Arc<AtomicU64> {
+        Arc::clone(
+            self.counter
+                .get_or_insert_with(|| Arc::new(AtomicU64::new(0))),
+        )
     }
 
     /// Data bytes delivered so far by this body.
@@ -206,7 +209,9 @@ where
                     return Poll::Ready(Some(Err(too_large(*this.max_bytes))));
                 }
                 *this.read = total;
-                this.counter.fetch_add(len, Ordering::Relaxed);
+                if let Some(counter) = this.counter.as_ref() {
+                    counter.fetch_add(len, Ordering::Relaxed);
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
         }

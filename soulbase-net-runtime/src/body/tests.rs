@@ -128,7 +128,7 @@ async fn a_body_of_exactly_the_limit_is_delivered_and_counted() {
 #[tokio::test]
 async fn one_byte_over_the_limit_is_too_large_and_the_frame_is_not_delivered() {
     let chunks = [Bytes::from(vec![0; 1000]), Bytes::from(vec![0; 25])];
-    let body = LimitedBody::new(Drip::new(chunks, Duration::ZERO, End::Finish), 1024);
+    let mut body = LimitedBody::new(Drip::new(chunks, Duration::ZERO, End::Finish), 1024);
     let counter = body.bytes_counter();
     let mut body = std::pin::pin!(body);
     let first = body.frame().await.unwrap().unwrap();
@@ -212,7 +212,7 @@ async fn a_drip_just_under_the_read_timeout_hits_the_total_deadline() {
     let chunks = (0..100).map(|_| Bytes::from_static(b"d"));
     let body = Drip::new(chunks, Duration::from_millis(900), End::Finish);
     let start = Instant::now();
-    let body = LimitedBody::new(body, 1024)
+    let mut body = LimitedBody::new(body, 1024)
         .read_timeout(Duration::from_secs(1))
         .deadline(start + Duration::from_secs(5));
     let counter = body.bytes_counter();
@@ -428,7 +428,7 @@ async fn a_decompression_bomb_stops_at_the_limit() {
     let bomb = gzip(&vec![0u8; 4 << 20]);
     // Fed to the decoder in small pieces, as a socket would.
     let pieces: Vec<Bytes> = bomb.chunks(256).map(Bytes::copy_from_slice).collect();
-    let wire = LimitedBody::new(Drip::new(pieces, Duration::ZERO, End::Finish), 1 << 30);
+    let mut wire = LimitedBody::new(Drip::new(pieces, Duration::ZERO, End::Finish), 1 << 30);
     let wire_bytes = wire.bytes_counter();
     let mut headers = encoded_headers(&["gzip"], bomb.len());
     let (read, err) = drain(decode(wire, &mut headers, LIMIT, true).unwrap()).await;

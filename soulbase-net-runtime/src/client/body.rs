@@ -18,24 +18,78 @@ use http_body::{Body, Frame, SizeHint};
 use soulbase_net_core::{BoxError, Direction, NetError, NetEvent, Observer, Phase, RequestInfo};
 use tokio::time::{Instant, Sleep};
 
-/// The request body as hyper sends it: counts bytes, refuses a stream that grows past
-/// `max_req_bytes`, and fails with `Timeout(Write)` when the body stays idle (no chunk
-/// produced) for longer than the write timeout once sending started. A connection that stops
-/// taking data is caught by the first-byte and total deadlines.
+/// What the connection tells one attempt about its request, through the request body: when
+/// it took the request (hyper asks the body for its size as it starts sending — where the
+/// first-byte clock starts) and how many body bytes it sent.
+///
+/// Why not hyper-util's `capture_connection`: it costs a watch channel, a request extension
+/// and a copy of the connection's metadata per request; this costs one small allocation,
+/// shared with the body that is boxed anyway.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    began: Instant,
+    /// Nanoseconds after `began`, plus one; zero until the connection took the request.
+    taken: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn new(began: Instant) -> Self {
+        Progress {
+            began,
+            taken: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes that the connection took the request (only the first time counts).
+    fn mark_taken(&self) {
+        if self.taken.load(Ordering::Relaxed) == 0 {
+            let nanos = u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+            let _ = self
+                .taken
+                .compare_exchange(0, nanos + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// When the connection took the request, if it has.
+    pub(crate) fn taken_at(&self) -> Option<Instant> {
+        match self.taken.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(self.began + Duration::from_nanos(n - 1)),
+        }
+    }
+
+    /// The body bytes sent so far.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
+/// The request body as hyper sends it: tells the attempt when the connection took the
+/// request ([`Progress`]), counts bytes, refuses a stream that grows past `max_req_bytes`, and
+/// fails with `Timeout(Write)` when the body stays idle (no chunk produced) for longer than
+/// the write timeout once sending started. A connection that stops taking data is caught by
+/// the first-byte and total deadlines.
 pub(crate) struct SendBody<B> {
     inner: B,
     max: u64,
-    sent: Arc<AtomicU64>,
+    progress: Arc<Progress>,
     write_timeout: Duration,
     idle: Option<Pin<Box<Sleep>>>,
 }
 
 impl<B> SendBody<B> {
-    pub(crate) fn new(inner: B, max: u64, write_timeout: Duration, sent: Arc<AtomicU64>) -> Self {
+    pub(crate) fn new(
+        inner: B,
+        max: u64,
+        write_timeout: Duration,
+        progress: Arc<Progress>,
+    ) -> Self {
         SendBody {
             inner,
             max,
-            sent,
+            progress,
             write_timeout,
             idle: None,
         }
@@ -55,10 +109,14 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        this.progress.mark_taken();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    let total = this.sent.fetch_add(data.len() as u64, Ordering::Relaxed)
+                    let total = this
+                        .progress
+                        .sent
+                        .fetch_add(data.len() as u64, Ordering::Relaxed)
                         + data.len() as u64;
                     if total > this.max {
                         return Poll::Ready(Some(Err(Box::new(NetError::invalid_request(format!(
@@ -89,10 +147,12 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
+        self.progress.mark_taken();
         self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
+        self.progress.mark_taken();
         self.inner.size_hint()
     }
 }

@@ -5,10 +5,7 @@ use std::{
     borrow::Cow,
     future::Future,
     pin::Pin,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     task::Poll,
     time::Duration,
 };
@@ -16,7 +13,6 @@ use std::{
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::client::legacy::connect::capture_connection;
 use soulbase_net_core::{
     parse_retry_after,
     recent::{recall, Recent},
@@ -29,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use super::{
-    body::{MeteredBody, OwnedInfo, SendBody},
+    body::{MeteredBody, OwnedInfo, Progress, SendBody},
     transport::ReqBody,
     Inner,
 };
@@ -608,11 +604,11 @@ impl Inner {
         began: Instant,
     ) -> Result<NetResponse, NetError> {
         let transport = self.transports.get(call.policy)?;
-        let sent = Arc::new(AtomicU64::new(0));
+        let progress = Arc::new(Progress::new(began));
         let limits = (
             call.policy.security.max_req_bytes.as_u64(),
             timeouts.write,
-            sent.clone(),
+            progress.clone(),
         );
         let (mut http_req, decoding) = self.http_request(req, url, limits)?;
         if let Some(auth) = proxy_auth(&transport, http_req.uri()) {
@@ -620,35 +616,44 @@ impl Inner {
                 .headers_mut()
                 .insert(header::PROXY_AUTHORIZATION, auth);
         }
-        let captured = capture_connection(&mut http_req);
         let request = transport.http.request(http_req);
         tokio::pin!(request);
-        // One timer for both phases: the total deadline until a connection is chosen (the
-        // connector bounds connecting by itself), then moved to the first-byte deadline.
-        // The connection is chosen inside a poll of `request`, so checking for it after
-        // each poll needs no wake-up of its own.
-        let timer = tokio::time::sleep_until(call.deadline);
+        // The first-byte clock starts when the connection takes the request (the body tells,
+        // see `Progress`); until then only the total deadline applies (the connector bounds
+        // connecting by itself). One timer: set to the earliest moment the first-byte phase
+        // could end, and when it fires, either that is a timeout or it is set again — to the
+        // phase's real end once the request was taken, else one first-byte timeout later.
+        // Nothing on the connection's side has to wake this task.
+        let ttfb_from = |taken: Instant| {
+            let left_in_attempt = timeouts
+                .attempt
+                .saturating_sub(taken.saturating_duration_since(began));
+            call.phase_deadline(Phase::Ttfb, taken, timeouts.ttfb.min(left_in_attempt))
+        };
+        let timer = tokio::time::sleep_until(ttfb_from(began).0);
         tokio::pin!(timer);
-        let mut phase = Phase::Total;
         let res = std::future::poll_fn(|cx| {
             if let Poll::Ready(res) = request.as_mut().poll(cx) {
                 return Poll::Ready(Ok(res));
             }
-            if phase == Phase::Total && captured.connection_metadata().is_some() {
-                let now = Instant::now();
-                let left_in_attempt = timeouts
-                    .attempt
-                    .saturating_sub(now.saturating_duration_since(began));
-                let limit = timeouts.ttfb.min(left_in_attempt);
-                let (at, p) = call.phase_deadline(Phase::Ttfb, now, limit);
-                phase = p;
-                if p == Phase::Ttfb {
-                    timer.as_mut().reset(at);
+            loop {
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
                 }
-            }
-            match timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(NetError::timeout(phase))),
-                Poll::Pending => Poll::Pending,
+                let now = Instant::now();
+                let (at, phase) = match progress.taken_at() {
+                    Some(taken) => ttfb_from(taken),
+                    // Not taken yet, so no first-byte timeout has begun (this `at` is in the
+                    // future unless it is the total deadline): look again one timeout later.
+                    None => {
+                        let recheck = timeouts.ttfb.max(RECHECK_MIN);
+                        call.phase_deadline(Phase::Ttfb, now, recheck)
+                    }
+                };
+                if now >= at {
+                    return Poll::Ready(Err(NetError::timeout(phase)));
+                }
+                timer.as_mut().reset(at);
             }
         })
         .await?;
@@ -669,7 +674,7 @@ impl Inner {
         self.observer.on_event(&NetEvent::Bytes {
             req: call.info(),
             dir: Direction::Out,
-            bytes: sent.load(Ordering::Relaxed),
+            bytes: progress.sent(),
         });
         let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
             decode(limited, &mut parts.headers, max, decoding)?
@@ -701,43 +706,31 @@ impl Inner {
         })
     }
 
-    /// The hyper request for one attempt.
     /// The hyper request for one attempt, and whether the response is to be decoded (the
     /// client offered the encodings itself).
     fn http_request(
         &self,
         req: &mut NetRequest,
         url: &Url,
-        limits: (u64, Duration, Arc<AtomicU64>),
+        limits: (u64, Duration, Arc<Progress>),
     ) -> Result<(Request<ReqBody>, bool), NetError> {
         let uri = request_uri(url).map_err(|e| {
             NetError::invalid_request("url is not a valid request target").with_source(e)
         })?;
-        let (max, write_timeout, sent) = limits;
-        // Taken before a stream body is moved out (which leaves `Empty` behind).
-        let empty = matches!(req.body, Body::Empty);
+        let (max, write_timeout, progress) = limits;
+        // Every body goes through `SendBody`, which tells the attempt when the connection
+        // took the request; boxed once.
         let body: ReqBody = match &req.body {
-            // Nothing to count, limit or time out: no wrapper.
-            Body::Empty => Empty::new().map_err(|never| match never {}).boxed_unsync(),
-            Body::Bytes(b) => Full::new(b.clone())
-                .map_err(|never| match never {})
-                .boxed_unsync(),
+            Body::Bytes(b) => send_body(Full::new(b.clone()), max, write_timeout, progress),
             Body::Json(_) | Body::Stream(_) => match std::mem::take(&mut req.body) {
-                Body::Stream(s) => s.into_inner().boxed_unsync(),
+                Body::Stream(s) => send_body(s.into_inner(), max, write_timeout, progress),
                 other => {
                     let bytes = other.to_bytes()?.unwrap_or_default();
                     req.body = Body::Bytes(bytes.clone());
-                    Full::new(bytes)
-                        .map_err(|never| match never {})
-                        .boxed_unsync()
+                    send_body(Full::new(bytes), max, write_timeout, progress)
                 }
             },
-            _ => Empty::new().map_err(|never| match never {}).boxed_unsync(),
-        };
-        let body: ReqBody = if empty {
-            body
-        } else {
-            SendBody::new(body, max, write_timeout, sent).boxed_unsync()
+            _ => send_body(Empty::new(), max, write_timeout, progress),
         };
         let mut http_req = Request::builder()
             .method(req.method.clone())
@@ -836,6 +829,19 @@ fn shown_url(url: &Url) -> String {
         redact_url(url.as_str())
     }
 }
+
+/// `body` as sent for one attempt (see `SendBody`), boxed.
+fn send_body<B>(body: B, max: u64, write_timeout: Duration, progress: Arc<Progress>) -> ReqBody
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<soulbase_net_core::BoxError>,
+{
+    SendBody::new(body, max, write_timeout, progress).boxed_unsync()
+}
+
+/// The least time before a first-byte timer that fired while the connection had not taken
+/// the request yet looks again (a zero first-byte timeout would otherwise spin).
+const RECHECK_MIN: Duration = Duration::from_millis(1);
 
 /// The encodings the client decodes when it offers them itself.
 const ACCEPT_ENCODING: &str = "gzip, br, zstd";

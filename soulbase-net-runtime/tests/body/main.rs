@@ -97,7 +97,7 @@ async fn one_byte_over_the_limit_without_a_length_stops_at_the_limit() {
     let resp = fetch(&srv, Method::GET).await;
     assert!(resp.headers().get(header::CONTENT_LENGTH).is_none());
     check_content_length(resp.headers(), LIMIT).unwrap();
-    let body = LimitedBody::new(resp.into_body(), LIMIT);
+    let mut body = LimitedBody::new(resp.into_body(), LIMIT);
     let counter = body.bytes_counter();
     let (read, err) = drain(body).await;
     assert_eq!(err.unwrap().kind(), ErrorKind::TooLarge);
@@ -134,7 +134,7 @@ async fn a_length_claiming_more_than_is_sent_is_an_io_error() {
     let srv = serve(Reply::ok("short").content_length(1000)).await;
     let resp = fetch(&srv, Method::GET).await;
     check_content_length(resp.headers(), LIMIT).unwrap();
-    let body = LimitedBody::new(resp.into_body(), LIMIT);
+    let mut body = LimitedBody::new(resp.into_body(), LIMIT);
     let counter = body.bytes_counter();
     let err = collect(body).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
@@ -160,7 +160,8 @@ async fn a_body_stalled_after_the_head_hits_the_read_timeout() {
 async fn a_body_stalled_half_way_hits_the_read_timeout_after_its_bytes() {
     let srv = serve(Reply::huge(10_000).stall_after(1000)).await;
     let resp = fetch(&srv, Method::GET).await;
-    let body = LimitedBody::new(resp.into_body(), LIMIT).read_timeout(Duration::from_millis(200));
+    let mut body =
+        LimitedBody::new(resp.into_body(), LIMIT).read_timeout(Duration::from_millis(200));
     let counter = body.bytes_counter();
     let (read, err) = drain(body).await;
     assert_eq!(err.unwrap().kind(), ErrorKind::Timeout(Phase::Read));
@@ -195,7 +196,7 @@ async fn gzip_and_brotli_bodies_are_decoded() {
         let resp = fetch(&srv, Method::GET).await;
         let (mut parts, incoming) = resp.into_parts();
         let encoded_len = parts.headers[header::CONTENT_LENGTH].clone();
-        let wire = LimitedBody::new(incoming, LIMIT);
+        let mut wire = LimitedBody::new(incoming, LIMIT);
         let wire_bytes = wire.bytes_counter();
         let body = decode(wire, &mut parts.headers, LIMIT, true).unwrap();
         assert_eq!(collect(body).await.unwrap(), text.as_bytes());
@@ -222,7 +223,7 @@ async fn a_decompression_bomb_stops_at_the_limit() {
     // The compressed body itself is under the cap: only the decoded bytes are too many.
     let max = 1 << 20;
     check_content_length(&parts.headers, max).unwrap();
-    let wire = LimitedBody::new(incoming, max);
+    let mut wire = LimitedBody::new(incoming, max);
     let wire_bytes = wire.bytes_counter();
     let (read, err) = drain(decode(wire, &mut parts.headers, max, true).unwrap()).await;
     assert_eq!(err.unwrap().kind(), ErrorKind::TooLarge);

@@ -52,6 +52,54 @@ impl Dialer for Silent {
     }
 }
 
+/// A dialer that connects (to loopback only) after a fixed delay: a slow network.
+#[derive(Debug)]
+struct SlowConnect(Duration);
+
+impl Dialer for SlowConnect {
+    fn dial(&self, addr: std::net::SocketAddr) -> DialFuture {
+        let delay = self.0;
+        Box::pin(async move {
+            assert!(addr.ip().is_loopback(), "test dialer refuses {addr}");
+            tokio::time::sleep(delay).await;
+            soulbase_net_runtime::TcpDialer.dial(addr).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_first_byte_clock_starts_when_the_connection_takes_the_request() {
+    let mut srv = FaultServer::http1()
+        .route("/now", Reply::ok("at once"))
+        .route("/late", Reply::ok("late").delay(Duration::from_millis(600)))
+        .start()
+        .await
+        .unwrap();
+    let connect = Duration::from_millis(400);
+    let ttfb = Duration::from_millis(250);
+    // Connecting takes longer than the first-byte timeout: not a first-byte timeout.
+    let h = harness_with(loopback_policy(), |b| {
+        b.dialer(std::sync::Arc::new(SlowConnect(connect)))
+    });
+    let req = NetRequest::get(srv.url("/now")).timeout(TimeoutCfg::default().with_ttfb(ttfb));
+    let res = h.client.send(req).await.unwrap();
+    assert_eq!(res.status, 200);
+    assert!(res.elapsed.ttfb >= connect, "{:?}", res.elapsed);
+    // A late head after a slow connect: the timeout counts from the request's start on the
+    // connection, so it fires no earlier than connect + ttfb.
+    let h = harness_with(loopback_policy(), |b| {
+        b.dialer(std::sync::Arc::new(SlowConnect(connect)))
+    });
+    let started = tokio::time::Instant::now();
+    let req = NetRequest::get(srv.url("/late")).timeout(TimeoutCfg::default().with_ttfb(ttfb));
+    let err = h.client.send(req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Ttfb));
+    let waited = started.elapsed();
+    assert!(waited >= connect + ttfb, "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    srv.shutdown().await;
+}
+
 #[tokio::test]
 async fn connect_timeout_fires_when_no_connection_opens() {
     let mut p = loopback_policy();
