@@ -76,12 +76,17 @@ impl HotParts {
         }
     }
 
-    /// One limiter acquisition for `host` (which never waits with `max_wait` at zero) and its
-    /// release; whether a permit was granted.
+    /// One limiter acquisition for `host` as the client makes it (at once, without a
+    /// future, when no wait is needed) and its release; whether a permit was granted.
     pub fn limiter_acquire_release(&self, host: &str, p: &LimitsPolicy) -> bool {
-        let acquire = std::pin::pin!(self.limiter.acquire(host, None, p));
-        let mut cx = Context::from_waker(Waker::noop());
-        matches!(acquire.poll(&mut cx), Poll::Ready(Ok(_)))
+        match self.limiter.acquire_now(host, None, p) {
+            Some(acquired) => acquired.is_ok(),
+            None => {
+                let acquire = std::pin::pin!(self.limiter.acquire(host, None, p));
+                let mut cx = Context::from_waker(Waker::noop());
+                matches!(acquire.poll(&mut cx), Poll::Ready(Ok(_)))
+            }
+        }
     }
 
     /// A fresh cache hit for `name`: the number of addresses (0 on a miss).
