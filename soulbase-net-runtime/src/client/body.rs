@@ -183,12 +183,23 @@ impl OwnedInfo {
     }
 }
 
-/// The response body as the caller gets it: reports the bytes received once, when the body
-/// ends, fails, or is dropped unread.
-pub(crate) struct MeteredBody<B> {
-    inner: B,
-    received: u64,
-    report: Option<(Arc<dyn Observer>, Arc<OwnedInfo>)>,
+pin_project_lite::pin_project! {
+    /// The response body as the caller gets it: reports the bytes received once, when the
+    /// body ends, fails, or is dropped unread. Wraps the limited body directly (no box in
+    /// between), so a response costs one box and one dynamic call per frame.
+    pub(crate) struct MeteredBody<B> {
+        #[pin]
+        inner: B,
+        received: u64,
+        report: Option<(Arc<dyn Observer>, Arc<OwnedInfo>)>,
+    }
+
+    impl<B> PinnedDrop for MeteredBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            report(this.report, *this.received);
+        }
+    }
 }
 
 impl<B> MeteredBody<B> {
@@ -199,44 +210,39 @@ impl<B> MeteredBody<B> {
             report: Some((observer, info)),
         }
     }
-
-    fn report(&mut self) {
-        if let Some((observer, info)) = self.report.take() {
-            observer.on_event(&NetEvent::Bytes {
-                req: info.info(),
-                dir: Direction::In,
-                bytes: self.received,
-            });
-        }
-    }
 }
 
-impl<B> Drop for MeteredBody<B> {
-    fn drop(&mut self) {
-        self.report();
+/// Reports the bytes received, the first time only.
+fn report(slot: &mut Option<(Arc<dyn Observer>, Arc<OwnedInfo>)>, received: u64) {
+    if let Some((observer, info)) = slot.take() {
+        observer.on_event(&NetEvent::Bytes {
+            req: info.info(),
+            dir: Direction::In,
+            bytes: received,
+        });
     }
 }
 
 impl<B> Body for MeteredBody<B>
 where
-    B: Body<Data = Bytes, Error = NetError> + Unpin,
+    B: Body<Data = Bytes, Error = NetError>,
 {
     type Data = Bytes;
     type Error = NetError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, NetError>>> {
-        let this = &mut *self;
-        let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        let this = self.project();
+        let polled = ready!(this.inner.poll_frame(cx));
         match &polled {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
-                    this.received += data.len() as u64;
+                    *this.received += data.len() as u64;
                 }
             }
-            Some(Err(_)) | None => this.report(),
+            Some(Err(_)) | None => report(this.report, *this.received),
         }
         Poll::Ready(polled)
     }

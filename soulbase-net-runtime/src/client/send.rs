@@ -676,15 +676,19 @@ impl Inner {
             dir: Direction::Out,
             bytes: progress.sent(),
         });
+        // The byte meter wraps whatever the body is, unboxed: one box per response.
+        let (observer, labels) = (&self.observer, &call.labels);
         let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
-            decode(limited, &mut parts.headers, max, decoding)?
+            let decoded = decode(limited, &mut parts.headers, max, decoding)?;
+            if self.observed {
+                MeteredBody::new(decoded, observer.clone(), labels.clone()).boxed_unsync()
+            } else {
+                decoded
+            }
+        } else if self.observed {
+            MeteredBody::new(limited, observer.clone(), labels.clone()).boxed_unsync()
         } else {
             limited.boxed_unsync()
-        };
-        let body = if self.observed {
-            MeteredBody::new(body, self.observer.clone(), call.labels.clone()).boxed_unsync()
-        } else {
-            body
         };
         Ok(NetResponse {
             status: parts.status,
