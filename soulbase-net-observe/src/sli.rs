@@ -5,12 +5,8 @@
 //! `retries_total / requests_total`); percentiles are over a sliding sample of the most recent
 //! request latencies, so they follow the current behaviour of the dependency.
 
-use std::{
-    collections::VecDeque,
-    sync::atomic::{AtomicU64, Ordering},
-};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric},
@@ -51,7 +47,12 @@ pub(crate) struct SliState {
     dedup_drops: AtomicU64,
     consumed: AtomicU64,
     window: usize,
-    latencies_ms: Mutex<VecDeque<f64>>,
+    /// The last `window` total latencies (ms, as `f64` bits), a ring filled without a lock:
+    /// `written` counts every sample, and sample `n` goes to slot `n % window`. A reader may
+    /// see a slot a writer has claimed but not yet filled (its older value): an SLI is an
+    /// estimate, and the hot path never waits.
+    latencies_ms: Box<[AtomicU64]>,
+    written: AtomicU64,
 }
 
 impl SliState {
@@ -64,7 +65,8 @@ impl SliState {
             dedup_drops: AtomicU64::new(0),
             consumed: AtomicU64::new(0),
             window,
-            latencies_ms: Mutex::new(VecDeque::with_capacity(window.min(16_384))),
+            latencies_ms: (0..window).map(|_| AtomicU64::new(0)).collect(),
+            written: AtomicU64::new(0),
         }
     }
 
@@ -89,11 +91,11 @@ impl SliState {
         if self.window == 0 {
             return;
         }
-        let mut sample = self.latencies_ms.lock();
-        if sample.len() >= self.window {
-            sample.pop_front();
+        let n = self.written.fetch_add(1, Ordering::Relaxed);
+        // `n % window` is below `window`, the ring's length, so the slot exists.
+        if let Some(slot) = self.latencies_ms.get((n % self.window as u64) as usize) {
+            slot.store(total_ms.to_bits(), Ordering::Relaxed);
         }
-        sample.push_back(total_ms);
     }
 
     pub(crate) fn on_dedup(&self, drops: u64, consumed: u64) {
@@ -113,8 +115,13 @@ impl SliState {
         let consumed = self.consumed.load(Ordering::Relaxed);
         let dup_drop_rate = (consumed > 0)
             .then(|| self.dedup_drops.load(Ordering::Relaxed) as f64 / consumed as f64);
-        // Copy under the lock, sort outside it: the hot path only ever waits for a memcpy.
-        let mut sorted: Vec<f64> = self.latencies_ms.lock().iter().copied().collect();
+        let filled = usize::try_from(self.written.load(Ordering::Relaxed))
+            .unwrap_or(usize::MAX)
+            .min(self.window);
+        let mut sorted: Vec<f64> = self.latencies_ms[..filled]
+            .iter()
+            .map(|slot| f64::from_bits(slot.load(Ordering::Relaxed)))
+            .collect();
         sorted.sort_by(f64::total_cmp);
         Slis {
             requests,

@@ -7,11 +7,7 @@ mod learn;
 mod send;
 mod transport;
 
-use std::{
-    fmt,
-    sync::{atomic::AtomicU64, Arc},
-    time::Duration,
-};
+use std::{fmt, sync::Arc, time::Duration};
 
 use http::HeaderValue;
 use rustls::pki_types::CertificateDer;
@@ -77,7 +73,6 @@ struct Inner {
     user_agent: HeaderValue,
     decompress: bool,
     transports: Transports,
-    next_id: AtomicU64,
     breakers: Breakers,
     budgets: Arc<RetryBudgets>,
     limiter: Arc<Limiter>,
@@ -266,7 +261,6 @@ impl ClientBuilder {
                 user_agent: self.user_agent,
                 decompress: self.decompress,
                 transports,
-                next_id: AtomicU64::new(1),
                 breakers,
                 budgets,
                 limiter,

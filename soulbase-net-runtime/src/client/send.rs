@@ -5,7 +5,10 @@ use std::{
     borrow::Cow,
     future::Future,
     pin::Pin,
-    sync::{atomic::Ordering, Arc},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     task::Poll,
     time::Duration,
 };
@@ -68,7 +71,7 @@ impl Call<'_> {
 impl Inner {
     pub(super) async fn send(&self, mut req: NetRequest) -> Result<NetResponse, NetError> {
         let started = Instant::now();
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = next_request_id();
         let url = match req.validate(u64::MAX) {
             Ok(url) => url,
             Err(e) => return Err(self.fail_early(&req, e).await),
@@ -834,6 +837,30 @@ fn shown_url(url: &Url) -> String {
     }
 }
 
+/// A request number unique in the process (so one observer can serve several clients).
+/// Each thread takes a block of numbers at a time: the shared counter is touched once per
+/// block rather than once per request.
+fn next_request_id() -> u64 {
+    const BLOCK: u64 = 1024;
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static RANGE: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+    }
+    RANGE
+        .try_with(|range| {
+            let (next, end) = range.get();
+            if next < end {
+                range.set((next + 1, end));
+                next
+            } else {
+                let start = NEXT.fetch_add(BLOCK, Ordering::Relaxed);
+                range.set((start + 1, start + BLOCK));
+                start
+            }
+        })
+        .unwrap_or_else(|_| NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 /// `body` as sent for one attempt (see `SendBody`), boxed.
 fn send_body<B>(body: B, max: u64, write_timeout: Duration, progress: Arc<Progress>) -> ReqBody
 where
@@ -849,3 +876,30 @@ const RECHECK_MIN: Duration = Duration::from_millis(1);
 
 /// The encodings the client decodes when it offers them itself.
 const ACCEPT_ENCODING: &str = "gzip, br, zstd";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_unique_across_threads_and_rise_within_one() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..3_000).map(|_| next_request_id()).collect()))
+            .collect();
+        let per_thread: Vec<Vec<u64>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for ids in &per_thread {
+            assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        }
+        let mut all: Vec<u64> = per_thread.into_iter().flatten().collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 12_000);
+        assert!(all[0] > 0);
+    }
+
+    #[test]
+    fn shown_urls_drop_query_and_fragment() {
+        let url = Url::parse("https://api.example:8443/a/b?token=1#f").unwrap();
+        assert_eq!(shown_url(&url), "https://api.example:8443/a/b");
+    }
+}

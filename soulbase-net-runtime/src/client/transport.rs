@@ -92,7 +92,10 @@ impl Transports {
     pub(crate) fn get(&self, policy: &Arc<NetPolicy>) -> Result<Arc<Transport>, NetError> {
         let ptr = Arc::as_ptr(policy) as usize;
         if let Some((weak, t)) = self.by_policy.lock().get(&ptr) {
-            if weak.upgrade().is_some_and(|p| Arc::ptr_eq(&p, policy)) {
+            // The same allocation, so the same policy: a weak reference keeps its memory
+            // from being reused, so no other policy can be at this address. (No upgrade:
+            // that would write to the policy's shared counts on every request.)
+            if std::ptr::eq(weak.as_ptr(), Arc::as_ptr(policy)) {
                 return Ok(t.clone());
             }
         }
