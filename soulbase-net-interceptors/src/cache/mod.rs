@@ -139,10 +139,12 @@ impl CacheHook {
         if last.vary_matches(req_headers) {
             return Some(last);
         }
-        let names = last
+        let values: Vec<(&HeaderName, Option<HeaderValue>)> = last
             .vary
             .iter()
-            .map(|(name, _)| (name, req_headers.get(name)));
+            .map(|(name, _)| (name, store::selecting_value(req_headers, name)))
+            .collect();
+        let names = values.iter().map(|(name, value)| (*name, value.as_ref()));
         self.store
             .get(&variant_key(key, names))
             .await

@@ -144,7 +144,7 @@ impl CachedResponse {
             .vary
             .into_iter()
             .map(|name| {
-                let seen = req_headers.get(&name).cloned();
+                let seen = selecting_value(req_headers, &name);
                 (name, seen)
             })
             .collect();
@@ -186,11 +186,13 @@ impl CachedResponse {
         age >= self.lifetime && age < self.lifetime.saturating_add(self.stale_while_revalidate)
     }
 
-    /// Whether a request with `req_headers` has the values this entry was stored for.
+    /// Whether a request with `req_headers` has the values this entry was stored for: each
+    /// header `Vary` names, all its field lines combined (RFC 9111 §4.1), compared with what
+    /// the storing request had.
     pub fn vary_matches(&self, req_headers: &HeaderMap) -> bool {
         self.vary
             .iter()
-            .all(|(name, value)| req_headers.get(name) == value.as_ref())
+            .all(|(name, value)| selecting_value(req_headers, name) == *value)
     }
 
     /// The stored response as a buffered [`NetResponse`] for `url`.
@@ -255,6 +257,24 @@ impl CacheStore for MemoryStore {
     async fn remove(&self, key: &str) {
         self.cache.invalidate(key).await;
     }
+}
+
+/// The value of request header `name` as `Vary` compares it: absent, its one line, or its
+/// lines combined in order with `", "` (RFC 9110 §5.3), so that two requests that differ only
+/// in a second `Accept-Language` line are different variants.
+pub(crate) fn selecting_value(headers: &HeaderMap, name: &HeaderName) -> Option<HeaderValue> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    let Some(second) = lines.next() else {
+        return Some(first.clone());
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for line in std::iter::once(second).chain(lines) {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+    }
+    // Valid lines joined by ", " are a valid value; were it not, the lines could not match.
+    HeaderValue::from_bytes(&joined).ok()
 }
 
 #[cfg(test)]

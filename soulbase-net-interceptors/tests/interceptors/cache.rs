@@ -343,6 +343,41 @@ async fn each_vary_variant_is_kept_beside_the_others() {
 }
 
 #[tokio::test]
+async fn vary_compares_every_line_of_a_selecting_header() {
+    let srv = FaultServer::http1()
+        .route(
+            "/v",
+            Reply::echo()
+                .header("cache-control", "max-age=60")
+                .header("vary", "accept-language"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(CacheHook::new())]);
+    // One header line per entry.
+    let get = |lines: &[&str]| {
+        let mut req = NetRequest::get(srv.url("/v"));
+        for line in lines {
+            let value = soulbase_net_core::http::HeaderValue::from_str(line).unwrap();
+            req.headers.append("accept-language", value);
+        }
+        req
+    };
+    assert!(!from_cache(&c, get(&["en", "fr"])).await);
+    // Same first line, another second one: another variant, asked of the server.
+    assert!(!from_cache(&c, get(&["en", "de"])).await);
+    assert_eq!(srv.hits("/v"), 2);
+    // Each is then served from the cache — also when its lines arrive as one line.
+    assert!(from_cache(&c, get(&["en", "fr"])).await);
+    assert!(from_cache(&c, get(&["en", "de"])).await);
+    assert!(from_cache(&c, get(&["en, fr"])).await);
+    assert!(!from_cache(&c, get(&["en"])).await);
+    assert_eq!(srv.hits("/v"), 3);
+    srv.join().await;
+}
+
+#[tokio::test]
 async fn vary_star_is_never_served_from_the_cache() {
     use soulbase_net_testkit::Script;
     let srv = FaultServer::http1()
