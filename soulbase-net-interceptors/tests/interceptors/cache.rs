@@ -303,8 +303,9 @@ async fn age_counts_against_freshness_and_is_reported() {
     srv.join().await;
 }
 
-#[tokio::test]
-async fn each_vary_variant_is_kept_beside_the_others() {
+/// A server whose `/v` echoes the request, fresh for 60 s and varying on `Accept-Language`,
+/// and a client caching through a `CacheHook`.
+async fn vary_by_language() -> (FaultServer, soulbase_net_runtime::Client) {
     let srv = FaultServer::http1()
         .route(
             "/v",
@@ -315,7 +316,12 @@ async fn each_vary_variant_is_kept_beside_the_others() {
         .start()
         .await
         .unwrap();
-    let c = client(vec![Arc::new(CacheHook::new())]);
+    (srv, client(vec![Arc::new(CacheHook::new())]))
+}
+
+#[tokio::test]
+async fn each_vary_variant_is_kept_beside_the_others() {
+    let (srv, c) = vary_by_language().await;
     let get = |lang: Option<&str>| {
         let req = NetRequest::get(srv.url("/v"));
         match lang {
@@ -344,17 +350,7 @@ async fn each_vary_variant_is_kept_beside_the_others() {
 
 #[tokio::test]
 async fn vary_compares_every_line_of_a_selecting_header() {
-    let srv = FaultServer::http1()
-        .route(
-            "/v",
-            Reply::echo()
-                .header("cache-control", "max-age=60")
-                .header("vary", "accept-language"),
-        )
-        .start()
-        .await
-        .unwrap();
-    let c = client(vec![Arc::new(CacheHook::new())]);
+    let (srv, c) = vary_by_language().await;
     // One header line per entry.
     let get = |lines: &[&str]| {
         let mut req = NetRequest::get(srv.url("/v"));
