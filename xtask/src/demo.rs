@@ -1,9 +1,9 @@
 //! `cargo xtask demo`: the project's main job on an embedded default, in a few seconds.
 //!
-//! Starts [`FaultServer`]s on loopback and drives one [`Client`] through five phases a person
+//! Starts [`FaultServer`]s on loopback and drives one [`Client`] through six phases a person
 //! can watch: a flaky endpoint retried to success, a failing one tripping the circuit breaker
-//! and recovering through HalfOpen, a concurrency limit, SSRF attempts refused, and a
-//! first-byte timeout. Each phase prints a live progress line and a verdict; a final table and
+//! and recovering through HalfOpen, a concurrency limit, SSRF attempts refused, a first-byte
+//! timeout, and a cached GET (the same client with a `CacheHook`). Each phase prints a live progress line and a verdict; a final table and
 //! the events counted by the demo's own [`Observer`] follow. The exit code is non-zero when
 //! any phase did not behave as expected, so the demo doubles as a smoke test (and a `#[test]`
 //! runs the same scenario in-process).
@@ -33,6 +33,7 @@ use soulbase_net_core::{
     BreakerState, ErrorCode, ErrorKind, NetClient, NetError, NetEvent, NetRequest, NetResponse,
     Observer, Phase, TimeoutCfg,
 };
+use soulbase_net_interceptors::CacheHook;
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, FaultServerBuilder, RandomFaults, Reply, Script};
@@ -342,11 +343,19 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
     let dialer = Arc::new(LoopbackDialer::default());
     let client = Client::builder()
         .policy(demo_policy())
-        .observer(both)
+        .observer(both.clone())
         .dialer(dialer.clone())
         .build()
         .map_err(|e| format!("could not build the client: {e}"))?;
     let client = Arc::new(client);
+    // The same client with a response cache in front, for the cached-GET phase.
+    let cached = Client::builder()
+        .policy(demo_policy())
+        .observer(both)
+        .dialer(dialer.clone())
+        .interceptor(CacheHook::new())
+        .build()
+        .map_err(|e| format!("could not build the caching client: {e}"))?;
     let mut phases = Vec::new();
     for phase in [
         phase_flaky(&client, progress).await?,
@@ -354,6 +363,7 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
         phase_limit(&client, progress).await?,
         phase_ssrf(&client, &dialer, progress).await?,
         phase_timeout(&client, progress).await?,
+        phase_cache(&cached, progress).await?,
     ] {
         phases.push(phase);
     }
@@ -655,6 +665,57 @@ async fn phase_timeout(client: &Client, progress: Progress) -> Result<PhaseResul
             describe(&res),
             took.as_secs_f64()
         ),
+        passed,
+        elapsed: started.elapsed(),
+    };
+    progress.finish(&result);
+    Ok(result)
+}
+
+/// Requests answered from the cache in the cached-GET phase.
+const CACHED_GETS: u32 = 5;
+
+/// (f) A cacheable GET: the first goes to the server, the next ones are answered by the
+/// CacheHook without a request (no attempt), with the same body.
+async fn phase_cache(client: &Client, progress: Progress) -> Result<PhaseResult, String> {
+    const NAME: &str = "(f) cache";
+    let started = Instant::now();
+    let srv = server(6, |b| {
+        b.route(
+            "/catalog",
+            Reply::ok("catalog v1")
+                .header("cache-control", "max-age=60")
+                .header("etag", "\"v1\""),
+        )
+    })
+    .await?;
+    progress.update(NAME, "GET /catalog (max-age=60) …");
+    let first = client.send(NetRequest::get(srv.url("/catalog"))).await;
+    let first_body = match first {
+        Ok(r) if r.status == 200 && r.attempts == 1 => r.text().await.ok(),
+        _ => None,
+    };
+    let mut from_cache = 0u32;
+    for i in 1..=CACHED_GETS {
+        let res = client.send(NetRequest::get(srv.url("/catalog"))).await;
+        if let Ok(r) = res {
+            let cached = r.status == 200 && r.attempts == 0;
+            if cached && r.text().await.ok() == first_body {
+                from_cache += 1;
+            }
+        }
+        progress.update(
+            NAME,
+            &format!("GET /catalog again {i}/{CACHED_GETS}: {from_cache} from the cache"),
+        );
+    }
+    let hits = srv.hits("/catalog");
+    srv.join().await;
+    let passed = first_body.is_some() && from_cache == CACHED_GETS && hits == 1;
+    let result = PhaseResult {
+        name: NAME,
+        expected: format!("1st GET from the server, the next {CACHED_GETS} from the cache"),
+        measured: format!("{from_cache}/{CACHED_GETS} from the cache, {hits} server hit(s)"),
         passed,
         elapsed: started.elapsed(),
     };
