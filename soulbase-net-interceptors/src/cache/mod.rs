@@ -31,8 +31,9 @@ pub use self::store::{CacheStore, CachedResponse, MemoryStore};
 ///   `Authorization` or `Cache-Control: no-store`.
 /// - Freshness lifetime: `s-maxage`, else `max-age`, else `Expires` − `Date` (an invalid
 ///   `Expires` is in the past); none otherwise (no heuristic freshness). `no-cache` makes it
-///   zero. The response's `Age` counts against it, and responses served from the cache carry
-///   their current `Age`.
+///   zero. The age it arrives with counts against it — its `Age`, or how long ago its `Date`
+///   says it was made, whichever is more (RFC 9111 §4.2.3) — and responses served from the
+///   cache carry their current `Age`.
 /// - Fresh (younger than its lifetime): answered by [`respond`](Interceptor::respond) without
 ///   a request (`attempts` is 0).
 /// - `Vary`: each combination of the named request headers is its own variant, kept beside

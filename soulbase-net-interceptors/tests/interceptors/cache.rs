@@ -273,6 +273,32 @@ async fn expires_gives_freshness_only_without_max_age() {
 }
 
 #[tokio::test]
+async fn a_date_in_the_past_counts_as_age() {
+    let two_minutes_ago = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(120));
+    let srv = FaultServer::http1()
+        // Made two minutes ago (by its `Date`), fresh for one: stale on arrival.
+        .route(
+            "/dated",
+            Reply::resource("d")
+                .etag("\"d\"")
+                .header("cache-control", "max-age=60")
+                .header("date", &two_minutes_ago),
+        )
+        // The server's own `Date` (now): fresh.
+        .route(
+            "/now",
+            Reply::resource("n").header("cache-control", "max-age=60"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = client(vec![Arc::new(CacheHook::new())]);
+    fresh_after_first(&c, &srv, "/now").await;
+    stale_on_arrival(&c, &srv, "/dated", "\"d\"").await;
+    srv.join().await;
+}
+
+#[tokio::test]
 async fn age_counts_against_freshness_and_is_reported() {
     let srv = FaultServer::http1()
         .route(
