@@ -51,6 +51,13 @@ pub enum GaugeReading<'a> {
         /// How many.
         value: u64,
     },
+    /// Calls holding one of a tenant's concurrency slots now (across hosts).
+    TenantInFlight {
+        /// The tenant.
+        tenant: &'a str,
+        /// How many.
+        value: u64,
+    },
     /// Calls waiting for a place under a host's limits (only with a bounded `max_wait`).
     LimiterQueued {
         /// The host.

@@ -18,7 +18,7 @@ use prometheus_client::{
 };
 use soulbase_net_core::{GaugeReading, GaugeSource};
 
-use crate::labels::{HostLabels, Label, LabelCap, TenantHostLabels};
+use crate::labels::{HostLabels, Label, LabelCap, TenantHostLabels, TenantLabels};
 
 /// The sources attached by clients, and the label caps shared with the other metrics.
 #[derive(Debug)]
@@ -34,6 +34,7 @@ pub(crate) struct GaugeState {
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Totals {
     pub(crate) in_flight: BTreeMap<Label, u64>,
+    pub(crate) tenant_in_flight: BTreeMap<Label, u64>,
     pub(crate) queued: BTreeMap<Label, u64>,
     pub(crate) window: BTreeMap<Label, u64>,
     pub(crate) global_window: Option<u64>,
@@ -78,6 +79,12 @@ impl GaugeState {
         match reading {
             GaugeReading::LimiterInFlight { host, value } => {
                 *totals.in_flight.entry(self.hosts.admit(host)).or_default() += value;
+            }
+            GaugeReading::TenantInFlight { tenant, value } => {
+                *totals
+                    .tenant_in_flight
+                    .entry(self.tenants.admit(tenant))
+                    .or_default() += value;
             }
             GaugeReading::LimiterQueued { host, value } => {
                 *totals.queued.entry(self.hosts.admit(host)).or_default() += value;
@@ -125,6 +132,17 @@ impl Collector for GaugeCollector {
             "net_limiter_in_flight",
             "Calls holding a host's concurrency slot",
             by_host(t.in_flight),
+        )?;
+        let by_tenant = t
+            .tenant_in_flight
+            .into_iter()
+            .map(|(tenant, v)| (TenantLabels { tenant }, v))
+            .collect();
+        family(
+            &mut encoder,
+            "net_limiter_tenant_in_flight",
+            "Calls holding a tenant's concurrency slot",
+            by_tenant,
         )?;
         family(
             &mut encoder,
@@ -211,6 +229,14 @@ mod tests {
                 host: None,
                 value: 8,
             },
+            GaugeReading::TenantInFlight {
+                tenant: "t1",
+                value: 2,
+            },
+            GaugeReading::TenantInFlight {
+                tenant: "t2",
+                value: 1,
+            },
             GaugeReading::RetryBudgetTokens {
                 host: "a",
                 tenant: Some("t1"),
@@ -239,6 +265,8 @@ mod tests {
         assert_eq!(t.in_flight.get(&Label::new("a")), Some(&3));
         assert_eq!(t.in_flight.get(&other), Some(&7), "b and c past the cap");
         assert_eq!(t.global_window, Some(10));
+        assert_eq!(t.tenant_in_flight.get(&Label::new("t1")), Some(&2));
+        assert_eq!(t.tenant_in_flight.get(&other), Some(&1), "t2 past the cap");
         assert_eq!(t.tokens.get(&(Label::new("t1"), Label::new("a"))), Some(&5));
         assert_eq!(t.tokens.get(&(other, Label::new("a"))), Some(&6));
         drop(b);

@@ -122,6 +122,11 @@ pub(crate) struct BytesLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TenantLabels {
+    pub(crate) tenant: Label,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TenantHostLabels {
     pub(crate) tenant: Label,
     pub(crate) host: Label,

@@ -4,9 +4,10 @@
 //! - [`Metrics`]: the seed's metrics (`net_requests_total`, `net_latency_ms`, `net_bytes_total`,
 //!   `net_retry_total`, `net_circuit_open_total`, `net_redirect_total`, …) with bounded labels,
 //!   in the OpenMetrics text format; gauges of the clients' limiters and retry budgets
-//!   (`net_limiter_in_flight`, `net_limiter_queued`, `net_limiter_window`,
-//!   `net_retry_budget_tokens`) read from them at scrape time; and [`Slis`] (retry rate, timeout rate, error ratio,
-//!   dedup drop rate, p50 / p99 latency) as a struct and as gauges.
+//!   (`net_limiter_in_flight`, `net_limiter_tenant_in_flight`, `net_limiter_queued`,
+//!   `net_limiter_window`, `net_retry_budget_tokens`) read from them at scrape time; and
+//!   [`Slis`] (retry rate, timeout rate, error ratio, dedup drop rate, p50 / p99 latency) as a
+//!   struct and as gauges.
 //! - [`TracingObserver`]: one span per request and one per attempt, OpenTelemetry field names.
 //! - [`Fanout`]: both at once.
 //!

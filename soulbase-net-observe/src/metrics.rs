@@ -56,6 +56,7 @@ const MAX_RULES: usize = 64;
 /// | `net_dns_lookups_total` | `source` | `DnsResolved` |
 /// | `net_sli_*` (gauges) | — | see [`Slis`], computed at scrape time |
 /// | `net_limiter_in_flight` (gauge) | `host` | calls holding the host's concurrency slot, read from the client at scrape time |
+/// | `net_limiter_tenant_in_flight` (gauge) | `tenant` | calls holding one of the tenant's concurrency slots (all hosts), at scrape time |
 /// | `net_limiter_queued` (gauge) | `host` | calls waiting for a place under the host's limits (bounded `max_wait` only), at scrape time |
 /// | `net_limiter_window` (gauge) | `host` | the per-host AIMD window once a call used it, at scrape time |
 /// | `net_limiter_global_window` (gauge) | — | the client-wide AIMD window (global scope), when used, at scrape time |

@@ -31,7 +31,7 @@ use self::gcra::Gcra;
 #[derive(Debug)]
 pub(crate) struct Limiter {
     hosts: Mutex<HashMap<Box<str>, Arc<HostLimits>>>,
-    tenants: Mutex<HashMap<Box<str>, Arc<Semaphore>>>,
+    tenants: Mutex<HashMap<Box<str>, TenantLimits>>,
     global: Mutex<Option<Arc<Aimd>>>,
     max_keys: usize,
 }
@@ -46,6 +46,13 @@ struct HostLimits {
 }
 
 /// A call's place under every limit; dropping it frees them all.
+/// A tenant's concurrency slots and how many there are.
+#[derive(Debug)]
+struct TenantLimits {
+    slots: Arc<Semaphore>,
+    cap: u32,
+}
+
 #[derive(Debug)]
 pub(crate) struct LimitPermit {
     _host: OwnedSemaphorePermit,
@@ -207,6 +214,13 @@ impl Limiter {
             }
         }
         drop(hosts);
+        for (tenant, t) in self.tenants.lock().iter() {
+            let free = u32::try_from(t.slots.available_permits()).unwrap_or(u32::MAX);
+            visit(GaugeReading::TenantInFlight {
+                tenant,
+                value: u64::from(t.cap.saturating_sub(free)),
+            });
+        }
         if let Some(window) = self.global_window() {
             visit(GaugeReading::LimiterWindow {
                 host: None,
@@ -242,16 +256,24 @@ impl Limiter {
 
     fn tenant(&self, tenant: &str, p: &LimitsPolicy) -> Arc<Semaphore> {
         let mut tenants = self.tenants.lock();
-        if let Some(s) = tenants.get(tenant) {
-            return s.clone();
+        if let Some(t) = tenants.get(tenant) {
+            return t.slots.clone();
         }
         if tenants.len() >= self.max_keys {
-            let cap = p.per_tenant_concurrency as usize;
-            tenants.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < cap);
+            tenants.retain(|_, t| {
+                Arc::strong_count(&t.slots) > 1 || t.slots.available_permits() < t.cap as usize
+            });
         }
-        let sem = Arc::new(semaphore(p.per_tenant_concurrency));
-        tenants.insert(tenant.into(), sem.clone());
-        sem
+        let cap = p.per_tenant_concurrency;
+        let slots = Arc::new(semaphore(cap));
+        tenants.insert(
+            tenant.into(),
+            TenantLimits {
+                slots: slots.clone(),
+                cap,
+            },
+        );
+        slots
     }
 
     fn aimd_for(&self, entry: &HostLimits, p: &AimdPolicy) -> Option<Arc<Aimd>> {

@@ -165,6 +165,41 @@ async fn limiter_and_budget_gauges_show_exact_values() {
 }
 
 #[tokio::test]
+async fn tenant_gauges_count_the_calls_each_tenant_holds() {
+    let srv = FaultServer::http1()
+        .route("/slow", Reply::ok("x").delay(Duration::from_millis(800)))
+        .start()
+        .await
+        .unwrap();
+    let (metrics, started, fanout) = metrics_and_starts();
+    let h = harness_with(loopback_policy(), |b| b.observer(fanout));
+    let t1 = r#"net_limiter_tenant_in_flight{tenant="t1"}"#;
+    let t2 = r#"net_limiter_tenant_in_flight{tenant="t2"}"#;
+    assert_eq!(sample(&metrics.encode(), t1), None, "no tenant yet");
+    let calls: Vec<_> = ["t1", "t1", "t2"]
+        .into_iter()
+        .map(|tenant| {
+            let client = h.client.clone();
+            let req = NetRequest::get(srv.url("/slow")).tenant(tenant);
+            tokio::spawn(async move { client.send(req).await })
+        })
+        .collect();
+    started.wait(3).await;
+    let text = metrics.encode();
+    assert_eq!(sample(&text, t1), Some(2.0), "{text}");
+    assert_eq!(sample(&text, t2), Some(1.0), "{text}");
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status, 200);
+    }
+    let text = metrics.encode();
+    assert_eq!(
+        (sample(&text, t1), sample(&text, t2)),
+        (Some(0.0), Some(0.0))
+    );
+    srv.join().await;
+}
+
+#[tokio::test]
 async fn cancelled_calls_free_their_slots_and_a_dropped_client_leaves_no_gauges() {
     let srv = FaultServer::http1()
         .route("/hang", Reply::hang())
