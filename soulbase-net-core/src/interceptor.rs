@@ -57,7 +57,9 @@ pub trait Interceptor: Send + Sync {
         None
     }
 
-    /// Runs before every attempt, `attempt` counting from 1 (hedged attempts included).
+    /// Runs before every attempt, `attempt` counting from 1 across the whole call (retries,
+    /// hedged attempts and a resend after [`should_resend`](Interceptor::should_resend)
+    /// included, so no two attempts of a call share a number).
     fn on_attempt(&self, _req: &mut NetRequest, _attempt: u32) {}
 
     /// Asks the client to send the request once more after this response, e.g. a 401 after

@@ -18,7 +18,9 @@ const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSIO
 ///   trace id and flags are kept, its span becomes the parent); otherwise a new trace is
 ///   started (random trace id, sampled). The trace id is fixed in
 ///   [`before`](Interceptor::before) and stays the same across retries and hedges, while
-///   every attempt gets a new span id ([`on_attempt`](Interceptor::on_attempt)).
+///   every attempt gets a span id of its own: `before` gives the first attempt's,
+///   [`on_attempt`](Interceptor::on_attempt) a new one for every later attempt (the client
+///   numbers attempts across the whole call, a resend included).
 /// - `X-Request-Id`: kept when the caller set one, else a random 32-hex id; set once per call,
 ///   so retries carry the same id.
 /// - `User-Agent`: replaces every `User-Agent` of the request with the configured one.
@@ -112,7 +114,11 @@ impl Interceptor for TraceUa {
         Ok(())
     }
 
-    fn on_attempt(&self, req: &mut NetRequest, _attempt: u32) {
+    fn on_attempt(&self, req: &mut NetRequest, attempt: u32) {
+        // The first attempt goes out with the span `before` just made.
+        if attempt <= 1 {
+            return;
+        }
         // The trace `before` set (or a valid one put in its place since): a new span of it.
         if let Some(mut value) = req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
             set_traceparent(&mut req.headers, &mut value);
@@ -206,14 +212,18 @@ mod tests {
         let first = req.headers["traceparent"].clone();
         let id = req.headers["x-request-id"].clone();
         t.on_attempt(&mut req, 1);
-        let second = req.headers["traceparent"].clone();
+        // The first attempt keeps the span `before` made.
+        assert_eq!(req.headers["traceparent"], first);
         t.on_attempt(&mut req, 2);
+        let second = req.headers["traceparent"].clone();
+        t.on_attempt(&mut req, 3);
         let third = req.headers["traceparent"].clone();
         let (trace_id, flags) = parse_traceparent(first.to_str().unwrap()).unwrap();
         assert_eq!(flags, "01");
         for tp in [&second, &third] {
             assert_eq!(parse_traceparent(tp.to_str().unwrap()).unwrap().0, trace_id);
         }
+        assert_ne!(first, second);
         assert_ne!(second, third);
         assert_eq!(req.headers["x-request-id"], id);
         assert_eq!(req.headers.get_all("user-agent").iter().count(), 1);

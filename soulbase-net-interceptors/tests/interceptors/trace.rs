@@ -66,3 +66,46 @@ async fn continues_the_callers_trace() {
     assert_eq!(seen[0].header("x-request-id"), Some("req-7"));
     srv.join().await;
 }
+
+/// Asks for one resend after a 401; records the attempt numbers it sees.
+#[derive(Default)]
+struct ResendOn401 {
+    attempts: parking_lot::Mutex<Vec<u32>>,
+}
+
+#[async_trait::async_trait]
+impl soulbase_net_core::Interceptor for ResendOn401 {
+    fn on_attempt(&self, _req: &mut NetRequest, attempt: u32) {
+        self.attempts.lock().push(attempt);
+    }
+    async fn should_resend(
+        &self,
+        _req: &mut NetRequest,
+        res: &mut soulbase_net_core::NetResponse,
+    ) -> bool {
+        res.status == 401
+    }
+}
+
+#[tokio::test]
+async fn a_resend_is_a_new_attempt_with_its_own_span() {
+    let srv = FaultServer::http1()
+        .route("/auth", Script::status(401).times(1).then(Reply::ok("in")))
+        .start()
+        .await
+        .unwrap();
+    let resend = Arc::new(ResendOn401::default());
+    let c = client(vec![Arc::new(TraceUa::new()), resend.clone()]);
+    let res = c.send(NetRequest::get(srv.url("/auth"))).await.unwrap();
+    assert_eq!(res.status, 200);
+    // Numbered across the call: the resend is attempt 2, not a second attempt 1.
+    assert_eq!(*resend.attempts.lock(), [1, 2]);
+    assert_eq!(res.attempts, 2);
+    let seen = srv.requests("/auth");
+    assert_eq!(seen.len(), 2);
+    let (t1, s1) = split(seen[0].header("traceparent").unwrap());
+    let (t2, s2) = split(seen[1].header("traceparent").unwrap());
+    assert_eq!(t1, t2, "one trace");
+    assert_ne!(s1, s2, "two spans");
+    srv.join().await;
+}

@@ -35,7 +35,7 @@ use super::{
 use crate::{
     body::{check_content_length, decode, LimitedBody},
     classify,
-    connect::ConnectInfo,
+    connect::{ConnectWitness, CONNECT_WITNESS},
     redirect::{Action, Redirect, RedirectState},
     resilience::{
         breaker_key, budget_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule,
@@ -49,6 +49,26 @@ struct Call<'a> {
     policy: &'a Arc<NetPolicy>,
     started: Instant,
     deadline: Instant,
+}
+
+/// The attempts of one call: numbered across the call (a resend after `should_resend`
+/// continues the count, so every attempt has its own number), limited per send (a resend
+/// gets the retry policy's attempts afresh).
+#[derive(Default)]
+struct Attempts {
+    /// Attempts made so far in the call.
+    made: u32,
+    /// Attempts made so far in this send (redirect hops included).
+    this_send: u32,
+}
+
+impl Attempts {
+    /// Counts one more attempt and returns its number in the call.
+    fn next(&mut self) -> u32 {
+        self.made += 1;
+        self.this_send += 1;
+        self.made
+    }
 }
 
 impl Call<'_> {
@@ -228,7 +248,10 @@ impl Inner {
                 return answer;
             }
         }
-        let mut result = self.follow(req, url.clone(), call, timeouts).await;
+        let mut attempts = Attempts::default();
+        let mut result = self
+            .follow(req, url.clone(), call, timeouts, &mut attempts)
+            .await;
         if let Ok(res) = &mut result {
             let mut resend = false;
             for interceptor in &self.interceptors.should_resend {
@@ -239,7 +262,8 @@ impl Inner {
             }
             if resend && req.body.is_replayable() {
                 drop(result);
-                result = self.follow(req, url, call, timeouts).await;
+                attempts.this_send = 0;
+                result = self.follow(req, url, call, timeouts, &mut attempts).await;
             }
         }
         match result {
@@ -263,6 +287,7 @@ impl Inner {
         mut url: Url,
         call: &Call<'_>,
         timeouts: &soulbase_net_policy::TimeoutPolicy,
+        attempts: &mut Attempts,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
         // Only retries and hedges spend from the budget: without either, nothing is kept.
@@ -279,12 +304,11 @@ impl Inner {
         } else {
             Cow::Borrowed("")
         };
-        let mut attempts = 0;
         let mut redirects = RedirectState::new();
         let replayable = req.body.is_replayable();
         loop {
             let res = self
-                .with_retries(req, &url, call, timeouts, &budget, &mut attempts)
+                .with_retries(req, &url, call, timeouts, &budget, attempts)
                 .await?;
             if !res.status.is_redirection() {
                 return Ok(res);
@@ -330,7 +354,7 @@ impl Inner {
         call: &Call<'_>,
         timeouts: &soulbase_net_policy::TimeoutPolicy,
         budget: &str,
-        attempts: &mut u32,
+        attempts: &mut Attempts,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
         let replayable = req.is_replayable();
@@ -354,7 +378,7 @@ impl Inner {
                         .into_error()
                         .with_message(format!("circuit for {breaker} is open"))
                         .at(&call.labels.method, url.as_str())
-                        .with_attempts(*attempts));
+                        .with_attempts(attempts.made));
                 }
             };
             let target = self.endpoints.target(url, &policy.endpoints, now);
@@ -374,12 +398,11 @@ impl Inner {
                         .await
                 }
                 None => {
-                    *attempts += 1;
+                    let n = attempts.next();
                     for interceptor in &self.interceptors.on_attempt {
-                        interceptor.on_attempt(req, *attempts);
+                        interceptor.on_attempt(req, n);
                     }
-                    self.attempt(req, &target, call, &timeouts, *attempts, false)
-                        .await
+                    self.attempt(req, &target, call, &timeouts, n, false).await
                 }
             };
             match &result {
@@ -400,7 +423,7 @@ impl Inner {
             let ended = Instant::now();
             permit.record(failure, ended.saturating_duration_since(began), ended);
             let end = AttemptEnd {
-                attempt: *attempts,
+                attempt: attempts.this_send,
                 outcome,
                 // The wall clock is read only for an answer that names a time.
                 retry_after: result
@@ -430,7 +453,7 @@ impl Inner {
             }
             self.observer.on_event(&NetEvent::RetryScheduled {
                 req: call.info(),
-                attempt: *attempts,
+                attempt: attempts.made,
                 reason: outcome,
                 delay,
             });
@@ -454,7 +477,7 @@ impl Inner {
         url: &Url,
         call: &Call<'_>,
         timeouts: &soulbase_net_policy::TimeoutPolicy,
-        attempts: &mut u32,
+        attempts: &mut Attempts,
         schedule: HedgeSchedule,
         budget: &str,
     ) -> Result<NetResponse, NetError> {
@@ -473,12 +496,12 @@ impl Inner {
         }
         let began = Instant::now();
         let interceptors = &self.interceptors.on_attempt;
-        let start = |copy: &'_ mut NetRequest, attempts: &mut u32| {
-            *attempts += 1;
+        let start = |copy: &'_ mut NetRequest, attempts: &mut Attempts| {
+            let n = attempts.next();
             for interceptor in interceptors {
-                interceptor.on_attempt(copy, *attempts);
+                interceptor.on_attempt(copy, n);
             }
-            *attempts
+            n
         };
         let mut pending = copies.iter_mut();
         let mut running: Vec<Attempt<'_>> = Vec::new();
@@ -636,8 +659,11 @@ impl Inner {
         };
         let timer = tokio::time::sleep_until(ttfb_from(began).0);
         tokio::pin!(timer);
+        // A connection opened while the request is polled was opened for this attempt.
+        let witness: Arc<dyn ConnectWitness> = progress.clone();
         let res = std::future::poll_fn(|cx| {
-            if let Poll::Ready(res) = request.as_mut().poll(cx) {
+            let polled = CONNECT_WITNESS.sync_scope(witness.clone(), || request.as_mut().poll(cx));
+            if let Poll::Ready(res) = polled {
                 return Poll::Ready(Ok(res));
             }
             loop {
@@ -665,11 +691,7 @@ impl Inner {
         let head_at = Instant::now();
         let ttfb = head_at.saturating_duration_since(began);
         let (mut parts, body) = res.into_parts();
-        let info = parts.extensions.get::<ConnectInfo>();
-        if let Some(info) = info {
-            tracing::trace!(remote = %info.remote, status = %parts.status, "response head");
-        }
-        let connect = info.map_or(Duration::ZERO, ConnectInfo::take_connect_time);
+        let connect = progress.connect_time();
         let max = call.policy.security.max_resp_bytes.as_u64();
         check_content_length(&parts.headers, max)?;
         let limited = LimitedBody::new(body, max)

@@ -14,46 +14,33 @@ use tokio::{
 };
 use tokio_rustls::client::TlsStream;
 
-use super::ConnectInfo;
-
 /// A TCP stream, with or without TLS on top.
 pub(crate) enum MaybeTls {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// A connection: the stream, what is known about it, and its slot under the per-host cap
+/// A connection: the stream, how requests go over it, and its slot under the per-host cap
 /// (released when hyper drops the connection).
 pub(crate) struct Conn {
     io: TokioIo<MaybeTls>,
-    info: ConnectInfo,
     h2: bool,
     proxied: bool,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Conn {
-    pub(super) fn new(
-        stream: MaybeTls,
-        info: ConnectInfo,
-        permit: OwnedSemaphorePermit,
-        proxied: bool,
-    ) -> Self {
+    pub(super) fn new(stream: MaybeTls, permit: OwnedSemaphorePermit, proxied: bool) -> Self {
         let h2 = match &stream {
             MaybeTls::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
             MaybeTls::Plain(_) => false,
         };
         Conn {
             io: TokioIo::new(stream),
-            info,
             h2,
             proxied,
             _permit: permit,
         }
-    }
-
-    pub(crate) fn info(&self) -> &ConnectInfo {
-        &self.info
     }
 
     /// Whether requests on this connection go to a proxy in absolute form.

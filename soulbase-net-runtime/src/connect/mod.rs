@@ -14,10 +14,7 @@ use std::{
     future::Future,
     net::{IpAddr, SocketAddr},
     pin::Pin,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     task::{Context, Poll},
     time::Duration,
 };
@@ -74,27 +71,21 @@ pub(crate) struct ConnectorConfig {
     pub(crate) opened: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Facts about a connection, attached to every response it carries.
-#[derive(Clone, Debug)]
-pub(crate) struct ConnectInfo {
-    /// The address connected to.
-    pub(crate) remote: SocketAddr,
-    /// How long connecting took (DNS, TCP, TLS).
-    pub(crate) connect: Duration,
-    /// Set once the first response on this connection has taken `connect`.
-    taken: Arc<AtomicBool>,
+/// Hears how long opening a connection took, when the connection was opened for it.
+pub(crate) trait ConnectWitness: Send + Sync {
+    /// A connection was opened for the attempt in `connect` (DNS, TCP, proxy tunnel, TLS).
+    fn opened(&self, connect: Duration);
 }
 
-impl ConnectInfo {
-    /// The connect time for the first response on this connection, zero afterwards (a reused
-    /// connection cost nothing to open).
-    pub(crate) fn take_connect_time(&self) -> Duration {
-        if self.taken.swap(true, Ordering::Relaxed) {
-            Duration::ZERO
-        } else {
-            self.connect
-        }
-    }
+tokio::task_local! {
+    /// The attempt whose task is polling the connector. hyper-util opens a connection inside
+    /// the request's own future, so a connection opened there was opened for that attempt;
+    /// one whose request took a pooled connection first finishes in a background task, where
+    /// no witness is set, and reports to nobody (that attempt's connect time is zero).
+    ///
+    /// Why not `Connected::extra`: hyper-util copies the extra into every response's
+    /// extensions, which costs an extension map (three allocations) per response.
+    pub(crate) static CONNECT_WITNESS: Arc<dyn ConnectWitness>;
 }
 
 /// A `tower_service::Service<Uri>` for hyper-util's pooled client.
@@ -301,13 +292,12 @@ impl Inner {
         permit: tokio::sync::OwnedSemaphorePermit,
         proxied: bool,
     ) -> Conn {
-        let info = ConnectInfo {
-            remote,
-            connect: started.elapsed(),
-            taken: Arc::new(AtomicBool::new(false)),
-        };
+        let connect = started.elapsed();
+        tracing::trace!(%remote, ?connect, proxied, "connected");
+        // Outside an attempt's task (a background connect) there is no witness: ignored.
+        let _ = CONNECT_WITNESS.try_with(|witness| witness.opened(connect));
         self.cfg.opened.fetch_add(1, Ordering::Relaxed);
-        Conn::new(stream, info, permit, proxied)
+        Conn::new(stream, permit, proxied)
     }
 
     /// The addresses to try for `host`: an IP literal as it is, else the resolver's answer.
@@ -352,9 +342,7 @@ impl Inner {
 
 impl Connection for Conn {
     fn connected(&self) -> Connected {
-        let connected = Connected::new()
-            .extra(self.info().clone())
-            .proxy(self.is_proxied());
+        let connected = Connected::new().proxy(self.is_proxied());
         if self.is_h2() {
             connected.negotiated_h2()
         } else {
