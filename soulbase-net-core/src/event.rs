@@ -315,7 +315,8 @@ pub enum NetEvent<'a> {
         /// The rule that refused it, e.g. `"private"`, `"allow_hosts"`.
         rule: &'a str,
     },
-    /// Bytes went over the wire for a request.
+    /// Body bytes went over the wire for a request: once per direction, when the body is
+    /// done, and only when it had at least one byte.
     Bytes {
         /// The request.
         req: RequestInfo<'a>,

@@ -230,9 +230,9 @@ impl<B> MeteredBody<B> {
     }
 }
 
-/// Reports the bytes received, the first time only.
+/// Reports the bytes received, the first time only, and only when there were some.
 fn report(slot: &mut Option<(Arc<dyn Observer>, Arc<OwnedInfo>)>, received: u64) {
-    if let Some((observer, info)) = slot.take() {
+    if let Some((observer, info)) = slot.take().filter(|_| received > 0) {
         observer.on_event(&NetEvent::Bytes {
             req: info.info(),
             dir: Direction::In,

@@ -43,10 +43,12 @@ use crate::{
     },
 };
 
-/// What stays fixed for one request: its number, labels and deadlines.
+/// What stays fixed for one request: its number, labels, timeouts and deadlines.
 struct Call<'a> {
     labels: Arc<OwnedInfo>,
     policy: &'a Arc<NetPolicy>,
+    /// The policy's timeouts with the request's own applied.
+    timeouts: &'a soulbase_net_policy::TimeoutPolicy,
     started: Instant,
     deadline: Instant,
 }
@@ -124,6 +126,7 @@ impl Inner {
                 },
             }),
             policy: &policy,
+            timeouts: &timeouts,
             started,
             deadline: started + timeouts.total,
         };
@@ -142,7 +145,7 @@ impl Inner {
                     // Inline, not boxed: the call's future is boxed once as a whole by
                     // `NetClient::send`, and measured, a second box here cost more (an
                     // allocation per call) than the larger move it saved.
-                    let result = self.run(&mut req, url, &call, &timeouts).await;
+                    let result = self.run(&mut req, url, &call).await;
                     permit.record(match &result {
                         Ok(res) => Outcome::Response(res.status),
                         Err(e) => Outcome::Error(e.kind()),
@@ -215,7 +218,6 @@ impl Inner {
         req: &mut NetRequest,
         url: Url,
         call: &Call<'_>,
-        timeouts: &soulbase_net_policy::TimeoutPolicy,
     ) -> Result<NetResponse, NetError> {
         // What `before` may change that the parsed URL depends on; without interceptors
         // nothing can, and the URL parsed by `send` stands.
@@ -249,9 +251,7 @@ impl Inner {
             }
         }
         let mut attempts = Attempts::default();
-        let mut result = self
-            .follow(req, url.clone(), call, timeouts, &mut attempts)
-            .await;
+        let mut result = self.follow(req, url.clone(), call, &mut attempts).await;
         if let Ok(res) = &mut result {
             let mut resend = false;
             for interceptor in &self.interceptors.should_resend {
@@ -263,7 +263,7 @@ impl Inner {
             if resend && req.body.is_replayable() {
                 drop(result);
                 attempts.this_send = 0;
-                result = self.follow(req, url, call, timeouts, &mut attempts).await;
+                result = self.follow(req, url, call, &mut attempts).await;
             }
         }
         match result {
@@ -286,7 +286,6 @@ impl Inner {
         req: &mut NetRequest,
         mut url: Url,
         call: &Call<'_>,
-        timeouts: &soulbase_net_policy::TimeoutPolicy,
         attempts: &mut Attempts,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
@@ -308,7 +307,7 @@ impl Inner {
         let replayable = req.body.is_replayable();
         loop {
             let res = self
-                .with_retries(req, &url, call, timeouts, &budget, attempts)
+                .with_retries(req, &url, call, &budget, attempts)
                 .await?;
             if !res.status.is_redirection() {
                 return Ok(res);
@@ -352,7 +351,6 @@ impl Inner {
         req: &mut NetRequest,
         url: &Url,
         call: &Call<'_>,
-        timeouts: &soulbase_net_policy::TimeoutPolicy,
         budget: &str,
         attempts: &mut Attempts,
     ) -> Result<NetResponse, NetError> {
@@ -385,16 +383,14 @@ impl Inner {
             let learnt = self.latencies.timeout(
                 &call.labels.host,
                 &policy.timeout.dynamic,
-                timeouts.attempt,
+                call.timeouts.attempt,
             );
-            let mut timeouts = timeouts.clone();
-            timeouts.attempt = learnt;
             let began = now;
             let schedule = HedgeSchedule::new(&policy.hedge, replayable, None);
             let result = match schedule {
                 // Boxed: a rare path whose future would otherwise enlarge every call's.
                 Some(schedule) => {
-                    Box::pin(self.hedged(req, &target, call, &timeouts, attempts, schedule, budget))
+                    Box::pin(self.hedged(req, &target, call, learnt, attempts, schedule, budget))
                         .await
                 }
                 None => {
@@ -402,7 +398,7 @@ impl Inner {
                     for interceptor in &self.interceptors.on_attempt {
                         interceptor.on_attempt(req, n);
                     }
-                    self.attempt(req, &target, call, &timeouts, n, false).await
+                    self.attempt(req, &target, call, learnt, n, false).await
                 }
             };
             match &result {
@@ -434,8 +430,8 @@ impl Inner {
                 time_left: call
                     .deadline
                     .saturating_duration_since(ended)
-                    .saturating_sub(timeouts.margin),
-                attempt_timeout: timeouts.attempt,
+                    .saturating_sub(call.timeouts.margin),
+                attempt_timeout: learnt,
             };
             let delay = match decide(&policy.retry, replayable, &end, &mut FastRand) {
                 RetryDecision::Stop(_) => return result,
@@ -458,7 +454,8 @@ impl Inner {
                 delay,
             });
             drop(result);
-            tokio::time::sleep(delay).await;
+            // Boxed: waiting to retry is rare, and a timer would enlarge every call's future.
+            Box::pin(tokio::time::sleep(delay)).await;
         }
     }
 
@@ -476,16 +473,14 @@ impl Inner {
         req: &mut NetRequest,
         url: &Url,
         call: &Call<'_>,
-        timeouts: &soulbase_net_policy::TimeoutPolicy,
+        limit: Duration,
         attempts: &mut Attempts,
         schedule: HedgeSchedule,
         budget: &str,
     ) -> Result<NetResponse, NetError> {
         type Attempt<'f> = Pin<Box<dyn Future<Output = Result<NetResponse, NetError>> + Send + 'f>>;
         let time_left = call.deadline.saturating_duration_since(Instant::now());
-        let starts: Vec<Duration> = schedule
-            .starts_within(time_left, timeouts.attempt)
-            .collect();
+        let starts: Vec<Duration> = schedule.starts_within(time_left, limit).collect();
         let mut copies: Vec<NetRequest> = Vec::with_capacity(starts.len() + 1);
         copies.push(std::mem::replace(req, NetRequest::get(String::new())));
         for _ in &starts {
@@ -507,7 +502,7 @@ impl Inner {
         let mut running: Vec<Attempt<'_>> = Vec::new();
         if let Some(first) = pending.next() {
             let n = start(first, attempts);
-            running.push(Box::pin(self.attempt(first, url, call, timeouts, n, false)));
+            running.push(Box::pin(self.attempt(first, url, call, limit, n, false)));
         }
         let mut last: Option<Result<NetResponse, NetError>> = None;
         let mut hedges = 0usize;
@@ -544,7 +539,7 @@ impl Inner {
             if allowed {
                 if let Some(copy) = pending.next() {
                     let n = start(copy, attempts);
-                    running.push(Box::pin(self.attempt(copy, url, call, timeouts, n, true)));
+                    running.push(Box::pin(self.attempt(copy, url, call, limit, n, true)));
                 }
             }
             next_start = starts.get(hedges).map(|d| began + *d);
@@ -564,13 +559,14 @@ impl Inner {
         result
     }
 
-    /// One attempt: connect (or reuse), write, wait for the head, hand over the body.
+    /// One attempt: connect (or reuse), write, wait for the head, hand over the body; `limit`
+    /// bounds the attempt (the policy's attempt timeout, or the one learnt from latencies).
     async fn attempt(
         &self,
         req: &mut NetRequest,
         url: &Url,
         call: &Call<'_>,
-        timeouts: &soulbase_net_policy::TimeoutPolicy,
+        limit: Duration,
         attempt: u32,
         hedge: bool,
     ) -> Result<NetResponse, NetError> {
@@ -580,7 +576,7 @@ impl Inner {
             attempt,
             hedge,
         });
-        let result = self.exchange(req, url, call, timeouts, began).await;
+        let result = self.exchange(req, url, call, limit, began).await;
         let result = result.map(|mut res| {
             res.attempts = attempt;
             res
@@ -627,9 +623,10 @@ impl Inner {
         req: &mut NetRequest,
         url: &Url,
         call: &Call<'_>,
-        timeouts: &soulbase_net_policy::TimeoutPolicy,
+        limit: Duration,
         began: Instant,
     ) -> Result<NetResponse, NetError> {
+        let timeouts = call.timeouts;
         let transport = self.transports.get(call.policy)?;
         let progress = Arc::new(Progress::new(began));
         let limits = (
@@ -652,9 +649,7 @@ impl Inner {
         // phase's real end once the request was taken, else one first-byte timeout later.
         // Nothing on the connection's side has to wake this task.
         let ttfb_from = |taken: Instant| {
-            let left_in_attempt = timeouts
-                .attempt
-                .saturating_sub(taken.saturating_duration_since(began));
+            let left_in_attempt = limit.saturating_sub(taken.saturating_duration_since(began));
             call.phase_deadline(Phase::Ttfb, taken, timeouts.ttfb.min(left_in_attempt))
         };
         let timer = tokio::time::sleep_until(ttfb_from(began).0);
@@ -697,11 +692,15 @@ impl Inner {
         let limited = LimitedBody::new(body, max)
             .read_timeout(timeouts.read)
             .deadline(call.deadline);
-        self.observer.on_event(&NetEvent::Bytes {
-            req: call.info(),
-            dir: Direction::Out,
-            bytes: progress.sent(),
-        });
+        // Body bytes only: a request without a body reports none.
+        let sent = progress.sent();
+        if sent > 0 {
+            self.observer.on_event(&NetEvent::Bytes {
+                req: call.info(),
+                dir: Direction::Out,
+                bytes: sent,
+            });
+        }
         // The byte meter wraps whatever the body is, unboxed: one box per response.
         let (observer, labels) = (&self.observer, &call.labels);
         let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {

@@ -240,6 +240,13 @@ async fn bytes_in_and_out_are_reported() {
     let seen = h.events.seen.lock().clone();
     assert!(seen.contains(&"bytes out 1234".to_owned()), "{seen:?}");
     assert!(seen.contains(&"bytes in 3000".to_owned()), "{seen:?}");
+    // A request without a body reports no bytes out (body bytes only, none of zero).
+    h.events.seen.lock().clear();
+    let res = h.client.send(NetRequest::get(srv.url("/b"))).await.unwrap();
+    assert_eq!(res.bytes().await.unwrap().len(), 3000);
+    let seen = h.events.seen.lock().clone();
+    assert!(seen.contains(&"bytes in 3000".to_owned()), "{seen:?}");
+    assert!(!seen.iter().any(|e| e.starts_with("bytes out")), "{seen:?}");
     srv.join().await;
 }
 
