@@ -6,7 +6,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     task::Poll,
@@ -51,6 +51,9 @@ struct Call<'a> {
     timeouts: &'a soulbase_net_policy::TimeoutPolicy,
     started: Instant,
     deadline: Instant,
+    /// Whether responses are decoded: the client offered the encodings itself (set once the
+    /// request's headers are final, see `Inner::default_headers`).
+    decoding: AtomicBool,
 }
 
 /// The attempts of one call: numbered across the call (a resend after `should_resend`
@@ -129,6 +132,7 @@ impl Inner {
             timeouts: &timeouts,
             started,
             deadline: started + timeouts.total,
+            decoding: AtomicBool::new(false),
         };
         self.observer
             .on_event(&NetEvent::RequestStarted { req: call.info() });
@@ -245,6 +249,8 @@ impl Inner {
             Err(e) => return Err(self.after_error(req, e).await),
         };
         ensure_idempotency_key(req, &call.policy.retry);
+        let decoding = self.default_headers(req);
+        call.decoding.store(decoding, Ordering::Relaxed);
         for interceptor in &self.interceptors.respond {
             if let Some(answer) = interceptor.respond(req).await {
                 return answer;
@@ -634,7 +640,8 @@ impl Inner {
             timeouts.write,
             progress.clone(),
         );
-        let (mut http_req, decoding) = self.http_request(req, url, limits)?;
+        let mut http_req = self.http_request(req, url, limits)?;
+        let decoding = call.decoding.load(Ordering::Relaxed);
         if let Some(auth) = proxy_auth(&transport, http_req.uri()) {
             http_req
                 .headers_mut()
@@ -735,14 +742,31 @@ impl Inner {
         })
     }
 
-    /// The hyper request for one attempt, and whether the response is to be decoded (the
-    /// client offered the encodings itself).
+    /// The client's own headers, set once per call on the request (so every attempt's copy of
+    /// the headers has them without growing): the `User-Agent` when the request has none, and
+    /// `Accept-Encoding` when the client decompresses and the request asks for no encoding
+    /// itself. Returns whether responses are to be decoded (the client offered the encodings).
+    fn default_headers(&self, req: &mut NetRequest) -> bool {
+        req.headers
+            .entry(header::USER_AGENT)
+            .or_insert_with(|| self.user_agent.clone());
+        let decoding = self.decompress && !req.headers.contains_key(header::ACCEPT_ENCODING);
+        if decoding {
+            req.headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static(ACCEPT_ENCODING),
+            );
+        }
+        decoding
+    }
+
+    /// The hyper request for one attempt.
     fn http_request(
         &self,
         req: &mut NetRequest,
         url: &Url,
         limits: (u64, Duration, Arc<Progress>),
-    ) -> Result<(Request<ReqBody>, bool), NetError> {
+    ) -> Result<Request<ReqBody>, NetError> {
         let uri = request_uri(url).map_err(|e| {
             NetError::invalid_request("url is not a valid request target").with_source(e)
         })?;
@@ -761,27 +785,16 @@ impl Inner {
             },
             _ => send_body(Empty::new(), max, write_timeout, progress),
         };
-        let mut http_req = Request::builder()
-            .method(req.method.clone())
-            .uri(uri)
-            .body(body)
-            .map_err(|e| NetError::invalid_request("request could not be built").with_source(e))?;
+        // Built in place: the builder would check again what `validate` and the parse of
+        // `uri` already did.
+        let mut http_req = Request::new(body);
+        *http_req.method_mut() = req.method.clone();
+        *http_req.uri_mut() = uri;
         *http_req.headers_mut() = req.headers.clone();
         // Proxy credentials come from the proxy policy and go to the proxy only; one set on
         // the request would otherwise reach the origin.
         http_req.headers_mut().remove(header::PROXY_AUTHORIZATION);
-        http_req
-            .headers_mut()
-            .entry(header::USER_AGENT)
-            .or_insert_with(|| self.user_agent.clone());
-        let decoding = self.decompress && !http_req.headers().contains_key(header::ACCEPT_ENCODING);
-        if decoding {
-            http_req.headers_mut().insert(
-                header::ACCEPT_ENCODING,
-                HeaderValue::from_static(ACCEPT_ENCODING),
-            );
-        }
-        Ok((http_req, decoding))
+        Ok(http_req)
     }
 
     async fn fail_early(&self, req: &NetRequest, e: NetError) -> NetError {
