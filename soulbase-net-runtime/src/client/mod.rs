@@ -7,7 +7,7 @@ mod learn;
 mod send;
 mod transport;
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::HeaderValue;
 use rustls::pki_types::CertificateDer;
@@ -321,9 +321,18 @@ impl fmt::Debug for Client {
     }
 }
 
-#[async_trait::async_trait]
+/// Written out rather than through `async_trait`: its `async` wrapper would hold the call's
+/// future inside a second one and move it there on the first poll (a copy of several KB per
+/// request); this boxes the call's future itself.
 impl NetClient for Client {
-    async fn send(&self, req: NetRequest) -> Result<NetResponse, NetError> {
-        self.inner.send(req).await
+    fn send<'life0, 'async_trait>(
+        &'life0 self,
+        req: NetRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<NetResponse, NetError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(self.inner.send(req))
     }
 }
