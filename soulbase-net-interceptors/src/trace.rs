@@ -52,6 +52,8 @@ pub struct TraceUa {
 const TRACEPARENT_LEN: usize = 55;
 /// Where the span id starts in a `traceparent`.
 const SPAN_AT: usize = 36;
+/// A new `X-Request-Id`: 32 hex digits.
+const REQUEST_ID_LEN: usize = 32;
 
 /// Which bytes are lower-case hex digits (the only digits `traceparent` allows).
 const LOWER_HEX: [bool; 256] = {
@@ -91,23 +93,31 @@ impl TraceUa {
 impl Interceptor for TraceUa {
     async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
         // The trace id and flags of the caller's valid `traceparent`, else a new trace; the
-        // value then lives in the header, where `on_attempt` finds it for every attempt.
-        let mut value = match req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
-            Some(value) => value,
+        // value then lives in the header, where `on_attempt` finds it for every later attempt.
+        let mut ids = [0u8; TRACEPARENT_LEN + REQUEST_ID_LEN];
+        let (traceparent, request_id) = ids.split_at_mut(TRACEPARENT_LEN);
+        match req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
+            Some(value) => traceparent.copy_from_slice(&value),
             None => {
-                let mut value = [0u8; TRACEPARENT_LEN];
-                value[..3].copy_from_slice(b"00-");
-                hex::write_hex(&mut value[3..35], &nonzero_u128().to_be_bytes());
-                value[35] = b'-';
-                value[52..].copy_from_slice(b"-01");
-                value
+                traceparent[..3].copy_from_slice(b"00-");
+                hex::write_hex(&mut traceparent[3..35], &nonzero_u128().to_be_bytes());
+                traceparent[35] = b'-';
+                traceparent[52..].copy_from_slice(b"-01");
             }
-        };
-        set_traceparent(&mut req.headers, &mut value);
-        if !req.headers.contains_key(&REQUEST_ID) {
-            let mut id = [0u8; 32];
-            hex::write_hex(&mut id, &nonzero_u128().to_be_bytes());
-            req.headers.insert(REQUEST_ID, ascii_value(id));
+        }
+        write_span(traceparent);
+        let new_id = !req.headers.contains_key(&REQUEST_ID);
+        if new_id {
+            hex::write_hex(request_id, &nonzero_u128().to_be_bytes());
+        }
+        // Both values in one allocation, shared by the two headers (and by the client's
+        // copies of them).
+        let ids = Bytes::from_owner(ids);
+        req.headers
+            .insert(TRACEPARENT, ascii_value(ids.slice(..TRACEPARENT_LEN)));
+        if new_id {
+            req.headers
+                .insert(REQUEST_ID, ascii_value(ids.slice(TRACEPARENT_LEN..)));
         }
         req.headers
             .insert(header::USER_AGENT, self.user_agent.clone());
@@ -134,25 +144,30 @@ impl Interceptor for TraceUa {
     }
 }
 
-/// A random 128-bit value other than zero (W3C forbids all-zero ids).
+/// A random 128-bit value other than zero (W3C forbids all-zero ids). Drawn from the whole
+/// range and moved off zero: a range draw would cost a 128-bit division.
 fn nonzero_u128() -> u128 {
-    fastrand::u128(1..)
+    fastrand::u128(..).max(1)
+}
+
+/// Writes a new random span id (never zero) into a `traceparent`.
+fn write_span(traceparent: &mut [u8]) {
+    let span = fastrand::u64(..).max(1);
+    hex::write_hex(&mut traceparent[SPAN_AT..SPAN_AT + 16], &span.to_be_bytes());
 }
 
 /// Writes a new random span id into `value` and sets it as the `traceparent`.
 fn set_traceparent(headers: &mut HeaderMap, value: &mut [u8; TRACEPARENT_LEN]) {
-    let span = fastrand::u64(1..);
-    hex::write_hex(&mut value[SPAN_AT..SPAN_AT + 16], &span.to_be_bytes());
-    headers.insert(TRACEPARENT, ascii_value(*value));
+    write_span(value);
+    headers.insert(TRACEPARENT, ascii_value(Bytes::from_owner(*value)));
 }
 
-/// A header value of hex digits and dashes. Held by its own allocation, so the copies the
+/// A header value of hex digits and dashes, held by a shared allocation, so the copies the
 /// client makes of the request's headers share it instead of each copying it.
-fn ascii_value<const N: usize>(value: [u8; N]) -> HeaderValue {
+fn ascii_value(value: Bytes) -> HeaderValue {
     // Hex digits and `-` are visible ASCII, always a valid header value: the fallback
     // (an empty value) is never taken.
-    HeaderValue::from_maybe_shared(Bytes::from_owner(value))
-        .unwrap_or_else(|_| HeaderValue::from_static(""))
+    HeaderValue::from_maybe_shared(value).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// A valid version-00 `traceparent` (surrounding whitespace allowed), as its 55 bytes.
