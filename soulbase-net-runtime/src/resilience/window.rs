@@ -15,7 +15,8 @@ const BUCKETS: usize = 10;
 pub(crate) struct Buckets<T> {
     slots: [Slot<T>; BUCKETS],
     epoch: Instant,
-    width: Duration,
+    /// A bucket's width in nanoseconds (at least 1).
+    width: u64,
     window: Duration,
 }
 
@@ -40,7 +41,7 @@ impl<T: Default + Copy> Buckets<T> {
                 value: T::default(),
             }; BUCKETS],
             epoch: now,
-            width: (window / BUCKETS as u32).max(Duration::from_nanos(1)),
+            width: nanos(window / BUCKETS as u32).max(1),
             window,
         }
     }
@@ -83,12 +84,17 @@ impl<T: Default + Copy> Buckets<T> {
     }
 
     fn index(&self, now: Instant) -> u64 {
-        let since = now.saturating_duration_since(self.epoch).as_nanos();
         // `EMPTY` is never a real index: a window would have to run for 584 years at 1ns.
-        u64::try_from(since / self.width.as_nanos().max(1))
-            .unwrap_or(EMPTY - 1)
-            .min(EMPTY - 1)
+        (nanos(now.saturating_duration_since(self.epoch)) / self.width).min(EMPTY - 1)
     }
+}
+
+/// `d` in nanoseconds, saturating at `u64::MAX` (584 years): 64-bit arithmetic, where
+/// `Duration::as_nanos` would make every bucket lookup a 128-bit division.
+fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 #[cfg(test)]
