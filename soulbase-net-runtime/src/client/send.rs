@@ -661,10 +661,15 @@ impl Inner {
         };
         let timer = tokio::time::sleep_until(ttfb_from(began).0);
         tokio::pin!(timer);
-        // A connection opened while the request is polled was opened for this attempt.
+        // A connection opened while the request is polled was opened for this attempt; once
+        // a connection took the request, none can be opened for it any more.
         let witness: Arc<dyn ConnectWitness> = progress.clone();
         let res = std::future::poll_fn(|cx| {
-            let polled = CONNECT_WITNESS.sync_scope(witness.clone(), || request.as_mut().poll(cx));
+            let polled = if progress.taken_at().is_none() {
+                CONNECT_WITNESS.sync_scope(witness.clone(), || request.as_mut().poll(cx))
+            } else {
+                request.as_mut().poll(cx)
+            };
             if let Poll::Ready(res) = polled {
                 return Poll::Ready(Ok(res));
             }
