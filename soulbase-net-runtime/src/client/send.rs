@@ -427,10 +427,12 @@ impl Inner {
             let end = AttemptEnd {
                 attempt: attempts.this_send,
                 outcome,
-                // The wall clock is read only for an answer that names a time.
+                // Looked for only on an answer that may be retried; the wall clock is read
+                // only for one that names a time.
                 retry_after: result
                     .as_ref()
                     .ok()
+                    .filter(|_| !outcome.is_success())
                     .and_then(|r| r.headers.get(header::RETRY_AFTER))
                     .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
                 time_left: call
