@@ -1,6 +1,6 @@
 //! What a chaos run saw, counted: calls by outcome and error code, and the invariants —
-//! nothing lost, nothing hung past its deadline, no side effect duplicated, no denied
-//! address dialled, no protection bypassed — as pass/fail rows.
+//! nothing lost, nothing hung past its deadline, cancels honoured at once, no side effect
+//! duplicated, no denied address dialled, no protection bypassed — as pass/fail rows.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -54,6 +54,15 @@ pub(crate) struct Summary {
     pub(crate) by_kind: BTreeMap<&'static str, u64>,
     pub(crate) lost: Vec<String>,
     pub(crate) hung: Vec<String>,
+    /// Calls whose caller cancelled them while they ran (the token fired before they ended).
+    pub(crate) cancels_fired: u64,
+    /// Calls that ended with the `cancelled` error.
+    pub(crate) cancelled: u64,
+    /// The latest a cancelled call returned after its cancel, in ms.
+    pub(crate) worst_cancel_ms: u64,
+    /// Cancelled calls that returned later than `DEADLINE_SLACK` after the cancel, and calls
+    /// that ended `cancelled` although their token never fired.
+    pub(crate) cancel_problems: Vec<String>,
     /// The largest `wall − limit` seen, in ms (negative: every call was early).
     pub(crate) worst_overrun_ms: i64,
     /// The call with that overrun: target, limit and outcome.
@@ -123,6 +132,7 @@ pub(crate) fn analyse(targets: &[Target], calls: &[Call], seen: Seen) -> Summary
             s.lost.push(format!("{}: {why}", c.id));
             continue;
         }
+        check_cancel(&mut s, c);
         let overrun = c.wall.as_millis() as i64 - c.limit.as_millis() as i64;
         if overrun > s.worst_overrun_ms {
             s.worst_overrun_ms = overrun;
@@ -146,6 +156,34 @@ pub(crate) fn analyse(targets: &[Target], calls: &[Call], seen: Seen) -> Summary
     }
     check_arrivals(&mut s, calls, &seen.arrivals);
     s
+}
+
+/// A cancelled call returns within `DEADLINE_SLACK` of its cancel; only a cancel ends a
+/// call with the `cancelled` error.
+fn check_cancel(s: &mut Summary, c: &Call) {
+    let fired = c.cancel_after.filter(|at| *at < c.wall);
+    s.cancels_fired += u64::from(fired.is_some());
+    let ended_cancelled = matches!(&c.outcome, Outcome::Failed { kind, .. } if kind == "cancelled");
+    if !ended_cancelled {
+        return;
+    }
+    s.cancelled += 1;
+    match fired {
+        Some(at) => {
+            let after = c.wall.saturating_sub(at);
+            s.worst_cancel_ms = s.worst_cancel_ms.max(after.as_millis() as u64);
+            if after > DEADLINE_SLACK {
+                s.cancel_problems.push(format!(
+                    "{} returned {} ms after its cancel",
+                    c.id,
+                    after.as_millis()
+                ));
+            }
+        }
+        None => s
+            .cancel_problems
+            .push(format!("{} ended cancelled without a cancel", c.id)),
+    }
 }
 
 /// Non-idempotent calls must arrive at most once; the copies of an idempotent POST must all
@@ -236,6 +274,15 @@ impl Summary {
                 "0 calls past deadline + 100 ms",
                 &self.hung,
                 hung_of,
+            ),
+            count_row(
+                "chaos.cancelled",
+                "a cancelled call returns within 100 ms of its cancel",
+                &self.cancel_problems,
+                format!(
+                    "late of {} cancelled ({} cancels fired mid-call; latest {} ms after)",
+                    self.cancelled, self.cancels_fired, self.worst_cancel_ms
+                ),
             ),
             count_row(
                 "chaos.duplicated",
@@ -334,6 +381,10 @@ impl Summary {
             "by_method": self.by_kind,
             "lost": self.lost.len(),
             "hung": self.hung.len(),
+            "cancels_fired": self.cancels_fired,
+            "cancelled": self.cancelled,
+            "worst_cancel_ms": self.worst_cancel_ms,
+            "cancel_problems": self.cancel_problems.len(),
             "worst_overrun_ms": self.worst_overrun_ms,
             "worst_call": self.worst_call,
             "duplicated": self.duplicated.len(),
@@ -366,6 +417,7 @@ mod tests {
             target: 0,
             kind,
             limit: Duration::from_millis(1000),
+            cancel_after: None,
             wall: Duration::from_millis(wall_ms),
             attempts: 1,
             outcome,
@@ -422,6 +474,7 @@ mod tests {
                 Outcome::Lost("no answer, no error".into()),
             ),
             call("idem", Kind::IdempotentPost, 20, Outcome::Answered(200)),
+            call("stray", Kind::Get, 30, cancelled()),
         ];
         let seen = Seen {
             arrivals: vec![
@@ -439,6 +492,7 @@ mod tests {
             [
                 "chaos.lost",
                 "chaos.hung",
+                "chaos.cancelled",
                 "chaos.duplicated",
                 "chaos.idempotency_key",
                 "chaos.denied_dials",
@@ -448,6 +502,45 @@ mod tests {
         );
         assert_eq!(s.hung.len(), 1);
         assert_eq!(s.unsafe_successes, ["post", "idem"]);
+    }
+
+    fn cancelled() -> Outcome {
+        Outcome::Failed {
+            code: "PROVIDER.UNAVAILABLE".into(),
+            kind: "cancelled".into(),
+        }
+    }
+
+    #[test]
+    fn cancels_are_honoured_at_once_and_only_cancels_cancel() {
+        let cancel_at = |mut c: Call, ms: u64| {
+            c.cancel_after = Some(Duration::from_millis(ms));
+            c
+        };
+        let calls = [
+            // Cancelled 40 ms after its cancel: in time.
+            cancel_at(call("quick", Kind::Get, 240, cancelled()), 200),
+            // Its token fired after it answered: nothing to honour.
+            cancel_at(call("done", Kind::Get, 50, Outcome::Answered(200)), 300),
+            // 150 ms after its cancel: too late.
+            cancel_at(call("slow", Kind::Post, 350, cancelled()), 200),
+            // Cancelled without a cancel.
+            call("stray", Kind::Get, 30, cancelled()),
+            call("ok", Kind::Get, 10, Outcome::Answered(200)),
+        ];
+        let s = analyse(&[target("t", false)], &calls, Seen::default());
+        assert_eq!(failing_rows(&s), ["chaos.cancelled"]);
+        assert_eq!(
+            (s.cancels_fired, s.cancelled, s.worst_cancel_ms),
+            (2, 3, 150)
+        );
+        assert_eq!(
+            s.cancel_problems,
+            [
+                "slow returned 150 ms after its cancel",
+                "stray ended cancelled without a cancel"
+            ]
+        );
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! The chaos traffic: concurrent callers, each drawing target, method and deadline per
-//! request from a seeded stream, each call run in its own task and timed from the first
-//! byte sent to the last byte read (or the error).
+//! The chaos traffic: concurrent callers, each drawing target, method, deadline and whether
+//! the caller cancels it mid-flight per request from a seeded stream, each call run in its
+//! own task and timed from the first byte sent to the last byte read (or the error).
 
 use std::{sync::Arc, time::Duration};
 
 use soulbase_net_core::{http::Method, NetClient, NetRequest};
-use soulbase_net_runtime::Client;
+use soulbase_net_runtime::{CancellationToken, Client};
 use soulbase_net_testkit::RandomFaults;
 use tokio::time::Instant;
 
@@ -80,17 +80,31 @@ pub(crate) struct Call {
     pub(crate) kind: Kind,
     /// The call's total deadline.
     pub(crate) limit: Duration,
+    /// When the caller cancelled the call (its token fired), from the start; `None` when it
+    /// let the call run.
+    pub(crate) cancel_after: Option<Duration>,
     /// From `send` to the last body byte or the error.
     pub(crate) wall: Duration,
     pub(crate) attempts: u32,
     pub(crate) outcome: Outcome,
 }
 
+/// What one request of a caller is to be.
+struct Drawn {
+    target: usize,
+    kind: Kind,
+    /// An own total deadline, or none: the policy's.
+    limit: Option<Duration>,
+    /// When the caller cancels the call, or never.
+    cancel_after: Option<Duration>,
+}
+
 /// Draws request `n` of caller `caller`: the target index, the kind, an own total deadline
-/// (or none: the policy's), all from `seed`.
-fn draw(rng: &RandomFaults, n: u64, targets: &[Target]) -> (usize, Kind, Option<Duration>) {
+/// and a cancellation, all from `seed`.
+fn draw(rng: &RandomFaults, n: u64, targets: &[Target]) -> Drawn {
+    const DRAWS: u64 = 4;
     let total: u32 = targets.iter().map(|t| t.weight).sum();
-    let mut pick = (rng.draw(n * 3) * f64::from(total.max(1))) as u32;
+    let mut pick = (rng.draw(n * DRAWS) * f64::from(total.max(1))) as u32;
     let mut target = targets.len().saturating_sub(1);
     for (i, t) in targets.iter().enumerate() {
         if pick < t.weight {
@@ -99,13 +113,29 @@ fn draw(rng: &RandomFaults, n: u64, targets: &[Target]) -> (usize, Kind, Option<
         }
         pick -= t.weight;
     }
-    let kind = Kind::draw(rng.draw(n * 3 + 1));
+    let kind = Kind::draw(rng.draw(n * DRAWS + 1));
     // Four calls in ten bring their own deadline, from 300 ms to 1.5 s — some shorter than
     // one attempt, so the call's deadline must cut the attempt short.
-    let u = rng.draw(n * 3 + 2);
+    let u = rng.draw(n * DRAWS + 2);
     let limit = (u < 0.4).then(|| Duration::from_millis(300 + (u / 0.4 * 1200.0) as u64));
-    (target, kind, limit)
+    // One call in ten is cancelled by its caller, at a moment spread evenly on a log scale
+    // from 1 ms to its deadline (most calls take milliseconds, a few take the deadline): while
+    // connecting, waiting for the head, between retries, or after it already answered.
+    let u = rng.draw(n * DRAWS + 3);
+    let cancel_after = (u < CANCELLED_SHARE).then(|| {
+        let deadline_ms = limit.unwrap_or(POLICY_TOTAL).as_secs_f64() * 1000.0;
+        Duration::from_secs_f64(deadline_ms.max(1.0).powf(u / CANCELLED_SHARE) / 1000.0)
+    });
+    Drawn {
+        target,
+        kind,
+        limit,
+        cancel_after,
+    }
 }
+
+/// The share of calls their caller cancels mid-flight.
+const CANCELLED_SHARE: f64 = 0.1;
 
 /// One call, timed: send, then read the whole body.
 async fn call(client: Arc<Client>, req: NetRequest) -> (Outcome, Duration, u32) {
@@ -144,7 +174,12 @@ pub(crate) async fn caller(
     let mut calls = Vec::new();
     let mut n = 0;
     while Instant::now() < until && n < MAX_PER_CALLER {
-        let (target, kind, own_limit) = draw(&rng, n, &targets);
+        let Drawn {
+            target,
+            kind,
+            limit: own_limit,
+            cancel_after,
+        } = draw(&rng, n, &targets);
         let id = format!("{seed}-{index}-{n}");
         let mut req = kind.request(&targets[target].url, &id);
         if let Some(limit) = own_limit {
@@ -152,6 +187,14 @@ pub(crate) async fn caller(
         }
         let limit = own_limit.unwrap_or(POLICY_TOTAL);
         let started = Instant::now();
+        if let Some(after) = cancel_after {
+            let token = CancellationToken::new();
+            req.extensions.insert(token.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(started + after).await;
+                token.cancel();
+            });
+        }
         let task = tokio::spawn(call(client.clone(), req));
         let abort = task.abort_handle();
         let (outcome, wall, attempts) =
@@ -173,6 +216,7 @@ pub(crate) async fn caller(
             target,
             kind,
             limit,
+            cancel_after,
             wall,
             attempts,
             outcome,
