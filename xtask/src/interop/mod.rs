@@ -2,12 +2,15 @@
 //! nginx, httpbin (gunicorn), tinyproxy, squid and dnsmasq — on loopback.
 //!
 //! Outside any namespace it installs what is missing (Debian packages, a Python virtual
-//! environment), then runs itself again as `unshare -n -- <exe> interop --inside`: a network
-//! namespace whose only interface is `lo`, so neither a peer nor a guard bug can send traffic
-//! off the machine. Inside, it makes a throwaway PKI, writes each peer's config under a temp
-//! directory, starts the peers, runs the scenarios and stops every peer by its process group.
-//! Where namespaces are unavailable it runs on the host's loopback and skips the scenarios that
-//! name private addresses, saying so.
+//! environment), then runs itself again as `unshare -n -p -f --mount-proc --kill-child --
+//! <exe> interop --inside`: a network namespace whose only interface is `lo`, so neither a
+//! peer nor a guard bug can send traffic off the machine, and a PID namespace whose first
+//! process is the suite, so that when it dies — even by SIGKILL, or when `unshare` itself is
+//! killed — the kernel kills every peer with it. Inside, it makes a throwaway PKI, writes each
+//! peer's config under a temp directory, starts the peers, runs the scenarios and stops every
+//! peer by its process group. Where a PID namespace is unavailable it uses the network
+//! namespace alone (peers then outlive a killed run); where namespaces are unavailable at all it
+//! runs on the host's loopback and skips the scenarios that name private addresses, saying so.
 #![allow(clippy::print_stdout, reason = "a command-line report")]
 #![allow(
     clippy::disallowed_types,
@@ -52,13 +55,25 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut inner: Vec<String> = vec!["interop".into(), "--inside".into()];
     inner.extend(["--venv".into(), venv.display().to_string()]);
     inner.extend(args.iter().cloned());
-    let namespaced = Command::new("unshare")
-        .args(["-n", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    let status = if namespaced {
+    let works = |flags: &[&str]| {
         Command::new("unshare")
-            .args(["-n", "--"])
+            .args(flags)
+            .arg("true")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let flags: Option<&[&str]> = if works(PID_AND_NET) {
+        Some(PID_AND_NET)
+    } else if works(&["-n"]) {
+        eprintln!("interop: no PID namespace here; peers of a run that is killed may outlive it");
+        Some(&["-n"])
+    } else {
+        None
+    };
+    let status = if let Some(flags) = flags {
+        Command::new("unshare")
+            .args(flags)
+            .arg("--")
             .arg(&exe)
             .args(&inner)
             .status()
@@ -77,6 +92,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         Err(format!("interop suite failed ({status})"))
     }
 }
+
+/// `unshare` flags for the suite: its own network namespace (only `lo`) and PID namespace
+/// (the suite is its first process, `/proc` shows only its processes, and the whole namespace
+/// is killed when the suite or `unshare` dies).
+const PID_AND_NET: &[&str] = &["-n", "-p", "-f", "--mount-proc", "--kill-child"];
 
 /// What the scenarios are given besides the peers' layout.
 #[derive(Debug)]
