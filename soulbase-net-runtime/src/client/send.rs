@@ -54,6 +54,8 @@ struct Call<'a> {
     /// Whether responses are decoded: the client offered the encodings itself (set once the
     /// request's headers are final, see `Inner::default_headers`).
     decoding: AtomicBool,
+    /// The host a redirect hop goes to, when it is not the request's own.
+    hop_host: Option<&'a str>,
 }
 
 /// The attempts of one call: numbered across the call (a resend after `should_resend`
@@ -81,6 +83,26 @@ impl Call<'_> {
         self.labels.info()
     }
 
+    /// The host this hop goes to (the request's own, or a redirect's): what the breaker,
+    /// the learnt timeouts and the endpoints are keyed by.
+    fn host(&self) -> &str {
+        self.hop_host.unwrap_or(&self.labels.host)
+    }
+
+    /// The same call, for a redirect hop to `host` under that host's `policy`. The call's
+    /// labels, timeouts and deadline stay.
+    fn hop<'h>(&'h self, policy: &'h Arc<NetPolicy>, host: &'h str) -> Call<'h> {
+        Call {
+            labels: self.labels.clone(),
+            policy,
+            timeouts: self.timeouts,
+            started: self.started,
+            deadline: self.deadline,
+            decoding: AtomicBool::new(self.decoding.load(Ordering::Relaxed)),
+            hop_host: Some(host),
+        }
+    }
+
     /// `Timeout(phase)`, or `Timeout(Total)` when the total deadline comes first, for a
     /// phase of `limit` starting `now`.
     fn phase_deadline(&self, phase: Phase, now: Instant, limit: Duration) -> (Instant, Phase) {
@@ -101,12 +123,7 @@ impl Inner {
             Ok(url) => url,
             Err(e) => return Err(self.fail_early(&req, e).await),
         };
-        let host = url
-            .host_str()
-            .unwrap_or_default()
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_owned();
+        let host = host_of(&url).to_owned();
         let policy = self.resolver.resolve(req.tenant.as_deref(), &host);
         let timeouts = policy.timeout.with_request(&req.timeout);
         let call = Call {
@@ -133,6 +150,7 @@ impl Inner {
             started,
             deadline: started + timeouts.total,
             decoding: AtomicBool::new(false),
+            hop_host: None,
         };
         self.observer
             .on_event(&NetEvent::RequestStarted { req: call.info() });
@@ -286,7 +304,10 @@ impl Inner {
     }
 
     /// The attempt, then every redirect the policy lets it follow. Each hop is a new request
-    /// through the connector, so the allow-list and the address guard check it again.
+    /// through the connector, so the allow-list and the address guard check it again. A hop
+    /// to another host goes under that host's policy (its transport — TLS settings and pins,
+    /// proxy, guard, allow-list —, its retry, breaker and size limits); the redirect rules, the
+    /// timeouts and deadline, the retry budget and the concurrency slot stay the call's.
     async fn follow(
         &self,
         req: &mut NetRequest,
@@ -311,10 +332,21 @@ impl Inner {
         };
         let mut redirects = RedirectState::new();
         let replayable = req.body.is_replayable();
+        // The policy and host of a hop to another host than the request's.
+        let mut elsewhere: Option<(Arc<NetPolicy>, String)> = None;
         loop {
-            let res = self
-                .with_retries(req, &url, call, &budget, attempts)
-                .await?;
+            let res = {
+                let hop_call;
+                let current = match &elsewhere {
+                    Some((policy, host)) => {
+                        hop_call = call.hop(policy, host);
+                        &hop_call
+                    }
+                    None => call,
+                };
+                self.with_retries(req, &url, current, &budget, attempts)
+                    .await?
+            };
             if !res.status.is_redirection() {
                 return Ok(res);
             }
@@ -345,6 +377,17 @@ impl Inner {
             }
             req.query.clear();
             req.url = follow.url.to_string();
+            let next = host_of(&follow.url);
+            if next
+                != elsewhere
+                    .as_ref()
+                    .map_or(&*call.labels.host, |(_, h)| h.as_str())
+            {
+                elsewhere = (next != call.labels.host).then(|| {
+                    let tenant = call.labels.tenant.as_deref();
+                    (self.resolver.resolve(tenant, next), next.to_owned())
+                });
+            }
             url = follow.url;
         }
     }
@@ -363,11 +406,7 @@ impl Inner {
         let policy = call.policy;
         let replayable = req.is_replayable();
         let breaker = if policy.cbreaker.enabled {
-            breaker_key(
-                &policy.cbreaker,
-                &call.labels.host,
-                call.labels.tenant.as_deref(),
-            )
+            breaker_key(&policy.cbreaker, call.host(), call.labels.tenant.as_deref())
         } else {
             Cow::Borrowed("")
         };
@@ -386,11 +425,9 @@ impl Inner {
                 }
             };
             let target = self.endpoints.target(url, &policy.endpoints, now);
-            let learnt = self.latencies.timeout(
-                &call.labels.host,
-                &policy.timeout.dynamic,
-                call.timeouts.attempt,
-            );
+            let learnt =
+                self.latencies
+                    .timeout(call.host(), &policy.timeout.dynamic, call.timeouts.attempt);
             let began = now;
             let schedule = HedgeSchedule::new(&policy.hedge, replayable, None);
             let result = match schedule {
@@ -409,7 +446,7 @@ impl Inner {
             };
             match &result {
                 Ok(res) if res.status.as_u16() < 500 && policy.timeout.dynamic.enabled => {
-                    self.latencies.record(&call.labels.host, res.elapsed.ttfb);
+                    self.latencies.record(call.host(), res.elapsed.ttfb);
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::Connect | ErrorKind::Dns) => {
                     self.endpoints
@@ -867,6 +904,14 @@ thread_local! {
 /// compare and a few reference counts instead of a parse and a copy).
 fn request_uri(url: &Url) -> Result<http::Uri, http::uri::InvalidUri> {
     recall(&RECENT_URIS, 8, url.as_str(), str::parse)
+}
+
+/// The host of a URL as policies and keys name it: without an IPv6 literal's brackets.
+fn host_of(url: &Url) -> &str {
+    url.host_str()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
 }
 
 /// The URL as events show it: without userinfo, query or fragment. `validate` refuses

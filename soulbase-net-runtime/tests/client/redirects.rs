@@ -197,3 +197,55 @@ async fn post_becomes_get_on_303_and_307_keeps_method_and_body() {
     assert_eq!(&echoed[1].body[..], b"payload");
     srv.join().await;
 }
+
+#[tokio::test]
+async fn a_hop_to_another_host_goes_under_that_hosts_policy() {
+    let b = FaultServer::http1()
+        .route("/big", Reply::ok(vec![7u8; 1000]))
+        .start()
+        .await
+        .unwrap();
+    let dns = soulbase_net_testkit::MockDns::start().await.unwrap();
+    dns.set_ips("small.test", &[std::net::IpAddr::from([127, 0, 0, 1])], 60);
+    let to_b = format!("http://small.test:{}/big", b.addr().port());
+    let a = FaultServer::http1()
+        .route("/go", Reply::redirect(302, &to_b))
+        .route("/big", Reply::ok(vec![7u8; 1000]))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.dns.nameservers = vec![dns.addr()];
+    p.dns.prefetch.clear();
+    // Responses from small.test may be 100 bytes at most; the request's own host has the
+    // default limit.
+    let mut doc = soulbase_net_policy::PolicyDocument::from_policy(&p);
+    doc.set_override(
+        "small.test",
+        serde_json::json!({"security": {"max_resp_bytes": "100B"}}),
+    );
+    let resolver = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
+    let h = crate::support::harness_with(p, |builder| {
+        builder.policy_resolver(std::sync::Arc::new(resolver))
+    });
+
+    // Under the first host's policy, 1000 bytes are fine.
+    let res = h.client.send(NetRequest::get(a.url("/big"))).await.unwrap();
+    assert_eq!(res.bytes().await.unwrap().len(), 1000);
+    // The hop to small.test is held to small.test's limit.
+    let err = match h.client.send(NetRequest::get(a.url("/go"))).await {
+        Ok(res) => res.bytes().await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert_eq!(err.kind(), ErrorKind::TooLarge, "{err}");
+    assert_eq!(b.hits("/big"), 1, "the hop was made");
+    // Asked directly, small.test's limit applies too.
+    let err = h
+        .client
+        .send(NetRequest::get(to_b.as_str()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TooLarge);
+    a.join().await;
+    b.join().await;
+}
