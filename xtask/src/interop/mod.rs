@@ -124,7 +124,7 @@ fn inside(args: &[String]) -> Result<(), String> {
         only_loopback()?
     };
     let started = Instant::now();
-    let dir = std::env::temp_dir().join(format!("soulbase-interop-{}", std::process::id()));
+    let dir = run_dir()?;
     let _cleanup = RemoveDir(dir.clone());
     let pki = pki::make(&dir.join("pki"))?;
     // Inside the namespace port 53 is free, and squid can only ask name servers on 53.
@@ -201,6 +201,43 @@ fn free_udp_port() -> Result<u16, String> {
         .and_then(|s| s.local_addr())
         .map(|a| a.port())
         .map_err(|e| format!("no free UDP port: {e}"))
+}
+
+/// A new directory for this run's configs, PKI and logs. Named by the clock, not the process
+/// id: in its PID namespace the suite is always process 1, and a run that was killed leaves
+/// its directory (and pid files naming processes of its namespace) behind.
+fn run_dir() -> Result<PathBuf, String> {
+    sweep_stale_run_dirs();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir =
+        std::env::temp_dir().join(format!("soulbase-interop-{}-{nanos:x}", std::process::id()));
+    std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Removes the directories of earlier runs that were killed before they could (a run takes
+/// well under a minute, so one untouched for an hour is nobody's).
+fn sweep_stale_run_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with("soulbase-interop-"));
+        if ours && stale {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Removes the run's directory (configs, PKI, logs) when dropped, unless
