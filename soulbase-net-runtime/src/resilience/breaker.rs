@@ -89,10 +89,9 @@ impl Breakers {
         let (admitted, transition) = {
             let mut map = self.shared.circuits.lock();
             let id = &self.shared.next_id;
-            match map.get_or_insert(key, now, || {
-                Circuit::new(id.fetch_add(1, Ordering::Relaxed), p, now)
-            }) {
-                Some(circuit) => circuit.admit(p, now),
+            let make = || Circuit::new(id.fetch_add(1, Ordering::Relaxed), p, now);
+            match map.visit(key, now, make, |circuit| circuit.admit(p, now)) {
+                Some(admitted) => admitted,
                 None => return Ok(BreakerPermit { tracked: None }),
             }
         };

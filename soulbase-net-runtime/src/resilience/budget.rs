@@ -57,9 +57,12 @@ impl RetryBudgets {
             return;
         }
         let mut map = self.map.lock();
-        if let Some(b) = map.get_or_insert(key, now, || Budget::new(cfg.window, now)) {
-            b.deposit(cfg, now);
-        }
+        map.visit(
+            key,
+            now,
+            || Budget::new(cfg.window, now),
+            |b| b.deposit(cfg, now),
+        );
     }
 
     /// Takes one retry (or hedge) from `key`'s budget; `false` when it is spent, and the
@@ -72,10 +75,13 @@ impl RetryBudgets {
             return true;
         }
         let mut map = self.map.lock();
-        match map.get_or_insert(key, now, || Budget::new(cfg.window, now)) {
-            Some(b) => b.try_withdraw(cfg, now),
-            None => false,
-        }
+        map.visit(
+            key,
+            now,
+            || Budget::new(cfg.window, now),
+            |b| b.try_withdraw(cfg, now),
+        )
+        .unwrap_or(false)
     }
 
     /// Calls `visit` with the whole retries each key's budget allows at `now`.

@@ -85,27 +85,28 @@ impl<V: Evictable> BoundedMap<V> {
         Some(&mut slot.value)
     }
 
-    /// The entry for `key`, created with `make` when missing, or replaced by a fresh one when
-    /// it has been idle for the idle period and may be evicted. Marked used at `now`.
+    /// Runs `visit` on the entry for `key`: created with `make` when missing, or replaced by
+    /// a fresh one when it has been idle for the idle period and may be evicted. Marked used
+    /// at `now`. One lookup when the key is there (a visitor rather than a returned reference,
+    /// which the borrow checker would only allow after a second lookup).
     ///
     /// `None` when the map is full and no entry may be evicted: the caller then goes on without
     /// per-key state (fail open) rather than grow the map.
-    pub(crate) fn get_or_insert(
+    pub(crate) fn visit<R>(
         &mut self,
         key: &str,
         now: Instant,
         make: impl FnOnce() -> V,
-    ) -> Option<&mut V> {
-        if self.entries.contains_key(key) {
-            let idle = self.idle;
-            let slot = self.entries.get_mut(key)?;
-            if now.saturating_duration_since(slot.last_used) >= idle
+        visit: impl FnOnce(&mut V) -> R,
+    ) -> Option<R> {
+        if let Some(slot) = self.entries.get_mut(key) {
+            if now.saturating_duration_since(slot.last_used) >= self.idle
                 && slot.value.evictable(now, true)
             {
                 slot.value = make();
             }
             slot.last_used = slot.last_used.max(now);
-            return Some(&mut slot.value);
+            return Some(visit(&mut slot.value));
         }
         if self.entries.len() >= self.max {
             self.evict(now);
@@ -117,7 +118,7 @@ impl<V: Evictable> BoundedMap<V> {
             value: make(),
             last_used: now,
         });
-        Some(&mut slot.value)
+        Some(visit(&mut slot.value))
     }
 
     /// Drops every entry idle for the idle period that may be evicted. The client may call
@@ -180,7 +181,7 @@ mod tests {
         let mut m = BoundedMap::new(100, Duration::from_secs(60));
         for i in 0..10_000u32 {
             assert!(m
-                .get_or_insert(&format!("h{i}"), now, || Pinned(false))
+                .visit(&format!("h{i}"), now, || Pinned(false), |_| ())
                 .is_some());
             assert!(m.len() <= 100);
         }
@@ -192,10 +193,10 @@ mod tests {
     fn pinned_entries_are_never_evicted() {
         let now = Instant::now();
         let mut m = BoundedMap::new(2, Duration::from_secs(1));
-        assert!(m.get_or_insert("a", now, || Pinned(true)).is_some());
-        assert!(m.get_or_insert("b", now, || Pinned(true)).is_some());
+        assert!(m.visit("a", now, || Pinned(true), |_| ()).is_some());
+        assert!(m.visit("b", now, || Pinned(true), |_| ()).is_some());
         let later = now + Duration::from_secs(10);
-        assert!(m.get_or_insert("c", later, || Pinned(false)).is_none());
+        assert!(m.visit("c", later, || Pinned(false), |_| ()).is_none());
         assert_eq!(m.len(), 2);
         assert!(m.get_mut("a", later).is_some());
     }
@@ -204,8 +205,8 @@ mod tests {
     fn idle_entries_are_swept_and_replaced() {
         let now = Instant::now();
         let mut m = BoundedMap::new(10, Duration::from_secs(5));
-        assert!(m.get_or_insert("a", now, || Pinned(false)).is_some());
-        assert!(m.get_or_insert("p", now, || Pinned(true)).is_some());
+        assert!(m.visit("a", now, || Pinned(false), |_| ()).is_some());
+        assert!(m.visit("p", now, || Pinned(true), |_| ()).is_some());
         m.sweep(now + Duration::from_secs(4));
         assert_eq!(m.len(), 2);
         m.sweep(now + Duration::from_secs(5));
@@ -216,10 +217,13 @@ mod tests {
         );
         // An idle evictable entry is replaced by a fresh one on access.
         let later = now + Duration::from_secs(20);
-        if let Some(v) = m.get_or_insert("p", later, || Pinned(false)) {
-            v.0 = false;
-        }
-        let fresh = m.get_or_insert("p", later + Duration::from_secs(6), || Pinned(true));
-        assert!(fresh.is_some_and(|v| v.0), "replaced by make()");
+        m.visit("p", later, || Pinned(false), |v| v.0 = false);
+        let fresh = m.visit(
+            "p",
+            later + Duration::from_secs(6),
+            || Pinned(true),
+            |v| v.0,
+        );
+        assert_eq!(fresh, Some(true), "replaced by make()");
     }
 }

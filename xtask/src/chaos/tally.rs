@@ -161,7 +161,7 @@ pub(crate) fn analyse(targets: &[Target], calls: &[Call], seen: Seen) -> Summary
 /// A cancelled call returns within `DEADLINE_SLACK` of its cancel; only a cancel ends a
 /// call with the `cancelled` error.
 fn check_cancel(s: &mut Summary, c: &Call) {
-    let fired = c.cancel_after.filter(|at| *at < c.wall);
+    let fired = c.cancel_after.filter(|at| *at <= c.wall);
     s.cancels_fired += u64::from(fired.is_some());
     let ended_cancelled = matches!(&c.outcome, Outcome::Failed { kind, .. } if kind == "cancelled");
     if !ended_cancelled {

@@ -137,9 +137,9 @@ fn draw(rng: &RandomFaults, n: u64, targets: &[Target]) -> Drawn {
 /// The share of calls their caller cancels mid-flight.
 const CANCELLED_SHARE: f64 = 0.1;
 
-/// One call, timed: send, then read the whole body.
-async fn call(client: Arc<Client>, req: NetRequest) -> (Outcome, Duration, u32) {
-    let started = Instant::now();
+/// One call, timed from `started` (when the caller made it — the clock its cancel runs on
+/// too): send, then read the whole body.
+async fn call(client: Arc<Client>, req: NetRequest, started: Instant) -> (Outcome, Duration, u32) {
     let result = match client.send(req).await {
         Ok(res) => {
             let (status, attempts) = (res.status.as_u16(), res.attempts);
@@ -195,7 +195,7 @@ pub(crate) async fn caller(
                 token.cancel();
             });
         }
-        let task = tokio::spawn(call(client.clone(), req));
+        let task = tokio::spawn(call(client.clone(), req, started));
         let abort = task.abort_handle();
         let (outcome, wall, attempts) =
             match tokio::time::timeout(limit + GIVE_UP_AFTER, task).await {
