@@ -16,10 +16,12 @@ use crate::validate::Checker;
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ProxyPolicy {
-    /// Proxy URL for `http://` targets, e.g. `http://proxy.internal:3128`. Default is `None`.
+    /// Proxy URL for `http://` targets, e.g. `http://proxy.internal:3128`: an `http://` URL
+    /// (TLS to the proxy itself is not supported). Default is `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_proxy: Option<String>,
-    /// Proxy URL for `https://` targets. Default is `None`.
+    /// Proxy URL for `https://` targets (tunnelled with CONNECT, so TLS stays end to end):
+    /// an `http://` URL too. Default is `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub https_proxy: Option<String>,
     /// Targets that bypass the proxy (hosts, `.domain` suffixes, IPs, CIDRs). Default is empty.
@@ -53,11 +55,15 @@ impl ProxyPolicy {
 
 fn check_proxy_url(u: &str) -> Result<(), String> {
     let url = url::Url::parse(u).map_err(|e| format!("`{u}` is not an absolute URL: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "`{u}` must be an http:// or https:// URL, not {}://",
-            url.scheme()
-        ));
+    match url.scheme() {
+        "http" => {}
+        "https" => {
+            return Err(format!(
+                "`{u}`: TLS to the proxy itself (an https:// proxy URL) is not supported; use \
+                 its http:// URL (https targets still get end-to-end TLS through CONNECT)"
+            ))
+        }
+        other => return Err(format!("`{u}` must be an http:// URL, not {other}://")),
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("`{u}` has no host"));
@@ -72,9 +78,15 @@ mod tests {
     #[test]
     fn proxy_urls_must_be_absolute_http() {
         assert!(check_proxy_url("http://proxy:3128").is_ok());
-        assert!(check_proxy_url("https://user:pw@proxy.example").is_ok());
+        assert!(check_proxy_url("http://user:pw@proxy.example").is_ok());
         for bad in ["proxy:3128", "socks5://proxy:1080", "/relative", "http://"] {
             assert!(check_proxy_url(bad).is_err(), "{bad}");
         }
+        // Said at load time, not at the first request.
+        let err = check_proxy_url("https://proxy.example").unwrap_err();
+        assert!(
+            err.contains("not supported") && err.contains("http://"),
+            "{err}"
+        );
     }
 }

@@ -396,7 +396,12 @@ fn proxy_rules() {
     fails(
         r#"proxy.http_proxy = "socks5://proxy:1080""#,
         "default.proxy.http_proxy",
-        "http:// or https://",
+        "must be an http:// URL",
+    );
+    fails(
+        r#"proxy.https_proxy = "https://proxy.internal:3128""#,
+        "default.proxy.https_proxy",
+        "TLS to the proxy itself",
     );
     fails(
         r#"proxy.https_proxy = "proxy:3128""#,
