@@ -377,12 +377,10 @@ impl Inner {
             }
             req.query.clear();
             req.url = follow.url.to_string();
+            // A new host: its policy (none to keep when the chain comes back to the request's).
             let next = host_of(&follow.url);
-            if next
-                != elsewhere
-                    .as_ref()
-                    .map_or(&*call.labels.host, |(_, h)| h.as_str())
-            {
+            let this = elsewhere.as_ref().map_or(&*call.labels.host, |(_, h)| h);
+            if next != this {
                 elsewhere = (next != call.labels.host).then(|| {
                     let tenant = call.labels.tenant.as_deref();
                     (self.resolver.resolve(tenant, next), next.to_owned())
