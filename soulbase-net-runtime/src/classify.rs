@@ -1,8 +1,8 @@
 //! Turning what hyper, hyper-util, rustls and the OS report into [`NetError`]s.
 //!
 //! Why a walk over `source()`: rustls errors reach us as `io::Error(InvalidData)` wrapping a
-//! `rustls::Error`, wrapped again by hyper and by hyper-util's client (DEPS.md trap 11); and
-//! the connector's own `NetError`s come back wrapped in a hyper-util error.
+//! `rustls::Error`, wrapped again by hyper (DEPS.md trap 11); and a request body's own
+//! `NetError` (a stream over its size limit, a write timeout) comes back inside hyper's.
 
 use std::{error::Error as StdError, io};
 
@@ -21,8 +21,8 @@ fn tls_kind(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
     crate::tls::classify_error(err)
 }
 
-/// The error of a request that hyper-util's client gave up on.
-pub(crate) fn request_error(e: hyper_util::client::legacy::Error) -> NetError {
+/// The error of a request (or a connection handshake) that hyper gave up on.
+pub(crate) fn send_error(e: hyper::Error) -> NetError {
     let found = chain(&e)
         .find_map(|s| s.downcast_ref::<NetError>())
         .map(|net| {
@@ -47,26 +47,20 @@ pub(crate) fn request_error(e: hyper_util::client::legacy::Error) -> NetError {
             .with_message("tls failure on the connection")
             .with_source(e);
     }
-    let (kind, message) = if e.is_connect() {
-        (ErrorKind::Connect, "could not connect")
-    } else if let Some(h) = chain(&e).find_map(|s| s.downcast_ref::<hyper::Error>()) {
-        if h.is_parse_too_large() {
-            (
-                ErrorKind::TooLarge,
-                "the response head is over the header limits",
-            )
-        } else if h.is_incomplete_message() {
-            (
-                ErrorKind::Io,
-                "connection closed before the response was complete",
-            )
-        } else if h.is_parse() || h.is_parse_status() {
-            (ErrorKind::Io, "the response could not be parsed")
-        } else if h.is_canceled() {
-            (ErrorKind::Io, "the request was canceled by the connection")
-        } else {
-            (ErrorKind::Io, "the connection failed")
-        }
+    let (kind, message) = if e.is_parse_too_large() {
+        (
+            ErrorKind::TooLarge,
+            "the response head is over the header limits",
+        )
+    } else if e.is_incomplete_message() {
+        (
+            ErrorKind::Io,
+            "connection closed before the response was complete",
+        )
+    } else if e.is_parse() || e.is_parse_status() {
+        (ErrorKind::Io, "the response could not be parsed")
+    } else if e.is_canceled() {
+        (ErrorKind::Io, "the request was canceled by the connection")
     } else {
         (ErrorKind::Io, "the connection failed")
     };

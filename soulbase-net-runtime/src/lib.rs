@@ -1,8 +1,8 @@
 //! The soulbase-net client runtime.
 //!
-//! [`Client`] implements [`soulbase_net_core::NetClient`] on hyper-util's pooled client, with
-//! a connection path a security reviewer can sign off: the host allow-list, name resolution,
-//! the address guard on every address actually dialled (IP literals included), a per-host
+//! [`Client`] implements [`soulbase_net_core::NetClient`] on hyper's connections and a pool
+//! of its own, with a connection path a security reviewer can sign off: the host allow-list, name resolution,
+//! the address guard on every address actually dialled (IP literals included), a per-origin
 //! connection cap, happy eyeballs through a replaceable [`Dialer`], and TLS 1.2+ on the ring
 //! provider; then the policy's phase timeouts and size limits on each request.
 //!
@@ -26,6 +26,7 @@ mod classify;
 mod client;
 mod connect;
 mod dns;
+mod pool;
 mod redirect;
 mod resilience;
 pub mod tls;

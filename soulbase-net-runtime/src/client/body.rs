@@ -18,12 +18,9 @@ use http_body::{Body, Frame, SizeHint};
 use soulbase_net_core::{BoxError, Direction, NetError, NetEvent, Observer, Phase, RequestInfo};
 use tokio::time::{Instant, Sleep};
 
-use crate::connect::ConnectWitness;
-
 /// What the connection tells one attempt about its request, through the request body: when
 /// it took the request (hyper asks the body for its size as it starts sending — where the
-/// first-byte clock starts) and how many body bytes it sent; and, as the attempt's
-/// [`ConnectWitness`], how long opening the connection took when one was opened for it.
+/// first-byte clock starts) and how many body bytes it sent.
 ///
 /// Why not hyper-util's `capture_connection`: it costs a watch channel, a request extension
 /// and a copy of the connection's metadata per request; this costs one small allocation,
@@ -34,8 +31,6 @@ pub(crate) struct Progress {
     /// Nanoseconds after `began`, plus one; zero until the connection took the request.
     taken: AtomicU64,
     sent: AtomicU64,
-    /// Nanoseconds spent opening a connection for this attempt; zero for a pooled one.
-    connect: AtomicU64,
 }
 
 impl Progress {
@@ -44,7 +39,6 @@ impl Progress {
             began,
             taken: AtomicU64::new(0),
             sent: AtomicU64::new(0),
-            connect: AtomicU64::new(0),
         }
     }
 
@@ -69,18 +63,6 @@ impl Progress {
     /// The body bytes sent so far.
     pub(crate) fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
-    }
-
-    /// How long opening a connection for this attempt took; zero when it used a pooled one.
-    pub(crate) fn connect_time(&self) -> Duration {
-        Duration::from_nanos(self.connect.load(Ordering::Relaxed))
-    }
-}
-
-impl ConnectWitness for Progress {
-    fn opened(&self, connect: Duration) {
-        let nanos = u64::try_from(connect.as_nanos()).unwrap_or(u64::MAX);
-        self.connect.store(nanos, Ordering::Relaxed);
     }
 }
 

@@ -7,6 +7,8 @@ mod learn;
 mod send;
 mod transport;
 
+pub(crate) use self::transport::ReqBody;
+
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::HeaderValue;
@@ -159,13 +161,16 @@ impl ClientBuilder {
         self
     }
 
-    /// How long an idle pooled connection is kept. Default is 90 seconds.
+    /// How long an idle pooled connection is kept; a reaper closes it after that. Zero keeps
+    /// no idle connections. Default is 90 seconds.
     pub fn pool_idle_timeout(mut self, idle: Duration) -> Self {
         self.pool_idle_timeout = idle;
         self
     }
 
-    /// The most idle connections kept per host. Default is 32.
+    /// The most idle HTTP/1.1 connections kept per origin (scheme, host and port); one given
+    /// back beyond that is closed. (An HTTP/2 connection is shared by all requests to its
+    /// origin.) Default is 32.
     pub fn pool_max_idle_per_host(mut self, max: usize) -> Self {
         self.pool_max_idle_per_host = max;
         self

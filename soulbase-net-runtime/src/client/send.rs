@@ -34,8 +34,6 @@ use super::{
 };
 use crate::{
     body::{check_content_length, decode, LimitedBody},
-    classify,
-    connect::{ConnectWitness, CONNECT_WITNESS},
     redirect::{Action, Redirect, RedirectState},
     resilience::{
         breaker_key, budget_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule,
@@ -684,7 +682,7 @@ impl Inner {
                 .headers_mut()
                 .insert(header::PROXY_AUTHORIZATION, auth);
         }
-        let request = transport.http.request(http_req);
+        let request = transport.pool.send(http_req);
         tokio::pin!(request);
         // The first-byte clock starts when the connection takes the request (the body tells,
         // see `Progress`); until then only the total deadline applies (the connector bounds
@@ -698,17 +696,9 @@ impl Inner {
         };
         let timer = tokio::time::sleep_until(ttfb_from(began).0);
         tokio::pin!(timer);
-        // A connection opened while the request is polled was opened for this attempt; once
-        // a connection took the request, none can be opened for it any more.
-        let witness: Arc<dyn ConnectWitness> = progress.clone();
-        let res = std::future::poll_fn(|cx| {
-            let polled = if progress.taken_at().is_none() {
-                CONNECT_WITNESS.sync_scope(witness.clone(), || request.as_mut().poll(cx))
-            } else {
-                request.as_mut().poll(cx)
-            };
-            if let Poll::Ready(res) = polled {
-                return Poll::Ready(Ok(res));
+        let (res, connect) = std::future::poll_fn(|cx| {
+            if let Poll::Ready(res) = request.as_mut().poll(cx) {
+                return Poll::Ready(res);
             }
             loop {
                 if timer.as_mut().poll(cx).is_pending() {
@@ -731,11 +721,9 @@ impl Inner {
             }
         })
         .await?;
-        let res = res.map_err(classify::request_error)?;
         let head_at = Instant::now();
         let ttfb = head_at.saturating_duration_since(began);
         let (mut parts, body) = res.into_parts();
-        let connect = progress.connect_time();
         let max = call.policy.security.max_resp_bytes.as_u64();
         check_content_length(&parts.headers, max)?;
         let limited = LimitedBody::new(body, max)

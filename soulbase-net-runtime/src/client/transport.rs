@@ -1,4 +1,4 @@
-//! Transports: one pooled hyper-util client per distinct connection policy.
+//! Transports: one connection pool per distinct connection policy.
 //!
 //! Why per policy: TLS settings (pins, client certificates, versions), the address guard,
 //! DNS and the per-host connection cap are properties of a connection, so requests under
@@ -17,10 +17,6 @@ use foldhash::{HashMap, HashMapExt};
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper_util::{
-    client::legacy::Client as HyperClient,
-    rt::{TokioExecutor, TokioTimer},
-};
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
 use soulbase_net_core::{BoxError, NetError, Observer};
@@ -31,6 +27,7 @@ use hyper_util::client::proxy::matcher::Matcher;
 use crate::{
     connect::{proxy_matcher, Connector, ConnectorConfig, Dialer},
     dns::DnsResolver,
+    pool::{Pool, PoolConfig},
 };
 
 /// The request body type sent through hyper.
@@ -48,9 +45,9 @@ pub(crate) struct Settings {
     pub(crate) max_response_head_bytes: usize,
 }
 
-/// A pooled client for one connection policy.
+/// The connection pool of one connection policy.
 pub(crate) struct Transport {
-    pub(crate) http: HyperClient<Connector, ReqBody>,
+    pub(crate) pool: Pool,
     /// The proxy rules, to add proxy credentials to absolute-form requests.
     pub(crate) proxy: Option<Arc<Matcher>>,
 }
@@ -153,7 +150,6 @@ impl Transports {
             observer: s.observer.clone(),
             connect_timeout: policy.timeout.connect,
             happy_eyeballs_delay: policy.dns.happy_eyeballs_delay,
-            per_host_cap: policy.limits.per_host_concurrency as usize,
             opened: self.opened.clone(),
             proxy: proxy.clone(),
             freeze_addresses: policy
@@ -161,24 +157,22 @@ impl Transports {
                 .freeze
                 .then_some(policy.endpoints.frozen_duration),
         });
-        let mut http = HyperClient::builder(TokioExecutor::new());
-        http.pool_idle_timeout(s.pool_idle_timeout)
-            .pool_max_idle_per_host(s.pool_max_idle_per_host)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .http2_only(s.http2_prior_knowledge);
-        // hyper's own limit is the same 100 headers, parsed into an array on the stack; a
-        // limit set explicitly, even to 100, makes it fill a vector for every response.
-        if s.max_response_headers != HYPER_MAX_HEADERS {
-            http.http1_max_headers(s.max_response_headers);
-        }
-        let http = http
-            .http1_max_buf_size(s.max_response_head_bytes.max(8192))
-            .http2_max_header_list_size(
-                u32::try_from(s.max_response_head_bytes).unwrap_or(u32::MAX),
-            )
-            .build(connector);
-        Ok(Transport { http, proxy })
+        let pool = Pool::new(
+            connector,
+            PoolConfig {
+                idle_timeout: s.pool_idle_timeout,
+                max_idle_per_origin: s.pool_max_idle_per_host,
+                per_origin_cap: policy.limits.per_host_concurrency as usize,
+                http2_only: s.http2_prior_knowledge,
+                // hyper's own limit is the same 100 headers, parsed into an array on the
+                // stack; a limit set explicitly, even to 100, makes it fill a vector for every
+                // response.
+                max_headers: (s.max_response_headers != HYPER_MAX_HEADERS)
+                    .then_some(s.max_response_headers),
+                max_head_bytes: s.max_response_head_bytes,
+            },
+        );
+        Ok(Transport { pool, proxy })
     }
 }
 

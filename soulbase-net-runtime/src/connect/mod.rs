@@ -1,9 +1,10 @@
 //! The connector: from a URI to a connected, guarded, TLS-wrapped socket.
 //!
-//! One connect, in order: the host allow-list; name resolution (IP literals included, which
-//! hyper-util's own resolver never sees); the address guard on every address; the per-host
-//! connection cap; happy eyeballs through the [`Dialer`]; TLS. The whole of it is bounded by
-//! the connect timeout. A denied address is never handed to the dialer.
+//! One connect, in order: the host allow-list; name resolution (IP literals included); the
+//! address guard on every address; happy eyeballs through the [`Dialer`]; TLS. The whole of
+//! it is bounded by the connect timeout. A denied address is never handed to the dialer. The
+//! pool ([`crate::pool`]) decides when to connect and holds the per-origin connection cap; a
+//! connection keeps its slot under the cap for its life.
 
 mod dial;
 mod io;
@@ -11,25 +12,16 @@ mod proxy;
 
 use std::{
     fmt,
-    future::Future,
     net::{IpAddr, SocketAddr},
-    pin::Pin,
     sync::{atomic::Ordering, Arc},
-    task::{Context, Poll},
     time::Duration,
 };
 
-use foldhash::{HashMap, HashMapExt};
-
 use http::Uri;
-use hyper_util::client::{
-    legacy::connect::{Connected, Connection},
-    proxy::matcher::{Intercept, Matcher},
-};
-use parking_lot::Mutex;
+use hyper_util::client::proxy::matcher::{Intercept, Matcher};
 use soulbase_net_core::{DnsSource, ErrorKind, NetError, NetEvent, Observer, Phase};
 use soulbase_net_policy::AddressGuard;
-use tokio::{sync::Semaphore, time::Instant};
+use tokio::{sync::OwnedSemaphorePermit, time::Instant};
 
 pub use self::dial::{DialFuture, Dialer, TcpDialer};
 pub(crate) use self::io::Conn;
@@ -61,7 +53,6 @@ pub(crate) struct ConnectorConfig {
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) connect_timeout: Duration,
     pub(crate) happy_eyeballs_delay: Duration,
-    pub(crate) per_host_cap: usize,
     /// How long an address that refused a connection is skipped (`endpoints.freeze`);
     /// `None` when the policy does not freeze.
     pub(crate) freeze_addresses: Option<Duration>,
@@ -71,24 +62,7 @@ pub(crate) struct ConnectorConfig {
     pub(crate) opened: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Hears how long opening a connection took, when the connection was opened for it.
-pub(crate) trait ConnectWitness: Send + Sync {
-    /// A connection was opened for the attempt in `connect` (DNS, TCP, proxy tunnel, TLS).
-    fn opened(&self, connect: Duration);
-}
-
-tokio::task_local! {
-    /// The attempt whose task is polling the connector. hyper-util opens a connection inside
-    /// the request's own future, so a connection opened there was opened for that attempt;
-    /// one whose request took a pooled connection first finishes in a background task, where
-    /// no witness is set, and reports to nobody (that attempt's connect time is zero).
-    ///
-    /// Why not `Connected::extra`: hyper-util copies the extra into every response's
-    /// extensions, which costs an extension map (three allocations) per response.
-    pub(crate) static CONNECT_WITNESS: Arc<dyn ConnectWitness>;
-}
-
-/// A `tower_service::Service<Uri>` for hyper-util's pooled client.
+/// Opens connections for the pool (see [`crate::pool`]).
 #[derive(Clone)]
 pub(crate) struct Connector {
     inner: Arc<Inner>,
@@ -96,13 +70,12 @@ pub(crate) struct Connector {
 
 struct Inner {
     cfg: ConnectorConfig,
-    caps: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Addresses that failed to connect, skipped while frozen (seed 004).
     frozen: crate::resilience::Freezer<SocketAddr>,
 }
 
-/// Idle per-host cap entries are pruned once the map grows past this many hosts.
-const MAX_CAP_ENTRIES: usize = 4096;
+/// The most addresses remembered as frozen.
+const MAX_FROZEN: usize = 4096;
 
 // === impl Connector ===
 
@@ -111,8 +84,7 @@ impl Connector {
         Connector {
             inner: Arc::new(Inner {
                 cfg,
-                caps: Mutex::new(HashMap::new()),
-                frozen: crate::resilience::Freezer::new(MAX_CAP_ENTRIES),
+                frozen: crate::resilience::Freezer::new(MAX_FROZEN),
             }),
         }
     }
@@ -122,56 +94,42 @@ impl fmt::Debug for Connector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connector")
             .field("connect_timeout", &self.inner.cfg.connect_timeout)
-            .field("per_host_cap", &self.inner.cfg.per_host_cap)
             .finish_non_exhaustive()
     }
 }
 
-impl tower_service::Service<Uri> for Connector {
-    type Response = Conn;
-    type Error = NetError;
-    type Future = Pin<Box<dyn Future<Output = Result<Conn, NetError>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), NetError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let inner = self.inner.clone();
-        Box::pin(async move {
-            let limit = inner.cfg.connect_timeout;
-            match tokio::time::timeout(limit, inner.connect(uri)).await {
-                Ok(res) => res,
-                Err(_) => Err(NetError::timeout(Phase::Connect)
-                    .with_message(format!("no connection within {limit:?}"))),
-            }
-        })
+impl Connector {
+    /// Opens a connection for `uri`, holding `permit` (its slot under the per-origin
+    /// connection cap) for the connection's life; bounded by the connect timeout (DNS, TCP,
+    /// proxy tunnel, TLS).
+    pub(crate) async fn connect(
+        &self,
+        uri: &Uri,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Conn, NetError> {
+        let limit = self.inner.cfg.connect_timeout;
+        match tokio::time::timeout(limit, self.inner.connect(uri, permit)).await {
+            Ok(conn) => conn,
+            Err(_) => Err(NetError::timeout(Phase::Connect)
+                .with_message(format!("no connection within {limit:?}"))),
+        }
     }
 }
 
 // === impl Inner ===
 
 impl Inner {
-    async fn connect(&self, uri: Uri) -> Result<Conn, NetError> {
-        let started = Instant::now();
-        let https = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            other => {
-                return Err(NetError::invalid_request(format!(
-                    "scheme {other:?} is not http or https"
-                )))
-            }
-        };
+    async fn connect(&self, uri: &Uri, permit: OwnedSemaphorePermit) -> Result<Conn, NetError> {
+        let https = is_https(uri)?;
         let host = uri
             .host()
             .ok_or_else(|| NetError::invalid_request("url has no host"))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         self.cfg.guard.check_host(host)?;
-        if let Some(intercept) = self.cfg.proxy.as_ref().and_then(|m| m.intercept(&uri)) {
+        if let Some(intercept) = self.cfg.proxy.as_ref().and_then(|m| m.intercept(uri)) {
             return self
-                .connect_via_proxy(&intercept, https, host, port, started)
+                .connect_via_proxy(&intercept, https, host, port, permit)
                 .await;
         }
 
@@ -186,7 +144,6 @@ impl Inner {
             None => targets,
         };
 
-        let permit = self.permit(host, port).await?;
         let mut failed = Vec::new();
         let dialled = dial::happy_eyeballs(
             &self.cfg.dialer,
@@ -206,7 +163,7 @@ impl Inner {
                 .with_source(e)
         })?;
         let stream = self.secure(tcp, https, host).await?;
-        Ok(self.finish(stream, remote, started, permit, false))
+        Ok(self.finish(stream, remote, permit, false))
     }
 
     /// Connects through the proxy chosen for this target: a CONNECT tunnel for `https`, a
@@ -217,7 +174,7 @@ impl Inner {
         https: bool,
         host: &str,
         port: u16,
-        started: Instant,
+        permit: OwnedSemaphorePermit,
     ) -> Result<Conn, NetError> {
         // The proxy resolves names; literal targets are still checked here.
         if let Ok(ip) = host.parse::<IpAddr>() {
@@ -240,7 +197,6 @@ impl Inner {
             .iter()
             .map(|ip| SocketAddr::new(*ip, proxy_port))
             .collect();
-        let permit = self.permit(host, port).await?;
         let (mut tcp, remote) = dial::happy_eyeballs(
             &self.cfg.dialer,
             &targets,
@@ -256,11 +212,11 @@ impl Inner {
                 .with_source(e)
         })?;
         if !https {
-            return Ok(self.finish(MaybeTls::Plain(tcp), remote, started, permit, true));
+            return Ok(self.finish(MaybeTls::Plain(tcp), remote, permit, true));
         }
         proxy::tunnel(&mut tcp, host, port, intercept.basic_auth()).await?;
         let stream = self.secure(tcp, true, host).await?;
-        Ok(self.finish(stream, remote, started, permit, false))
+        Ok(self.finish(stream, remote, permit, false))
     }
 
     /// TLS on top of `tcp` for `https`, nothing for `http`.
@@ -288,14 +244,10 @@ impl Inner {
         &self,
         stream: MaybeTls,
         remote: SocketAddr,
-        started: Instant,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        permit: OwnedSemaphorePermit,
         proxied: bool,
     ) -> Conn {
-        let connect = started.elapsed();
-        tracing::trace!(%remote, ?connect, proxied, "connected");
-        // Outside an attempt's task (a background connect) there is no witness: ignored.
-        let _ = CONNECT_WITNESS.try_with(|witness| witness.opened(connect));
+        tracing::trace!(%remote, proxied, "connected");
         self.cfg.opened.fetch_add(1, Ordering::Relaxed);
         Conn::new(stream, permit, proxied)
     }
@@ -315,38 +267,15 @@ impl Inner {
         });
         Ok(addrs)
     }
-
-    /// A slot under the per-host connection cap, held for the connection's life.
-    async fn permit(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit, NetError> {
-        let cap = self.cfg.per_host_cap.max(1);
-        let semaphore = {
-            let mut caps = self.caps.lock();
-            if caps.len() >= MAX_CAP_ENTRIES {
-                caps.retain(|_, s| s.available_permits() < cap);
-            }
-            caps.entry(format!("{host}:{port}"))
-                .or_insert_with(|| Arc::new(Semaphore::new(cap)))
-                .clone()
-        };
-        semaphore.acquire_owned().await.map_err(|e| {
-            NetError::new(ErrorKind::Connect)
-                .with_message("connection cap closed")
-                .with_source(e)
-        })
-    }
 }
 
-impl Connection for Conn {
-    fn connected(&self) -> Connected {
-        let connected = Connected::new().proxy(self.is_proxied());
-        if self.is_h2() {
-            connected.negotiated_h2()
-        } else {
-            connected
-        }
+/// Whether `uri` is `https` (else `http`); any other scheme is an invalid request.
+pub(crate) fn is_https(uri: &Uri) -> Result<bool, NetError> {
+    match uri.scheme_str() {
+        Some("https") => Ok(true),
+        Some("http") => Ok(false),
+        other => Err(NetError::invalid_request(format!(
+            "scheme {other:?} is not http or https"
+        ))),
     }
 }

@@ -10,6 +10,7 @@ mod dns;
 mod guard;
 mod limits;
 mod metrics;
+mod pool;
 mod proxy;
 mod redirects;
 mod resilience;

@@ -115,3 +115,13 @@ pub(crate) fn harness_with(
         events,
     }
 }
+
+/// Every test that uses it finishes within this bound, or fails.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Runs `f` within [`LIMIT`]; fails the test when it takes longer.
+pub(crate) async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("the test exceeded its time bound")
+}

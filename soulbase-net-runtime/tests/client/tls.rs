@@ -2,9 +2,7 @@
 //! the policy, SPKI pins, mutual TLS and the protocol floor — each over loopback, with the
 //! codes of the error and the server's hit counts asserted.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use rustls::version::TLS12;
@@ -13,16 +11,7 @@ use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetError, NetRequest};
 use soulbase_net_policy::{MtlsCfg, NetPolicy, TlsVersion};
 use soulbase_net_testkit::{crypto_provider, CertKit, FaultServer, Leaf, Reply};
 
-use crate::support::{harness, harness_with, loopback_policy, Harness};
-
-/// Every test finishes within this bound, or fails.
-const LIMIT: Duration = Duration::from_secs(20);
-
-async fn bounded<F: Future>(f: F) -> F::Output {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .expect("the test exceeded its time bound")
-}
+use crate::support::{bounded, harness, harness_with, loopback_policy, Harness};
 
 /// A TLS FaultServer on 127.0.0.1 answering `GET /t` with `200 secret`.
 async fn server(cfg: Arc<ServerConfig>) -> FaultServer {

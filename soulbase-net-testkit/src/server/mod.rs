@@ -234,6 +234,8 @@ impl FaultServerBuilder {
             stats: Mutex::new(HashMap::new()),
             hit: tokio::sync::Notify::new(),
             connections: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            closed: tokio::sync::Notify::new(),
             origin: format!("{scheme}://{addr}"),
             authority: addr.to_string(),
             capture_limit: self.capture_limit,
@@ -366,6 +368,27 @@ impl FaultServer {
     /// How many connections were accepted.
     pub fn connections(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// How many connections are open now (accepted and not yet ended, by either side).
+    pub fn open_connections(&self) -> u64 {
+        self.shared.open.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at most `n` connections are open: the way to see a client close (or pool)
+    /// its connections. It waits as long as it takes; wrap it in `tokio::time::timeout` to
+    /// bound it.
+    pub async fn wait_for_open_at_most(&self, n: u64) {
+        loop {
+            let notified = self.shared.closed.notified();
+            tokio::pin!(notified);
+            // Registered before the count is read, so a close in between still wakes it.
+            notified.as_mut().enable();
+            if self.open_connections() <= n {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Closes the listening socket: new connections are refused, existing ones go on.

@@ -54,6 +54,10 @@ pub(super) struct Shared {
     /// Woken after every request is counted, for [`FaultServer::wait_for_hits`].
     pub(super) hit: tokio::sync::Notify,
     pub(super) connections: AtomicU64,
+    /// Connections accepted and not yet ended.
+    pub(super) open: AtomicU64,
+    /// Woken whenever a connection ends, for [`FaultServer::wait_for_open_at_most`].
+    pub(super) closed: tokio::sync::Notify,
     pub(super) origin: String,
     pub(super) authority: String,
     pub(super) capture_limit: usize,
@@ -133,7 +137,8 @@ pub(super) async fn accept_loop(
             res = accept(listener.as_ref()) => match res {
                 Ok(stream) => {
                     let id = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
-                    conns.spawn(serve_conn(stream, id, shared.clone(), cfg.clone()));
+                    let open = OpenConn::new(shared.clone());
+                    conns.spawn(serve_conn(stream, id, open, cfg.clone()));
                 }
                 // Transient (e.g. out of file descriptors): keep serving.
                 Err(e) => tracing::warn!(error = %e, "fault server accept failed"),
@@ -165,7 +170,25 @@ async fn accept(listener: Option<&TcpListener>) -> io::Result<TcpStream> {
     }
 }
 
-async fn serve_conn(stream: TcpStream, id: u64, shared: Arc<Shared>, cfg: Arc<ConnCfg>) {
+/// Counts a connection as open until it ends, however its task ends (aborted included).
+struct OpenConn(Arc<Shared>);
+
+impl OpenConn {
+    fn new(shared: Arc<Shared>) -> Self {
+        shared.open.fetch_add(1, Ordering::SeqCst);
+        OpenConn(shared)
+    }
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+        self.0.closed.notify_waiters();
+    }
+}
+
+async fn serve_conn(stream: TcpStream, id: u64, open: OpenConn, cfg: Arc<ConnCfg>) {
+    let shared = open.0.clone();
     if cfg.blackhole {
         let _stream = stream;
         shared.shutdown.fired().await;

@@ -1,0 +1,672 @@
+//! The connection pool, on hyper's connection API: idle HTTP/1.1 connections and a shared
+//! HTTP/2 connection per origin, the per-origin connection cap, and the request form each
+//! connection needs.
+//!
+//! A request takes an idle connection (most recently used first) or, when there is none and
+//! the cap has a slot free, opens one through the [`Connector`]. When the cap is full it waits
+//! for whichever comes first: a connection another request gives back, or a slot freed by a
+//! closing connection. An HTTP/1.1 connection goes back to the pool when its response body
+//! ends or is dropped (hyper then drains the rest when it has arrived, or closes the
+//! connection). An HTTP/2
+//! connection is shared by every request to its origin. A connection idle for longer than the
+//! idle timeout is closed by a reaper task, which runs only while connections are idle.
+//!
+//! Why not hyper-util's legacy client: per request, it hashes its `(Scheme, Authority)` key
+//! with SipHash, boxes its request future, races its checkout against a lazy connect (which,
+//! once started, finishes in a task of its own even when a pooled connection won) and spawns
+//! a task that waits for the connection to be ready again; and it hides the connection from
+//! the request, so the connect time had to come back through a task-local. Here a request
+//! takes an idle connection under two short locks, gives it back from its response body, and
+//! starts a connect only when it will use it.
+
+use std::{
+    collections::VecDeque,
+    fmt,
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Weak,
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use foldhash::HashMap;
+use http::{header::HOST, uri::Parts, HeaderValue, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use hyper::{
+    body::Incoming,
+    client::conn::{http1, http2},
+};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use parking_lot::Mutex;
+use soulbase_net_core::NetError;
+use tokio::{
+    sync::{oneshot, OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
+
+use crate::{
+    client::ReqBody,
+    connect::{Conn, Connector},
+};
+
+/// How a transport's pool behaves; from the client builder and the policy.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolConfig {
+    /// A connection idle this long is closed; zero keeps no idle connections.
+    pub(crate) idle_timeout: Duration,
+    /// The most idle HTTP/1.1 connections kept per origin.
+    pub(crate) max_idle_per_origin: usize,
+    /// The most connections open to one origin at once (`limits.per_host_concurrency`).
+    pub(crate) per_origin_cap: usize,
+    /// Speak HTTP/2 on every connection, without ALPN (`http2_prior_knowledge`).
+    pub(crate) http2_only: bool,
+    /// hyper's limit on response headers, when not its default.
+    pub(crate) max_headers: Option<usize>,
+    /// The most bytes of a response head (HTTP/1.1 read buffer, HTTP/2 header list).
+    pub(crate) max_head_bytes: usize,
+}
+
+/// The pool of one transport.
+pub(crate) struct Pool {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connector: Connector,
+    cfg: PoolConfig,
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+    origins: Mutex<Origins>,
+    /// Whether a reaper task is running.
+    reaping: AtomicBool,
+}
+
+/// Origins by authority, one map per scheme (a lookup needs no key built).
+#[derive(Default)]
+struct Origins {
+    http: HashMap<Box<str>, Arc<Origin>>,
+    https: HashMap<Box<str>, Arc<Origin>>,
+}
+
+/// Origins without connections are pruned once a map holds this many.
+const MAX_ORIGINS: usize = 4096;
+
+/// How many times one request moves on after a pooled connection turned out closed before
+/// it took the request (each time, that connection is discarded).
+const MAX_STALE: usize = 8;
+
+/// One origin's connections.
+struct Origin {
+    /// The `Host` header of HTTP/1.1 requests to this origin, made once.
+    host: HeaderValue,
+    /// Slots under the per-origin connection cap; each connection holds one for its life.
+    cap: Arc<Semaphore>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Idle HTTP/1.1 connections; the most recently used last.
+    idle: Vec<Idle>,
+    /// The HTTP/2 connection requests share, and when a request last took it.
+    h2: Option<(http2::SendRequest<ReqBody>, Instant)>,
+    /// An HTTP/2-only connect is under way; other requests wait for it.
+    h2_connecting: bool,
+    /// Requests waiting for a connection (given back, or a new HTTP/2 one).
+    waiters: VecDeque<oneshot::Sender<Sender>>,
+}
+
+struct Idle {
+    tx: http1::SendRequest<ReqBody>,
+    proxied: bool,
+    since: Instant,
+}
+
+/// A connection's sending half, as a request holds it.
+enum Sender {
+    H1 {
+        tx: http1::SendRequest<ReqBody>,
+        /// Requests go to a proxy, in absolute form.
+        proxied: bool,
+    },
+    H2(http2::SendRequest<ReqBody>),
+}
+
+/// What a request does after looking at its origin's state.
+enum Next {
+    Use(Sender),
+    Connect(OwnedSemaphorePermit),
+    Wait {
+        rx: oneshot::Receiver<Sender>,
+        /// Whether a freed slot under the cap may end the wait (not while an HTTP/2-only
+        /// connect is under way: the others wait for that one).
+        may_connect: bool,
+    },
+}
+
+// === impl Pool ===
+
+impl Pool {
+    pub(crate) fn new(connector: Connector, cfg: PoolConfig) -> Self {
+        let mut h1 = http1::Builder::new();
+        if let Some(max) = cfg.max_headers {
+            h1.max_headers(max);
+        }
+        h1.max_buf_size(cfg.max_head_bytes.max(8192));
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(cfg.max_head_bytes).unwrap_or(u32::MAX));
+        Pool {
+            shared: Arc::new(Shared {
+                connector,
+                cfg,
+                h1,
+                h2,
+                origins: Mutex::new(Origins::default()),
+                reaping: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Sends `req` (absolute URI) on a pooled or new connection. Returns the response and how
+    /// long opening a connection for it took (zero when it used a pooled one).
+    pub(crate) async fn send(
+        &self,
+        mut req: Request<ReqBody>,
+    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        let shared = &self.shared;
+        let origin = shared.origin(req.uri())?;
+        let mut stale = 0;
+        loop {
+            let (sender, opened) = shared.checkout(&origin, req.uri()).await?;
+            let reused = opened.is_none();
+            let connect = opened.unwrap_or_default();
+            let back = match sender {
+                Sender::H1 { mut tx, proxied } => {
+                    req.headers_mut()
+                        .entry(HOST)
+                        .or_insert_with(|| origin.host.clone());
+                    let absolute = (!proxied).then(|| origin_form(req.uri_mut())).transpose()?;
+                    match tx.try_send_request(req).await {
+                        Ok(res) => {
+                            let back = GiveBack {
+                                shared: shared.clone(),
+                                origin: origin.clone(),
+                                tx,
+                                proxied,
+                            };
+                            return Ok((PoolBody::wrap(res, Some(back)), connect));
+                        }
+                        Err(mut e) => match (e.take_message(), absolute) {
+                            (Some(mut unsent), absolute) if reused && stale < MAX_STALE => {
+                                if let Some(uri) = absolute {
+                                    *unsent.uri_mut() = uri;
+                                }
+                                unsent
+                            }
+                            _ => return Err(crate::classify::send_error(e.into_error())),
+                        },
+                    }
+                }
+                Sender::H2(mut tx) => match tx.try_send_request(req).await {
+                    Ok(res) => return Ok((PoolBody::wrap(res, None), connect)),
+                    Err(mut e) => match e.take_message() {
+                        Some(unsent) if reused && stale < MAX_STALE => unsent,
+                        _ => return Err(crate::classify::send_error(e.into_error())),
+                    },
+                },
+            };
+            // A pooled connection closed before it took the request: nothing was sent, so
+            // the request goes on another connection.
+            tracing::trace!("pooled connection closed before it took the request");
+            stale += 1;
+            req = back;
+        }
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("cfg", &self.shared.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Shared ===
+
+impl Shared {
+    /// The origin of `uri`, made on first use.
+    fn origin(&self, uri: &Uri) -> Result<Arc<Origin>, NetError> {
+        let https = crate::connect::is_https(uri)?;
+        let authority = uri
+            .authority()
+            .ok_or_else(|| NetError::invalid_request("url has no host"))?;
+        let mut origins = self.origins.lock();
+        let map = if https {
+            &mut origins.https
+        } else {
+            &mut origins.http
+        };
+        if let Some(origin) = map.get(authority.as_str()) {
+            return Ok(origin.clone());
+        }
+        if map.len() >= MAX_ORIGINS {
+            let cap = self.cfg.per_origin_cap.max(1);
+            map.retain(|_, origin| !origin.is_empty(cap));
+        }
+        let default_port = if https { 443 } else { 80 };
+        let host = match authority.port_u16() {
+            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+            _ => authority.host().to_owned(),
+        };
+        let host = HeaderValue::try_from(host).map_err(|e| {
+            NetError::invalid_request(format!("`{authority}` is not a valid Host header"))
+                .with_source(e)
+        })?;
+        let origin = Arc::new(Origin {
+            host,
+            cap: Arc::new(Semaphore::new(self.cfg.per_origin_cap.max(1))),
+            state: Mutex::new(State::default()),
+        });
+        map.insert(authority.as_str().into(), origin.clone());
+        Ok(origin)
+    }
+
+    /// A connection ready for a request, and how long opening it took when it was opened
+    /// for this request.
+    async fn checkout(
+        self: &Arc<Self>,
+        origin: &Arc<Origin>,
+        uri: &Uri,
+    ) -> Result<(Sender, Option<Duration>), NetError> {
+        loop {
+            match self.next(origin) {
+                Next::Use(mut sender) => {
+                    if sender.ready().await {
+                        return Ok((sender, None));
+                    }
+                    // Closed while idle: dropped; look again.
+                }
+                Next::Connect(permit) => {
+                    let (sender, took) = Box::pin(self.open(origin, uri, permit)).await?;
+                    return Ok((sender, Some(took)));
+                }
+                Next::Wait {
+                    mut rx,
+                    may_connect,
+                } => {
+                    let acquire = origin.cap.clone().acquire_owned();
+                    tokio::pin!(acquire);
+                    let got = std::future::poll_fn(|cx| {
+                        if let Poll::Ready(got) = Pin::new(&mut rx).poll(cx) {
+                            return Poll::Ready(Ok(got));
+                        }
+                        if may_connect {
+                            if let Poll::Ready(Ok(permit)) = acquire.as_mut().poll(cx) {
+                                return Poll::Ready(Err(permit));
+                            }
+                        }
+                        Poll::Pending
+                    })
+                    .await;
+                    match got {
+                        Ok(Ok(mut sender)) => {
+                            if sender.ready().await {
+                                return Ok((sender, None));
+                            }
+                        }
+                        // The connect this request waited for failed: look again.
+                        Ok(Err(_)) => {}
+                        Err(permit) => {
+                            // A connection given back meanwhile goes back to the pool.
+                            rx.close();
+                            if let Ok(Sender::H1 { tx, proxied }) = rx.try_recv() {
+                                self.give_back(origin, tx, proxied);
+                            }
+                            let (sender, took) = Box::pin(self.open(origin, uri, permit)).await?;
+                            return Ok((sender, Some(took)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Looks at the origin's state once, under its lock.
+    fn next(&self, origin: &Origin) -> Next {
+        let mut state = origin.state.lock();
+        let now = Instant::now();
+        if let Some((tx, used)) = &mut state.h2 {
+            if !tx.is_closed() {
+                *used = now;
+                return Next::Use(Sender::H2(tx.clone()));
+            }
+            state.h2 = None;
+        }
+        while let Some(idle) = state.idle.pop() {
+            if idle.tx.is_closed()
+                || now.saturating_duration_since(idle.since) >= self.cfg.idle_timeout
+            {
+                continue;
+            }
+            return Next::Use(Sender::H1 {
+                tx: idle.tx,
+                proxied: idle.proxied,
+            });
+        }
+        let connecting = state.h2_connecting;
+        if !connecting {
+            if let Ok(permit) = origin.cap.clone().try_acquire_owned() {
+                state.h2_connecting = self.cfg.http2_only;
+                return Next::Connect(permit);
+            }
+        }
+        // Waiters that gave up (their request was dropped) go before a new one joins.
+        state.waiters.retain(|w| !w.is_closed());
+        let (tx, rx) = oneshot::channel();
+        state.waiters.push_back(tx);
+        Next::Wait {
+            rx,
+            may_connect: !connecting,
+        }
+    }
+
+    /// Opens a connection to `origin` under `permit`.
+    async fn open(
+        self: &Arc<Self>,
+        origin: &Arc<Origin>,
+        uri: &Uri,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(Sender, Duration), NetError> {
+        // Whatever happens to this connect (failure, or the request dropped), waiters for an
+        // HTTP/2-only connect are told to look again.
+        let connecting = Connecting {
+            origin,
+            h2: self.cfg.http2_only,
+        };
+        let started = Instant::now();
+        let conn = self.connector.connect(uri, permit).await?;
+        if self.cfg.http2_only || conn.is_h2() {
+            let (tx, connection) = self
+                .h2
+                .handshake::<Conn, ReqBody>(conn)
+                .await
+                .map_err(crate::classify::send_error)?;
+            spawn_connection(connection);
+            let mut state = origin.state.lock();
+            state.h2 = Some((tx.clone(), Instant::now()));
+            state.h2_connecting = false;
+            for waiter in state.waiters.drain(..) {
+                let _ = waiter.send(Sender::H2(tx.clone()));
+            }
+            drop(state);
+            drop(connecting);
+            self.start_reaper();
+            Ok((Sender::H2(tx), started.elapsed()))
+        } else {
+            let proxied = conn.is_proxied();
+            let (tx, connection) = self
+                .h1
+                .handshake::<Conn, ReqBody>(conn)
+                .await
+                .map_err(crate::classify::send_error)?;
+            spawn_connection(connection);
+            drop(connecting);
+            Ok((Sender::H1 { tx, proxied }, started.elapsed()))
+        }
+    }
+
+    /// Gives a connection back: to the first request still waiting, else to the idle list.
+    fn give_back(
+        self: &Arc<Self>,
+        origin: &Origin,
+        tx: http1::SendRequest<ReqBody>,
+        proxied: bool,
+    ) {
+        if tx.is_closed() {
+            return;
+        }
+        let mut sender = Sender::H1 { tx, proxied };
+        let mut state = origin.state.lock();
+        while let Some(waiter) = state.waiters.pop_front() {
+            match waiter.send(sender) {
+                Ok(()) => return,
+                Err(back) => sender = back,
+            }
+        }
+        if self.cfg.idle_timeout.is_zero() || state.idle.len() >= self.cfg.max_idle_per_origin {
+            return;
+        }
+        if let Sender::H1 { tx, proxied } = sender {
+            state.idle.push(Idle {
+                tx,
+                proxied,
+                since: Instant::now(),
+            });
+        }
+        drop(state);
+        self.start_reaper();
+    }
+
+    /// Starts the reaper unless it runs: every idle timeout it closes connections idle for
+    /// longer, and it stops when none are left idle.
+    fn start_reaper(self: &Arc<Self>) {
+        if self.reaping.load(Ordering::Relaxed) || self.reaping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Outside a runtime (a response dropped after its runtime ended) there is nothing to
+        // run it on; the connections then close when the pool is dropped.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.reaping.store(false, Ordering::Release);
+            return;
+        };
+        let every = self.cfg.idle_timeout.max(Duration::from_millis(10));
+        let pool: Weak<Shared> = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(shared) = pool.upgrade() else { return };
+                if shared.reap() {
+                    continue;
+                }
+                shared.reaping.store(false, Ordering::Release);
+                // A connection given back while this pass stopped found the flag still set.
+                if !shared.reap() || shared.reaping.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Closes connections idle past the timeout and forgets origins with no connections.
+    /// Returns whether any connection is still kept.
+    fn reap(&self) -> bool {
+        let now = Instant::now();
+        let timeout = self.cfg.idle_timeout;
+        let cap = self.cfg.per_origin_cap.max(1);
+        let mut kept = false;
+        let mut origins = self.origins.lock();
+        let origins = &mut *origins;
+        for map in [&mut origins.http, &mut origins.https] {
+            map.retain(|_, origin| {
+                let mut state = origin.state.lock();
+                state.idle.retain(|idle| {
+                    !idle.tx.is_closed() && now.saturating_duration_since(idle.since) < timeout
+                });
+                if let Some((tx, used)) = &state.h2 {
+                    if tx.is_closed() || now.saturating_duration_since(*used) >= timeout {
+                        state.h2 = None;
+                    }
+                }
+                state.waiters.retain(|w| !w.is_closed());
+                kept |= !state.idle.is_empty() || state.h2.is_some();
+                drop(state);
+                !origin.is_empty(cap)
+            });
+        }
+        kept
+    }
+}
+
+// === impl Origin ===
+
+impl Origin {
+    /// Whether the origin has no connections, kept or in use, and nobody waiting.
+    fn is_empty(&self, cap: usize) -> bool {
+        let state = self.state.lock();
+        state.idle.is_empty()
+            && state.h2.is_none()
+            && !state.h2_connecting
+            && state.waiters.is_empty()
+            && self.cap.available_permits() == cap
+    }
+}
+
+/// Clears an HTTP/2-only connect's mark when it ends, however it ends; the requests waiting
+/// for it are told to look again (a successful connect has already served them).
+struct Connecting<'a> {
+    origin: &'a Origin,
+    h2: bool,
+}
+
+impl Drop for Connecting<'_> {
+    fn drop(&mut self) {
+        if !self.h2 {
+            return;
+        }
+        let mut state = self.origin.state.lock();
+        if state.h2_connecting {
+            state.h2_connecting = false;
+            state.waiters.clear();
+        }
+    }
+}
+
+// === impl Sender ===
+
+impl Sender {
+    /// Waits until the connection can take a request; false when it closed.
+    async fn ready(&mut self) -> bool {
+        match self {
+            Sender::H1 { tx, .. } => tx.is_ready() || tx.ready().await.is_ok(),
+            Sender::H2(tx) => tx.is_ready() || tx.ready().await.is_ok(),
+        }
+    }
+}
+
+/// Runs a connection until it closes.
+fn spawn_connection<F>(connection: F)
+where
+    F: std::future::Future<Output = hyper::Result<()>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+    });
+}
+
+/// Puts `uri` in origin form (path and query) for a direct HTTP/1.1 connection; returns the
+/// absolute form it had.
+fn origin_form(uri: &mut Uri) -> Result<Uri, NetError> {
+    let origin_form = match uri.path_and_query() {
+        Some(path) if path.as_str() != "/" => {
+            let mut parts = Parts::default();
+            parts.path_and_query = Some(path.clone());
+            Uri::from_parts(parts).map_err(|e| {
+                NetError::invalid_request("url path is not a valid request target").with_source(e)
+            })?
+        }
+        _ => Uri::from_static("/"),
+    };
+    Ok(std::mem::replace(uri, origin_form))
+}
+
+/// Gives an HTTP/1.1 connection back to the pool once its response was read to the end.
+struct GiveBack {
+    shared: Arc<Shared>,
+    origin: Arc<Origin>,
+    tx: http1::SendRequest<ReqBody>,
+    proxied: bool,
+}
+
+impl GiveBack {
+    fn give(self) {
+        self.shared.give_back(&self.origin, self.tx, self.proxied);
+    }
+}
+
+/// A response body from the pool: gives its HTTP/1.1 connection back when it ends or is
+/// dropped. hyper drains what is left of a dropped body when it has already arrived, and
+/// closes the connection otherwise; the request that takes the connection next waits for
+/// one or the other (a closed one is discarded). After an error the connection is not
+/// given back.
+pub(crate) struct PoolBody {
+    inner: Incoming,
+    back: Option<GiveBack>,
+}
+
+impl PoolBody {
+    fn wrap(res: Response<Incoming>, back: Option<GiveBack>) -> Response<PoolBody> {
+        res.map(|inner| {
+            let mut body = PoolBody { inner, back };
+            if body.inner.is_end_stream() {
+                body.give_back();
+            }
+            body
+        })
+    }
+
+    fn give_back(&mut self) {
+        if let Some(back) = self.back.take() {
+            back.give();
+        }
+    }
+}
+
+impl Body for PoolBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => self.give_back(),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.give_back(),
+            // A broken body leaves the connection broken.
+            Poll::Ready(Some(Err(_))) => self.back = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for PoolBody {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+impl fmt::Debug for PoolBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBody")
+            .field("pooled", &self.back.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,230 @@
+//! The connection pool: reuse, the idle timeout and the idle maximum, bodies dropped unread,
+//! connections the server closes, and HTTP/2 sharing.
+
+use std::{sync::Arc, time::Duration};
+
+use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_testkit::{CertKit, FaultServer, Reply};
+
+use crate::support::{bounded, harness, harness_with, loopback_policy};
+
+/// `n` GETs of `url` at once, each body read to the end; their bodies.
+async fn burst(client: &Arc<soulbase_net_runtime::Client>, url: &str, n: usize) -> Vec<String> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (client, url) = (client.clone(), url.to_owned());
+        tasks.spawn(async move {
+            let res = client.send(NetRequest::get(url)).await.unwrap();
+            res.text().await.unwrap()
+        });
+    }
+    let mut bodies = Vec::new();
+    while let Some(body) = tasks.join_next().await {
+        bodies.push(body.unwrap());
+    }
+    bodies
+}
+
+#[tokio::test]
+async fn sequential_requests_share_one_connection() {
+    bounded(async {
+        let srv = FaultServer::http1()
+            .route("/a", Reply::ok("a"))
+            .start()
+            .await
+            .unwrap();
+        let h = harness(loopback_policy());
+        for _ in 0..5 {
+            let res = h.client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+            assert_eq!(res.text().await.unwrap(), "a");
+        }
+        assert_eq!(srv.hits("/a"), 5);
+        assert_eq!(srv.connections(), 1);
+        assert_eq!(h.client.connections_opened(), 1);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_after_the_idle_timeout() {
+    bounded(async {
+        let srv = FaultServer::http1()
+            .route("/a", Reply::ok("a"))
+            .start()
+            .await
+            .unwrap();
+        let h = harness_with(loopback_policy(), |b| {
+            b.pool_idle_timeout(Duration::from_millis(100))
+        });
+        let res = h.client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "a");
+        assert_eq!(srv.connections(), 1);
+        // Nothing else happens on the client: the reaper closes the idle connection.
+        tokio::time::timeout(Duration::from_secs(5), srv.wait_for_open_at_most(0))
+            .await
+            .expect("the idle connection was closed");
+        // The next request opens a new one and succeeds at once.
+        let res = h.client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+        assert_eq!(res.attempts, 1);
+        assert!(res.elapsed.connect > Duration::ZERO);
+        assert_eq!(res.text().await.unwrap(), "a");
+        assert_eq!(srv.connections(), 2);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_beyond_the_maximum_per_origin_are_closed() {
+    bounded(async {
+        let srv = FaultServer::http1()
+            .route("/slow", Reply::ok("s").delay(Duration::from_millis(200)))
+            .start()
+            .await
+            .unwrap();
+        let h = harness_with(loopback_policy(), |b| b.pool_max_idle_per_host(2));
+        let client = Arc::new(h.client);
+        // Five at once: five connections, all in use together.
+        assert_eq!(burst(&client, &srv.url("/slow"), 5).await, vec!["s"; 5]);
+        assert_eq!(srv.connections(), 5);
+        // Two are kept; three are closed as they come back.
+        tokio::time::timeout(Duration::from_secs(5), srv.wait_for_open_at_most(2))
+            .await
+            .expect("connections over the idle maximum were closed");
+        assert_eq!(srv.open_connections(), 2);
+        // The next five: two reuse the kept ones, three open new ones.
+        assert_eq!(burst(&client, &srv.url("/slow"), 5).await, vec!["s"; 5]);
+        assert_eq!(srv.connections(), 8);
+        assert_eq!(client.connections_opened(), 8);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_body_dropped_unread_leaves_the_pool_usable() {
+    bounded(async {
+        let big = vec![b'x'; 4 << 20];
+        let srv = FaultServer::http1()
+            .route("/small", Reply::ok("tiny"))
+            .route("/big", Reply::ok(big))
+            .start()
+            .await
+            .unwrap();
+        let h = harness(loopback_policy());
+        // A small body already arrived with its head: hyper drains it, the connection is
+        // used again.
+        let res = h
+            .client
+            .send(NetRequest::get(srv.url("/small")))
+            .await
+            .unwrap();
+        drop(res);
+        let res = h
+            .client
+            .send(NetRequest::get(srv.url("/small")))
+            .await
+            .unwrap();
+        assert_eq!(res.elapsed.connect, Duration::ZERO, "the pooled one");
+        assert_eq!(res.text().await.unwrap(), "tiny");
+        assert_eq!(srv.connections(), 1);
+        // Most of 4 MiB is still on the wire when the body is dropped: that connection is
+        // closed, and the next request opens another one and succeeds.
+        let res = h
+            .client
+            .send(NetRequest::get(srv.url("/big")))
+            .await
+            .unwrap();
+        drop(res);
+        let res = h
+            .client
+            .send(NetRequest::get(srv.url("/small")))
+            .await
+            .unwrap();
+        assert_eq!(res.attempts, 1);
+        assert_eq!(res.text().await.unwrap(), "tiny");
+        assert_eq!(srv.connections(), 2);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_connection_the_server_closes_is_not_used_again() {
+    bounded(async {
+        let srv = FaultServer::http1()
+            .route("/bye", Reply::ok("bye").header("connection", "close"))
+            .start()
+            .await
+            .unwrap();
+        let mut p = loopback_policy();
+        p.retry.enabled = false;
+        let h = harness(p);
+        for _ in 0..3 {
+            let res = h
+                .client
+                .send(NetRequest::get(srv.url("/bye")))
+                .await
+                .unwrap();
+            assert_eq!(res.attempts, 1);
+            assert!(res.elapsed.connect > Duration::ZERO, "a new connection");
+            assert_eq!(res.text().await.unwrap(), "bye");
+        }
+        assert_eq!(srv.connections(), 3);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_prior_knowledge_opens_one_connection_for_a_burst() {
+    bounded(async {
+        let srv = FaultServer::http2()
+            .route("/m", Reply::ok("m").delay(Duration::from_millis(50)))
+            .start()
+            .await
+            .unwrap();
+        let h = harness_with(loopback_policy(), |b| b.http2_prior_knowledge(true));
+        let client = Arc::new(h.client);
+        // Twenty at once on a cold pool: one connects, the others wait for it and share it.
+        assert_eq!(burst(&client, &srv.url("/m"), 20).await, vec!["m"; 20]);
+        assert_eq!(srv.hits("/m"), 20);
+        assert_eq!(srv.connections(), 1);
+        assert_eq!(client.connections_opened(), 1);
+        assert!(srv
+            .requests("/m")
+            .iter()
+            .all(|r| r.version == http::Version::HTTP_2));
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn http2_by_alpn_shares_one_connection_between_requests() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = FaultServer::builder()
+            .tls(kit.localhost().unwrap().server_config().unwrap())
+            .route("/t", Reply::ok("secret"))
+            .start()
+            .await
+            .unwrap();
+        let mut p = loopback_policy();
+        p.tls.extra_roots_pem = vec![kit.root_pem()];
+        let h = harness(p);
+        for _ in 0..4 {
+            let res = h.client.send(NetRequest::get(srv.url("/t"))).await.unwrap();
+            assert_eq!(res.text().await.unwrap(), "secret");
+        }
+        assert_eq!(srv.hits("/t"), 4);
+        assert!(srv
+            .requests("/t")
+            .iter()
+            .all(|r| r.version == http::Version::HTTP_2));
+        assert_eq!(srv.connections(), 1);
+        srv.join().await;
+    })
+    .await;
+}
