@@ -296,43 +296,51 @@ impl Shared {
                     let (sender, took) = Box::pin(self.open(origin, uri, permit)).await?;
                     return Ok((sender, Some(took)));
                 }
-                Next::Wait {
-                    mut rx,
-                    may_connect,
-                } => {
-                    let acquire = origin.cap.clone().acquire_owned();
-                    tokio::pin!(acquire);
-                    let got = std::future::poll_fn(|cx| {
-                        if let Poll::Ready(got) = Pin::new(&mut rx).poll(cx) {
-                            return Poll::Ready(Ok(got));
-                        }
-                        if may_connect {
-                            if let Poll::Ready(Ok(permit)) = acquire.as_mut().poll(cx) {
-                                return Poll::Ready(Err(permit));
-                            }
-                        }
-                        Poll::Pending
-                    })
-                    .await;
-                    match got {
-                        Ok(Ok(mut sender)) => {
-                            if sender.ready().await {
-                                return Ok((sender, None));
-                            }
-                        }
-                        // The connect this request waited for failed: look again.
-                        Ok(Err(_)) => {}
-                        Err(permit) => {
-                            // A connection given back meanwhile goes back to the pool.
-                            rx.close();
-                            if let Ok(Sender::H1 { tx, proxied }) = rx.try_recv() {
-                                self.give_back(origin, tx, proxied);
-                            }
-                            let (sender, took) = Box::pin(self.open(origin, uri, permit)).await?;
-                            return Ok((sender, Some(took)));
-                        }
+                // Rare (the cap is full): boxed, so that the common path's future stays small.
+                Next::Wait { rx, may_connect } => {
+                    if let Some(found) = Box::pin(self.wait(origin, uri, rx, may_connect)).await? {
+                        return Ok(found);
                     }
                 }
+            }
+        }
+    }
+
+    /// Waits for a connection given back, or (when `may_connect`) a slot freed under the
+    /// cap, then opens one; `None` when the request should look again.
+    async fn wait(
+        self: &Arc<Self>,
+        origin: &Arc<Origin>,
+        uri: &Uri,
+        mut rx: oneshot::Receiver<Sender>,
+        may_connect: bool,
+    ) -> Result<Option<(Sender, Option<Duration>)>, NetError> {
+        let acquire = origin.cap.clone().acquire_owned();
+        tokio::pin!(acquire);
+        let got = std::future::poll_fn(|cx| {
+            if let Poll::Ready(got) = Pin::new(&mut rx).poll(cx) {
+                return Poll::Ready(Ok(got));
+            }
+            if may_connect {
+                if let Poll::Ready(Ok(permit)) = acquire.as_mut().poll(cx) {
+                    return Poll::Ready(Err(permit));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match got {
+            Ok(Ok(mut sender)) => Ok(sender.ready().await.then_some((sender, None))),
+            // The connect this request waited for failed: look again.
+            Ok(Err(_)) => Ok(None),
+            Err(permit) => {
+                // A connection given back meanwhile goes back to the pool.
+                rx.close();
+                if let Ok(Sender::H1 { tx, proxied }) = rx.try_recv() {
+                    self.give_back(origin, tx, proxied);
+                }
+                let (sender, took) = self.open(origin, uri, permit).await?;
+                Ok(Some((sender, Some(took))))
             }
         }
     }

@@ -4,7 +4,7 @@
 use std::{sync::Arc, time::Duration};
 
 use soulbase_net_core::{NetClient, NetRequest};
-use soulbase_net_testkit::{CertKit, FaultServer, Reply};
+use soulbase_net_testkit::{CertKit, FaultServer, Reply, Script};
 
 use crate::support::{bounded, harness, harness_with, loopback_policy};
 
@@ -196,6 +196,67 @@ async fn http2_prior_knowledge_opens_one_connection_for_a_burst() {
             .requests("/m")
             .iter()
             .all(|r| r.version == http::Version::HTTP_2));
+        srv.join().await;
+    })
+    .await;
+}
+
+/// A policy with one connection per origin and a hedge 50 ms into every call: the hedge
+/// finds the connection in use and the cap full, so it waits in the pool.
+fn one_connection_hedged() -> soulbase_net_policy::NetPolicy {
+    let mut p = loopback_policy();
+    p.limits.per_host_concurrency = 1;
+    p.hedge.enabled = true;
+    p.hedge.delay = Duration::from_millis(50);
+    p.hedge.max_hedges = 1;
+    p
+}
+
+#[tokio::test]
+async fn a_request_waiting_at_the_cap_can_be_cancelled() {
+    bounded(async {
+        let srv = FaultServer::http1()
+            .route("/w", Reply::ok("w").delay(Duration::from_millis(300)))
+            .start()
+            .await
+            .unwrap();
+        let h = harness(one_connection_hedged());
+        // The first attempt answers while its hedge still waits for a connection: the hedge
+        // is dropped from the queue and never reaches the server.
+        let res = h.client.send(NetRequest::get(srv.url("/w"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "w");
+        assert_eq!(srv.hits("/w"), 1);
+        // The pool is whole: the next call takes the same connection.
+        let res = h.client.send(NetRequest::get(srv.url("/w"))).await.unwrap();
+        assert_eq!(res.elapsed.connect, Duration::ZERO);
+        assert_eq!(res.text().await.unwrap(), "w");
+        assert_eq!(srv.connections(), 1);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_waiting_at_the_cap_takes_the_slot_a_closed_connection_frees() {
+    bounded(async {
+        let srv = FaultServer::http1()
+            .route(
+                "/c",
+                Script::reply(Reply::close().delay(Duration::from_millis(200)))
+                    .times(1)
+                    .then(Reply::ok("second")),
+            )
+            .start()
+            .await
+            .unwrap();
+        let h = harness(one_connection_hedged());
+        // The first attempt's connection is closed by the server at 200 ms; the hedge, which
+        // waited at the cap since 50 ms, opens a connection in the slot that frees.
+        let res = h.client.send(NetRequest::get(srv.url("/c"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "second");
+        assert_eq!(srv.hits("/c"), 2);
+        assert_eq!(srv.connections(), 2);
+        assert_eq!(h.client.connections_opened(), 2);
         srv.join().await;
     })
     .await;
