@@ -1,6 +1,6 @@
 //! [`ConnectProxy`]: an HTTP forward proxy on loopback (CONNECT tunnels and absolute-form
-//! requests) with optional `Proxy-Authorization`, faults, and a log of what it was asked to
-//! reach. It only ever dials loopback addresses.
+//! requests), plain or over TLS, with optional `Proxy-Authorization`, faults, and a log of
+//! what it was asked to reach. It only ever dials loopback addresses.
 
 use std::collections::HashMap;
 use std::io;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -84,6 +84,7 @@ pub struct ConnectProxyBuilder {
     fault: ProxyFault,
     hosts: HashMap<String, SocketAddr>,
     ipv6: bool,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl ConnectProxyBuilder {
@@ -117,6 +118,15 @@ impl ConnectProxyBuilder {
         self
     }
 
+    /// Speaks TLS to its clients with `config` (an `https://` proxy, e.g. with a
+    /// [`CertKit`](crate::CertKit) leaf's server config): the client's requests, CONNECT
+    /// included, arrive inside TLS; a tunnel then carries the client's own TLS to the target
+    /// inside it. A client whose TLS handshake fails is dropped and not logged.
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
     /// Binds and starts serving.
     ///
     /// # Errors
@@ -136,6 +146,7 @@ impl ConnectProxyBuilder {
             log: Mutex::new(Vec::new()),
             connections: AtomicU64::new(0),
             shutdown: Signal::new(),
+            tls: self.tls,
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
         Ok(ConnectProxy {
@@ -154,6 +165,7 @@ struct ProxyShared {
     log: Mutex<Vec<ProxyRequest>>,
     connections: AtomicU64,
     shutdown: Signal,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// An HTTP forward proxy on loopback. Stops when dropped or [shut down](ConnectProxy::shutdown).
@@ -195,9 +207,15 @@ impl ConnectProxy {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`, the proxy URL to give a client.
+    /// The proxy URL to give a client: `http://127.0.0.1:PORT`, or `https://…` when the proxy
+    /// speaks TLS (its certificate must then name `127.0.0.1`, as CertKit's leaves do).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.shared.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Every request received, oldest first.
@@ -236,7 +254,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<ProxyShared>) {
             res = listener.accept() => match res {
                 Ok((stream, _)) => {
                     let id = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
-                    conns.spawn(handle(stream, id, shared.clone()));
+                    conns.spawn(accept_client(stream, id, shared.clone()));
                 }
                 Err(e) => tracing::warn!(error = %e, "proxy accept failed"),
             },
@@ -245,6 +263,20 @@ async fn accept_loop(listener: TcpListener, shared: Arc<ProxyShared>) {
     }
     conns.abort_all();
     while conns.join_next().await.is_some() {}
+}
+
+/// Serves one client connection, after a TLS handshake when the proxy speaks TLS.
+async fn accept_client(stream: TcpStream, id: u64, shared: Arc<ProxyShared>) {
+    match &shared.tls {
+        None => handle(stream, id, shared).await,
+        Some(config) => match tokio_rustls::TlsAcceptor::from(config.clone())
+            .accept(stream)
+            .await
+        {
+            Ok(tls) => handle(tls, id, shared).await,
+            Err(e) => tracing::debug!(error = %e, "proxy tls handshake failed"),
+        },
+    }
 }
 
 /// A parsed request head.
@@ -258,7 +290,7 @@ struct Head {
     rest: Vec<u8>,
 }
 
-async fn read_head(stream: &mut TcpStream) -> io::Result<Option<Head>> {
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> io::Result<Option<Head>> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
@@ -327,13 +359,16 @@ impl ProxyShared {
     }
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, extra: &str) {
+async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, status: &str, extra: &str) {
     let msg = format!("HTTP/1.1 {status}\r\n{extra}content-length: 0\r\nconnection: close\r\n\r\n");
     let _ = stream.write_all(msg.as_bytes()).await;
     let _ = stream.shutdown().await;
 }
 
-async fn handle(mut stream: TcpStream, id: u64, shared: Arc<ProxyShared>) {
+async fn handle<S>(mut stream: S, id: u64, shared: Arc<ProxyShared>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let Ok(Some(head)) = read_head(&mut stream).await else {
         respond(&mut stream, "400 Bad Request", "").await;
         return;

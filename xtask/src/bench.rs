@@ -3,7 +3,7 @@
 //!
 //! One minimal hyper HTTP/1.1 server (keep-alive, a tiny `200 ok` body, counting the
 //! connections it accepts) and four clients taking turns — A B C D, A B C D, … for `R ≥ 3`
-//! rounds (5 by default), each run `S` seconds with `C` concurrent callers (256 by default), each run on a
+//! rounds (9 by default), each run `S` seconds with `C` concurrent callers (256 by default), each run on a
 //! freshly built client: the raw hyper-util legacy client (the limit), `reqwest` (what users
 //! would pick instead), soulbase-net with a minimal policy (retries and breaker off, the guard
 //! on with the loopback grant) and with the full policy (retries with a budget, the breaker, a
@@ -71,7 +71,7 @@ impl Default for Options {
             json: None,
             secs: 3.0,
             concurrency: 256,
-            rounds: 5,
+            rounds: 9,
             clients: CLIENTS.to_vec(),
         }
     }
@@ -942,7 +942,7 @@ mod tests {
         assert_eq!(parse_args(&[]).unwrap(), Options::default());
         let o = parse_args(&args("--json out.json --secs 0.5 --concurrency 8")).unwrap();
         assert_eq!(o.json, Some(PathBuf::from("out.json")));
-        assert_eq!((o.secs, o.concurrency, o.rounds), (0.5, 8, 5));
+        assert_eq!((o.secs, o.concurrency, o.rounds), (0.5, 8, 9));
         assert!(parse_args(&args("--secs")).is_err());
         assert!(parse_args(&args("--secs 0")).is_err());
         assert!(parse_args(&args("--concurrency 0")).is_err());

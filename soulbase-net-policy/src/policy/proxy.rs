@@ -7,7 +7,9 @@ use crate::validate::Checker;
 /// Outbound proxies (seed 000 §3).
 ///
 /// `https` targets go through `https_proxy` with HTTP CONNECT; `http` targets through
-/// `http_proxy`. Hosts matching `no_proxy` (curl's `NO_PROXY` rules: host names, `.domain`
+/// `http_proxy`. A proxy URL is `http://` (plain to the proxy) or `https://` (TLS to the
+/// proxy, verified against the policy's trust roots; a CONNECT tunnel then carries the
+/// target's own TLS inside it). Hosts matching `no_proxy` (curl's `NO_PROXY` rules: host names, `.domain`
 /// suffixes, IPs, CIDRs, `*`) connect directly. Through a proxy, literal IP targets and the
 /// host allow-list are still checked locally; name-to-address checks become the proxy's job.
 ///
@@ -16,12 +18,12 @@ use crate::validate::Checker;
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ProxyPolicy {
-    /// Proxy URL for `http://` targets, e.g. `http://proxy.internal:3128`: an `http://` URL
-    /// (TLS to the proxy itself is not supported). Default is `None`.
+    /// Proxy URL for `http://` targets, e.g. `http://proxy.internal:3128` or
+    /// `https://proxy.internal:3129` (TLS to the proxy). Default is `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_proxy: Option<String>,
-    /// Proxy URL for `https://` targets (tunnelled with CONNECT, so TLS stays end to end):
-    /// an `http://` URL too. Default is `None`.
+    /// Proxy URL for `https://` targets (tunnelled with CONNECT, so TLS stays end to end),
+    /// `http://` or `https://`. Default is `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub https_proxy: Option<String>,
     /// Targets that bypass the proxy (hosts, `.domain` suffixes, IPs, CIDRs). Default is empty.
@@ -56,14 +58,12 @@ impl ProxyPolicy {
 fn check_proxy_url(u: &str) -> Result<(), String> {
     let url = url::Url::parse(u).map_err(|e| format!("`{u}` is not an absolute URL: {e}"))?;
     match url.scheme() {
-        "http" => {}
-        "https" => {
+        "http" | "https" => {}
+        other => {
             return Err(format!(
-                "`{u}`: TLS to the proxy itself (an https:// proxy URL) is not supported; use \
-                 its http:// URL (https targets still get end-to-end TLS through CONNECT)"
+                "`{u}` must be an http:// or https:// URL, not {other}://"
             ))
         }
-        other => return Err(format!("`{u}` must be an http:// URL, not {other}://")),
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("`{u}` has no host"));
@@ -76,17 +76,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proxy_urls_must_be_absolute_http() {
+    fn proxy_urls_must_be_absolute_http_or_https() {
         assert!(check_proxy_url("http://proxy:3128").is_ok());
         assert!(check_proxy_url("http://user:pw@proxy.example").is_ok());
-        for bad in ["proxy:3128", "socks5://proxy:1080", "/relative", "http://"] {
+        assert!(check_proxy_url("https://proxy.example:3129").is_ok());
+        for bad in [
+            "proxy:3128",
+            "socks5://proxy:1080",
+            "/relative",
+            "http://",
+            "https://",
+        ] {
             assert!(check_proxy_url(bad).is_err(), "{bad}");
         }
-        // Said at load time, not at the first request.
-        let err = check_proxy_url("https://proxy.example").unwrap_err();
-        assert!(
-            err.contains("not supported") && err.contains("http://"),
-            "{err}"
-        );
+        let err = check_proxy_url("socks5://proxy:1080").unwrap_err();
+        assert!(err.contains("http:// or https://"), "{err}");
     }
 }

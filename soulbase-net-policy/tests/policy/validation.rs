@@ -396,12 +396,12 @@ fn proxy_rules() {
     fails(
         r#"proxy.http_proxy = "socks5://proxy:1080""#,
         "default.proxy.http_proxy",
-        "must be an http:// URL",
+        "must be an http:// or https:// URL",
     );
     fails(
-        r#"proxy.https_proxy = "https://proxy.internal:3128""#,
+        r#"proxy.https_proxy = "https://""#,
         "default.proxy.https_proxy",
-        "TLS to the proxy itself",
+        "",
     );
     fails(
         r#"proxy.https_proxy = "proxy:3128""#,
@@ -419,6 +419,8 @@ fn proxy_rules() {
         "not a host",
     );
     passes(r#"proxy.https_proxy = "http://proxy.internal:3128""#);
+    // TLS to the proxy itself.
+    passes(r#"proxy.https_proxy = "https://proxy.internal:3129""#);
 }
 
 #[test]

@@ -145,6 +145,13 @@ impl Transports {
         let connector = Connector::new(ConnectorConfig {
             guard,
             tls: crate::tls::client_config(&policy.tls, &s.extra_roots)?,
+            proxy_tls: match &policy.proxy {
+                Some(_) => Some(crate::tls::proxy_client_config(
+                    &policy.tls,
+                    &s.extra_roots,
+                )?),
+                None => None,
+            },
             dialer: s.dialer.clone(),
             resolver: Arc::new(self.resolver(policy)?),
             observer: s.observer.clone(),

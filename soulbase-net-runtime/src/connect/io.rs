@@ -14,10 +14,12 @@ use tokio::{
 };
 use tokio_rustls::client::TlsStream;
 
-/// A TCP stream, with or without TLS on top.
+/// A TCP stream, with or without TLS on top; or the target's TLS inside a tunnel through an
+/// `https://` proxy (TLS inside TLS).
 pub(crate) enum MaybeTls {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    TlsInTls(Box<TlsStream<TlsStream<TcpStream>>>),
 }
 
 /// A connection: the stream, how requests go over it, and its slot under the per-host cap
@@ -33,6 +35,7 @@ impl Conn {
     pub(super) fn new(stream: MaybeTls, permit: OwnedSemaphorePermit, proxied: bool) -> Self {
         let h2 = match &stream {
             MaybeTls::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+            MaybeTls::TlsInTls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
             MaybeTls::Plain(_) => false,
         };
         Conn {
@@ -103,6 +106,7 @@ impl AsyncRead for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            MaybeTls::TlsInTls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -116,6 +120,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_write(cx, buf),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            MaybeTls::TlsInTls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -123,6 +128,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            MaybeTls::TlsInTls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -130,6 +136,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_shutdown(cx),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            MaybeTls::TlsInTls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 
@@ -141,6 +148,7 @@ impl AsyncWrite for MaybeTls {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            MaybeTls::TlsInTls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -148,6 +156,7 @@ impl AsyncWrite for MaybeTls {
         match self {
             MaybeTls::Plain(s) => s.is_write_vectored(),
             MaybeTls::Tls(s) => s.is_write_vectored(),
+            MaybeTls::TlsInTls(s) => s.is_write_vectored(),
         }
     }
 }

@@ -48,6 +48,9 @@ impl Resolve for crate::dns::DnsResolver {
 pub(crate) struct ConnectorConfig {
     pub(crate) guard: AddressGuard,
     pub(crate) tls: Arc<rustls::ClientConfig>,
+    /// TLS to an `https://` proxy (see [`crate::tls::proxy_client_config`]); `None` when the
+    /// policy has no proxy.
+    pub(crate) proxy_tls: Option<Arc<rustls::ClientConfig>>,
     pub(crate) dialer: Arc<dyn Dialer>,
     pub(crate) resolver: Arc<dyn Resolve>,
     pub(crate) observer: Arc<dyn Observer>,
@@ -181,17 +184,24 @@ impl Inner {
             self.cfg.guard.check_addr(host, ip)?;
         }
         let proxy_uri = intercept.uri();
-        if proxy_uri.scheme_str() != Some("http") {
-            return Err(NetError::invalid_request(format!(
-                "proxy {proxy_uri} is not an http:// proxy; only http proxies are supported"
-            )));
-        }
+        let proxy_tls = match proxy_uri.scheme_str() {
+            Some("http") => None,
+            Some("https") => Some(self.cfg.proxy_tls.clone().ok_or_else(|| {
+                NetError::invalid_request("no tls configuration for an https:// proxy")
+            })?),
+            _ => {
+                return Err(NetError::invalid_request(format!(
+                    "proxy {proxy_uri} is not an http:// or https:// proxy"
+                )))
+            }
+        };
         let proxy_host = proxy_uri
             .host()
             .ok_or_else(|| NetError::invalid_request("the proxy url has no host"))?
             .trim_start_matches('[')
             .trim_end_matches(']');
-        let proxy_port = proxy_uri.port_u16().unwrap_or(80);
+        let default_port = if proxy_tls.is_some() { 443 } else { 80 };
+        let proxy_port = proxy_uri.port_u16().unwrap_or(default_port);
         let addrs = self.addresses(proxy_host).await?;
         let targets: Vec<SocketAddr> = addrs
             .iter()
@@ -211,12 +221,30 @@ impl Inner {
                 ))
                 .with_source(e)
         })?;
+        let auth = intercept.basic_auth();
+        let Some(proxy_tls) = proxy_tls else {
+            if !https {
+                return Ok(self.finish(MaybeTls::Plain(tcp), remote, permit, true));
+            }
+            proxy::tunnel(&mut tcp, host, port, auth).await?;
+            let tls = handshake(&self.cfg.tls, tcp, host).await?;
+            return Ok(self.finish(MaybeTls::Tls(Box::new(tls)), remote, permit, false));
+        };
+        // TLS to the proxy: requests in absolute form inside it, or a tunnel inside it that
+        // carries the target's own TLS.
+        let mut to_proxy = handshake(&proxy_tls, tcp, proxy_host).await.map_err(|e| {
+            NetError::new(ErrorKind::Proxy)
+                .with_message(format!(
+                    "tls handshake with the proxy {proxy_host}:{proxy_port} failed"
+                ))
+                .with_source(e)
+        })?;
         if !https {
-            return Ok(self.finish(MaybeTls::Plain(tcp), remote, permit, true));
+            return Ok(self.finish(MaybeTls::Tls(Box::new(to_proxy)), remote, permit, true));
         }
-        proxy::tunnel(&mut tcp, host, port, intercept.basic_auth()).await?;
-        let stream = self.secure(tcp, true, host).await?;
-        Ok(self.finish(stream, remote, permit, false))
+        proxy::tunnel(&mut to_proxy, host, port, auth).await?;
+        let tls = handshake(&self.cfg.tls, to_proxy, host).await?;
+        Ok(self.finish(MaybeTls::TlsInTls(Box::new(tls)), remote, permit, false))
     }
 
     /// TLS on top of `tcp` for `https`, nothing for `http`.
@@ -229,14 +257,7 @@ impl Inner {
         if !https {
             return Ok(MaybeTls::Plain(tcp));
         }
-        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
-            NetError::invalid_request(format!("`{host}` is not a valid TLS server name"))
-                .with_source(e)
-        })?;
-        let tls = tokio_rustls::TlsConnector::from(self.cfg.tls.clone())
-            .connect(name, tcp)
-            .await
-            .map_err(|e| crate::classify::tls_handshake_error(e, host))?;
+        let tls = handshake(&self.cfg.tls, tcp, host).await?;
         Ok(MaybeTls::Tls(Box::new(tls)))
     }
 
@@ -278,4 +299,22 @@ pub(crate) fn is_https(uri: &Uri) -> Result<bool, NetError> {
             "scheme {other:?} is not http or https"
         ))),
     }
+}
+
+/// A TLS handshake with `host` over `io` under `config`.
+async fn handshake<S>(
+    config: &Arc<rustls::ClientConfig>,
+    io: S,
+    host: &str,
+) -> Result<tokio_rustls::client::TlsStream<S>, NetError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
+        NetError::invalid_request(format!("`{host}` is not a valid TLS server name")).with_source(e)
+    })?;
+    tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, io)
+        .await
+        .map_err(|e| crate::classify::tls_handshake_error(e, host))
 }

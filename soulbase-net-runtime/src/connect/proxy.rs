@@ -1,4 +1,6 @@
-//! Proxies: HTTP CONNECT tunnels for `https` targets, absolute-form forwarding for `http`.
+//! Proxies: HTTP CONNECT tunnels for `https` targets, absolute-form forwarding for `http`;
+//! to the proxy in plain TCP (`http://` proxy URL) or in TLS (`https://`, verified against the
+//! policy's trust roots, the target's TLS then running inside the proxy's).
 //!
 //! Which requests go through a proxy follows curl's rules through hyper-util's `Matcher`
 //! (`http_proxy`, `https_proxy`, `no_proxy` from the policy, or the environment when
@@ -14,10 +16,7 @@
 use hyper_util::client::proxy::matcher::Matcher;
 use soulbase_net_core::{ErrorKind, NetError};
 use soulbase_net_policy::ProxyPolicy;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The largest CONNECT response head accepted.
 const MAX_CONNECT_HEAD: usize = 8 * 1024;
@@ -37,13 +36,13 @@ pub(crate) fn matcher(policy: &ProxyPolicy) -> Matcher {
     builder.no(policy.no_proxy.join(",")).build()
 }
 
-/// Asks the proxy on `stream` to open a tunnel to `host:port`.
+/// Asks the proxy on `stream` (plain, or TLS to the proxy) to open a tunnel to `host:port`.
 ///
 /// # Errors
 /// [`ErrorKind::Proxy`]: the proxy closed the connection, answered something that is not
 /// HTTP, asked for credentials (407) or refused (any other non-2xx status).
-pub(crate) async fn tunnel(
-    stream: &mut TcpStream,
+pub(crate) async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     host: &str,
     port: u16,
     auth: Option<&http::HeaderValue>,

@@ -128,6 +128,24 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
+/// The rustls client configuration for TLS to an `https://` proxy under `policy`: the same
+/// versions and trust roots as [`client_config`], but no pins and no client certificate
+/// (those belong to the target, whose own TLS runs inside the tunnel) and ALPN `http/1.1`
+/// (a proxy is spoken to in HTTP/1.1).
+///
+/// # Errors
+/// As [`client_config`].
+pub(crate) fn proxy_client_config(
+    policy: &TlsPolicy,
+    extra_roots: &[CertificateDer<'static>],
+) -> Result<Arc<ClientConfig>, NetError> {
+    let mut for_proxy = policy.clone();
+    for_proxy.pinset_sha256 = None;
+    for_proxy.mtls = None;
+    for_proxy.http2 = false;
+    client_config(&for_proxy, extra_roots)
+}
+
 /// The webpki roots, the policy's extra PEM roots and the caller's extra DER roots.
 fn root_store(
     policy: &TlsPolicy,

@@ -7,9 +7,11 @@ use soulbase_net_testkit::{CertKit, ConnectProxy, FaultServer, ProxyFault, Proxy
 
 use crate::support::{harness, harness_with, loopback_policy};
 
+/// A policy whose proxy (for both schemes) is `proxy`, `http://` or `https://`, with
+/// `creds` in its URL.
 fn via(proxy: &ConnectProxy, creds: Option<&str>) -> NetPolicy {
     let url = match creds {
-        Some(c) => proxy.url().replacen("http://", &format!("http://{c}@"), 1),
+        Some(c) => proxy.url().replacen("://", &format!("://{c}@"), 1),
         None => proxy.url(),
     };
     let mut pp = ProxyPolicy::default();
@@ -169,5 +171,118 @@ async fn proxy_faults_are_proxy_errors_and_literals_are_still_guarded() {
     assert_eq!(err.kind(), ErrorKind::Blocked);
     assert!(proxy.requests().is_empty());
     assert!(h.dialer.dialled.lock().is_empty());
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn https_goes_through_a_tls_proxy_with_its_own_tls_inside() {
+    let kit = CertKit::new().unwrap();
+    let srv = FaultServer::builder()
+        .tls(kit.localhost().unwrap().server_config().unwrap())
+        .route("/t", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let proxy = ConnectProxy::builder()
+        .tls(kit.localhost().unwrap().server_config().unwrap())
+        .basic_auth("u", "pw")
+        .start()
+        .await
+        .unwrap();
+    assert!(proxy.url().starts_with("https://"));
+    let h = harness_with(via(&proxy, Some("u:pw")), |b| {
+        b.add_root_certificate(kit.root_der())
+    });
+    let res = h.client.send(NetRequest::get(srv.url("/t"))).await.unwrap();
+    assert_eq!(res.status, 200);
+    let log = proxy.requests();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].method, "CONNECT");
+    assert_eq!(log[0].target, format!("127.0.0.1:{}", srv.addr().port()));
+    assert!(log[0].authorized);
+    assert_eq!(log[0].outcome, ProxyOutcome::Tunneled);
+    // The target's TLS ran inside the proxy's and negotiated HTTP/2 by itself.
+    let seen = srv.requests("/t");
+    assert_eq!(seen[0].version, http::Version::HTTP_2);
+    assert_eq!(seen[0].header("proxy-authorization"), None);
+    assert_eq!(*h.dialer.dialled.lock(), vec![proxy.addr()]);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn http_is_forwarded_inside_tls_to_the_proxy() {
+    let kit = CertKit::new().unwrap();
+    let srv = FaultServer::http1()
+        .route("/f", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let proxy = ConnectProxy::builder()
+        .tls(kit.localhost().unwrap().server_config().unwrap())
+        .basic_auth("u", "pw")
+        .start()
+        .await
+        .unwrap();
+    let mut p = via(&proxy, Some("u:pw"));
+    p.tls.extra_roots_pem = vec![kit.root_pem()];
+    let h = harness(p);
+    for _ in 0..2 {
+        let res = h.client.send(NetRequest::get(srv.url("/f"))).await.unwrap();
+        assert_eq!(res.status, 200);
+        res.bytes().await.unwrap();
+    }
+    let log = proxy.requests();
+    assert_eq!(log[0].method, "GET");
+    assert_eq!(log[0].target, srv.url("/f"));
+    assert!(log[0].authorized);
+    assert_eq!(log[0].outcome, ProxyOutcome::Forwarded);
+    // The proxy consumed its credentials; the second request reused the TLS connection.
+    assert_eq!(srv.requests("/f")[0].header("proxy-authorization"), None);
+    assert_eq!(srv.hits("/f"), 2);
+    assert_eq!(proxy.connections(), 1);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_tls_proxy_with_an_untrusted_certificate_is_a_proxy_error() {
+    let kit = CertKit::new().unwrap();
+    let stranger = CertKit::new().unwrap();
+    let srv = FaultServer::builder()
+        .tls(kit.localhost().unwrap().server_config().unwrap())
+        .route("/t", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    // The target is trusted; the proxy's certificate comes from another, unknown root.
+    let proxy = ConnectProxy::builder()
+        .tls(stranger.localhost().unwrap().server_config().unwrap())
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(via(&proxy, Some("u:pw")), |b| {
+        b.add_root_certificate(kit.root_der())
+    });
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/t")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Proxy);
+    assert_eq!(err.code(), ErrorCode::ProviderUnavailable);
+    assert!(
+        err.to_string().contains("tls handshake with the proxy"),
+        "{err}"
+    );
+    // The cause stays in the chain: a certificate the client does not trust.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    let mut verify = false;
+    while let Some(e) = cause {
+        verify |= soulbase_net_runtime::tls::classify_error(e) == Some(ErrorKind::TlsVerify);
+        cause = e.source();
+    }
+    assert!(verify, "{err:?}");
+    // Nothing was asked of the proxy and nothing reached the target.
+    assert!(proxy.requests().is_empty());
+    assert_eq!(srv.hits("/t"), 0);
     srv.join().await;
 }
