@@ -19,8 +19,8 @@ use http_body_util::{BodyExt, Empty, Full};
 use soulbase_net_core::{
     parse_retry_after,
     recent::{recall, Recent},
-    redact_url, Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse,
-    Outcome, Phase, RequestInfo, RespBody,
+    redact_url, Body, Direction, Elapsed, ErrorKind, LimitScope, NetError, NetEvent, NetRequest,
+    NetResponse, Outcome, Phase, RequestInfo, RespBody,
 };
 use soulbase_net_policy::NetPolicy;
 use tokio::time::Instant;
@@ -37,7 +37,7 @@ use crate::{
     redirect::{Action, Redirect, RedirectState},
     resilience::{
         breaker_key, budget_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule,
-        RetryDecision,
+        LimitPermit, RetryDecision,
     },
 };
 
@@ -155,12 +155,7 @@ impl Inner {
         let token = req.extensions.get::<CancellationToken>().cloned();
         let work = async {
             let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
-            let acquired = match self.limiter.acquire_now(host, tenant, &policy.limits) {
-                Some(acquired) => acquired,
-                // Boxed: waiting is rare, and its future would enlarge every call's.
-                None => Box::pin(self.limiter.acquire(host, tenant, &policy.limits)).await,
-            };
-            match acquired {
+            match self.slot(host, tenant, &policy.limits).await {
                 Ok(permit) => {
                     // Inline, not boxed: the call's future is boxed once as a whole by
                     // `NetClient::send`, and measured, a second box here cost more (an
@@ -304,8 +299,9 @@ impl Inner {
     /// The attempt, then every redirect the policy lets it follow. Each hop is a new request
     /// through the connector, so the allow-list and the address guard check it again. A hop
     /// to another host goes under that host's policy (its transport — TLS settings and pins,
-    /// proxy, guard, allow-list —, its retry, breaker and size limits); the redirect rules, the
-    /// timeouts and deadline, the retry budget and the concurrency slot stay the call's.
+    /// proxy, guard, allow-list —, its retry, breaker and size limits, and a slot under its
+    /// concurrency and rate limits for the hop); the redirect rules, the timeouts and
+    /// deadline, the retry budget and the tenant's slot stay the call's.
     async fn follow(
         &self,
         req: &mut NetRequest,
@@ -333,17 +329,18 @@ impl Inner {
         // The policy and host of a hop to another host than the request's.
         let mut elsewhere: Option<(Arc<NetPolicy>, String)> = None;
         loop {
-            let res = {
-                let hop_call;
-                let current = match &elsewhere {
-                    Some((policy, host)) => {
-                        hop_call = call.hop(policy, host);
-                        &hop_call
-                    }
-                    None => call,
-                };
-                self.with_retries(req, &url, current, &budget, attempts)
-                    .await?
+            let res = match &elsewhere {
+                None => {
+                    self.with_retries(req, &url, call, &budget, attempts)
+                        .await?
+                }
+                Some((policy, host)) => {
+                    // Boxed: a hop to another host is rare, and its slot's wait would enlarge
+                    // every call's future.
+                    let hop =
+                        Box::pin(self.hop(req, &url, call.hop(policy, host), &budget, attempts));
+                    hop.await?
+                }
             };
             if !res.status.is_redirection() {
                 return Ok(res);
@@ -386,6 +383,57 @@ impl Inner {
             }
             url = follow.url;
         }
+    }
+
+    /// A slot under `limits` for `host` (and `tenant`'s, when given): at once when one is
+    /// free, else after a wait bounded by `limits.max_wait`.
+    async fn slot(
+        &self,
+        host: &str,
+        tenant: Option<&str>,
+        limits: &soulbase_net_policy::LimitsPolicy,
+    ) -> Result<LimitPermit, LimitScope> {
+        match self.limiter.acquire_now(host, tenant, limits) {
+            Some(acquired) => acquired,
+            // Boxed: waiting is rare, and its future would enlarge every call's.
+            None => Box::pin(self.limiter.acquire(host, tenant, limits)).await,
+        }
+    }
+
+    /// A hop to another host than the request's, under that host's limits: it takes a slot
+    /// under the host's concurrency, rate and adaptive limits (the tenant's slot is the
+    /// call's) for as long as its attempts run, and is refused with `RateLimited` when the
+    /// host has none free within `limits.max_wait`.
+    async fn hop(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: Call<'_>,
+        budget: &str,
+        attempts: &mut Attempts,
+    ) -> Result<NetResponse, NetError> {
+        let host = call.host();
+        let permit = match self.slot(host, None, &call.policy.limits).await {
+            Ok(permit) => permit,
+            Err(scope) => {
+                self.observer.on_event(&NetEvent::RateLimited {
+                    req: call.info(),
+                    scope,
+                });
+                return Err(NetError::new(ErrorKind::RateLimited)
+                    .with_message(format!(
+                        "{scope:?} limit of the redirect target {host} reached"
+                    ))
+                    .at(&call.labels.method, url.as_str())
+                    .with_attempts(attempts.made));
+            }
+        };
+        let result = self.with_retries(req, url, &call, budget, attempts).await;
+        permit.record(match &result {
+            Ok(res) => Outcome::Response(res.status),
+            Err(e) => Outcome::Error(e.kind()),
+        });
+        result
     }
 
     /// Attempts to `url` until one succeeds or the policy stops retrying: breaker admission

@@ -198,6 +198,23 @@ async fn post_becomes_get_on_303_and_307_keeps_method_and_body() {
     srv.join().await;
 }
 
+/// A harness whose names resolve through `dns`, with `host`'s override `fields`.
+fn with_override(
+    dns: &soulbase_net_testkit::MockDns,
+    host: &str,
+    fields: serde_json::Value,
+) -> crate::support::Harness {
+    let mut p = loopback_policy();
+    p.dns.nameservers = vec![dns.addr()];
+    p.dns.prefetch.clear();
+    let mut doc = soulbase_net_policy::PolicyDocument::from_policy(&p);
+    doc.set_override(host, fields);
+    let resolver = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
+    crate::support::harness_with(p, |builder| {
+        builder.policy_resolver(std::sync::Arc::new(resolver))
+    })
+}
+
 #[tokio::test]
 async fn a_hop_to_another_host_goes_under_that_hosts_policy() {
     let b = FaultServer::http1()
@@ -214,20 +231,13 @@ async fn a_hop_to_another_host_goes_under_that_hosts_policy() {
         .start()
         .await
         .unwrap();
-    let mut p = loopback_policy();
-    p.dns.nameservers = vec![dns.addr()];
-    p.dns.prefetch.clear();
     // Responses from small.test may be 100 bytes at most; the request's own host has the
     // default limit.
-    let mut doc = soulbase_net_policy::PolicyDocument::from_policy(&p);
-    doc.set_override(
+    let h = with_override(
+        &dns,
         "small.test",
         serde_json::json!({"security": {"max_resp_bytes": "100B"}}),
     );
-    let resolver = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
-    let h = crate::support::harness_with(p, |builder| {
-        builder.policy_resolver(std::sync::Arc::new(resolver))
-    });
 
     // Under the first host's policy, 1000 bytes are fine.
     let res = h.client.send(NetRequest::get(a.url("/big"))).await.unwrap();
@@ -246,6 +256,65 @@ async fn a_hop_to_another_host_goes_under_that_hosts_policy() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TooLarge);
+    a.join().await;
+    b.join().await;
+}
+
+#[tokio::test]
+async fn a_hop_to_another_host_takes_a_slot_under_that_hosts_limits() {
+    let b = FaultServer::http1()
+        .route(
+            "/hold",
+            Reply::ok("held").delay(std::time::Duration::from_secs(1)),
+        )
+        .route("/quick", Reply::ok("quick"))
+        .start()
+        .await
+        .unwrap();
+    let dns = soulbase_net_testkit::MockDns::start().await.unwrap();
+    dns.set_ips("one.test", &[std::net::IpAddr::from([127, 0, 0, 1])], 60);
+    let hold = format!("http://one.test:{}/hold", b.addr().port());
+    let quick = format!("http://one.test:{}/quick", b.addr().port());
+    let a = FaultServer::http1()
+        .route("/go", Reply::redirect(302, &quick))
+        .start()
+        .await
+        .unwrap();
+    // one.test takes one call at a time, refusing the next at once; the request's own host
+    // has the default limits.
+    let h = with_override(
+        &dns,
+        "one.test",
+        serde_json::json!({"limits": {"per_host_concurrency": 1}}),
+    );
+    let client = std::sync::Arc::new(h.client);
+
+    // A call to one.test holds its only slot (for the second its answer takes)…
+    let held = {
+        let client = client.clone();
+        tokio::spawn(async move { client.send(NetRequest::get(hold)).await })
+    };
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        b.wait_for_hits("/hold", 1),
+    )
+    .await
+    .unwrap();
+    // …so a hop there is refused, though the request's own host has room.
+    let err = client
+        .send(NetRequest::get(a.url("/go")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RateLimited, "{err}");
+    assert_eq!(err.code(), ErrorCode::QuotaRateLimited);
+    assert_eq!(a.hits("/go"), 1);
+    assert_eq!(b.hits("/quick"), 0);
+    // Once the slot is free, the same redirect is followed.
+    let res = held.await.unwrap().unwrap();
+    assert_eq!(res.text().await.unwrap(), "held");
+    let res = client.send(NetRequest::get(a.url("/go"))).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "quick");
+    assert_eq!(b.hits("/quick"), 1);
     a.join().await;
     b.join().await;
 }
