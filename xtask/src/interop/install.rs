@@ -12,6 +12,8 @@ use std::{
 const DEBS: &[(&str, &str)] = &[
     ("nginx-light", "nginx"),
     ("tinyproxy", "tinyproxy"),
+    // A TLS front for tinyproxy: the https:// proxy.
+    ("stunnel4", "stunnel4"),
     ("squid", "squid"),
     ("dnsmasq", "dnsmasq"),
     ("dnsutils", "dig"),

@@ -1,5 +1,6 @@
 //! `cargo xtask interop [--json PATH]`: the client against real servers nobody here wrote —
-//! nginx, httpbin (gunicorn), tinyproxy, squid and dnsmasq — on loopback.
+//! nginx, httpbin (gunicorn), tinyproxy (also behind stunnel, as an https:// proxy), squid
+//! and dnsmasq — on loopback.
 //!
 //! Outside any namespace it installs what is missing (Debian packages, a Python virtual
 //! environment), then runs itself again as `unshare -n -p -f --mount-proc --kill-child --
@@ -162,7 +163,7 @@ fn inside(args: &[String]) -> Result<(), String> {
         "peers.stopped",
         format!("{} peers stopped by pid, none left", pids.len()),
         format!("{} stopped, left running: {left:?}", pids.len()),
-        left.is_empty() && pids.len() == 6,
+        left.is_empty() && pids.len() == peers::STARTED,
     ));
     if !isolated {
         println!("interop: private-address scenarios SKIPPED (no network namespace)");

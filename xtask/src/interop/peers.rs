@@ -50,6 +50,9 @@ pub(crate) struct Layout {
     pub(crate) tinyproxy: u16,
     /// tinyproxy's log.
     pub(crate) tinyproxy_log: PathBuf,
+    /// stunnel in front of tinyproxy: an `https://` proxy (TLS with the interop PKI's server
+    /// certificate, which names 127.0.0.1), logging to tinyproxy's log.
+    pub(crate) tls_proxy: u16,
     /// squid (Basic auth required).
     pub(crate) squid: u16,
     /// squid's access log.
@@ -213,7 +216,12 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free loopback port: {e}"))
 }
 
-/// Writes the configs and starts dnsmasq, two httpbins, nginx, tinyproxy and squid; returns
+/// How many peer processes [`start`] runs: dnsmasq, two httpbins, nginx, tinyproxy, stunnel
+/// and squid.
+pub(crate) const STARTED: usize = 7;
+
+/// Writes the configs and starts dnsmasq, two httpbins, nginx, tinyproxy (plain, and behind
+/// stunnel as an https:// proxy) and squid; returns
 /// once every one answers. `dns_port` is 53 inside the namespace (squid and the system
 /// resolver library can only use that port).
 pub(crate) fn start(
@@ -240,6 +248,7 @@ pub(crate) fn start(
     };
     let httpbin = [free_port()?, free_port()?];
     let tinyproxy = free_port()?;
+    let tls_proxy = free_port()?;
     let squid = free_port()?;
     let dns = SocketAddr::from((Ipv4Addr::LOCALHOST, dns_port));
 
@@ -326,6 +335,23 @@ pub(crate) fn start(
         &dir.join("tinyproxy.out"),
     )?;
 
+    // stunnel: TLS in front of tinyproxy, so that tinyproxy is also an https:// proxy.
+    let st_dir = mkdir("stunnel")?;
+    let st_conf = format!(
+        "foreground = yes\npid =\noutput = {}\n[proxy]\naccept = 127.0.0.1:{tls_proxy}\n\
+         connect = 127.0.0.1:{tinyproxy}\ncert = {}\nkey = {}\n",
+        st_dir.join("stunnel.log").display(),
+        pki.dir.join("server.crt").display(),
+        pki.dir.join("server.key").display(),
+    );
+    let st_conf_path = st_dir.join("stunnel.conf");
+    fs::write(&st_conf_path, st_conf).map_err(|e| e.to_string())?;
+    peers.spawn(
+        "stunnel",
+        Command::new(program("stunnel4")?).arg(&st_conf_path),
+        &dir.join("stunnel.out"),
+    )?;
+
     // squid: Basic auth through its NCSA helper, no cache, dnsmasq as its only name server
     // with a DNS timeout, and a one-second shutdown.
     let sq_dir = mkdir("squid")?;
@@ -360,6 +386,7 @@ pub(crate) fn start(
         nginx.expired,
         nginx.tls12,
         tinyproxy,
+        tls_proxy,
         squid,
     ];
     ports.extend(httpbin);
@@ -371,6 +398,7 @@ pub(crate) fn start(
         httpbin,
         tinyproxy,
         tinyproxy_log,
+        tls_proxy,
         squid,
         squid_log,
         dns,

@@ -1,7 +1,8 @@
 //! tinyproxy and squid rows, both requiring Basic auth: CONNECT to nginx's TLS port,
 //! absolute-form HTTP to httpbin, 407 without credentials, `no_proxy` bypass, and
-//! `Proxy-Authorization` never reaching the origin. Proxied targets are named `localhost`,
-//! which each proxy resolves from /etc/hosts.
+//! `Proxy-Authorization` never reaching the origin; the same rows through tinyproxy behind
+//! stunnel, an `https://` proxy (TLS to the proxy; nginx's TLS inside it through CONNECT).
+//! Proxied targets are named `localhost`, which each proxy resolves from /etc/hosts.
 
 use std::{path::Path, time::Duration};
 
@@ -20,23 +21,38 @@ use crate::table::{row, Row};
 /// The proxy rows.
 pub(crate) async fn rows(l: &Layout, s: &Setup) -> Vec<Row> {
     let mut rows = Vec::new();
-    for (name, port, log) in [
-        ("tinyproxy", l.tinyproxy, &l.tinyproxy_log),
-        ("squid", l.squid, &l.squid_log),
+    for (name, scheme, port, log) in [
+        ("tinyproxy", "http", l.tinyproxy, &l.tinyproxy_log),
+        ("squid", "http", l.squid, &l.squid_log),
+        ("tls-tinyproxy", "https", l.tls_proxy, &l.tinyproxy_log),
     ] {
-        rows.extend(one(l, s, name, port, log).await);
+        let proxy = Proxy {
+            name,
+            scheme,
+            port,
+            log,
+        };
+        rows.extend(one(l, s, &proxy).await);
     }
     rows
 }
 
-fn proxied(l: &Layout, s: &Setup, port: u16, creds: bool) -> NetPolicy {
+/// One proxy under test: its name in the rows, the scheme of its URL, its port and log.
+struct Proxy<'a> {
+    name: &'a str,
+    scheme: &'a str,
+    port: u16,
+    log: &'a Path,
+}
+
+fn proxied(l: &Layout, s: &Setup, proxy: &Proxy<'_>, creds: bool) -> NetPolicy {
     let mut p = policy(l, s);
     let auth = if creds {
         format!("{PROXY_USER}:{PROXY_PASS}@")
     } else {
         String::new()
     };
-    let url = format!("http://{auth}127.0.0.1:{port}");
+    let url = format!("{}://{auth}127.0.0.1:{}", proxy.scheme, proxy.port);
     let mut proxy = ProxyPolicy::default();
     proxy.http_proxy = Some(url.clone());
     proxy.https_proxy = Some(url);
@@ -46,19 +62,31 @@ fn proxied(l: &Layout, s: &Setup, port: u16, creds: bool) -> NetPolicy {
 }
 
 async fn logged(log: &Path, needle: &str) -> bool {
-    eventually(Duration::from_secs(2), || {
-        log_lines(log).iter().any(|line| line.contains(needle))
-    })
-    .await
+    logged_more(log, needle, 0).await
 }
 
-async fn one(l: &Layout, s: &Setup, name: &str, port: u16, log: &Path) -> Vec<Row> {
+/// Whether more than `before` lines of `log` contain `needle`, within two seconds.
+async fn logged_more(log: &Path, needle: &str, before: usize) -> bool {
+    eventually(Duration::from_secs(2), || count(log, needle) > before).await
+}
+
+fn count(log: &Path, needle: &str) -> usize {
+    log_lines(log)
+        .iter()
+        .filter(|line| line.contains(needle))
+        .count()
+}
+
+async fn one(l: &Layout, s: &Setup, proxy: &Proxy<'_>) -> Vec<Row> {
     let mut rows = Vec::new();
+    let (name, log) = (proxy.name, proxy.log);
     let id = |what: &str| format!("{name}.{what}");
 
+    // Counted before: tinyproxy's log is shared by its plain and its TLS front.
+    let connects = count(log, "CONNECT");
     let tls = format!("https://localhost:{}/proto", l.nginx.h1);
-    let got = body_of(proxied(l, s, port, true), &tls).await;
-    let connect_logged = logged(log, "CONNECT").await;
+    let got = body_of(proxied(l, s, proxy, true), &tls).await;
+    let connect_logged = logged_more(log, "CONNECT", connects).await;
     rows.push(row(
         &id("connect-to-nginx-tls"),
         "200 through a CONNECT tunnel (logged by the proxy)",
@@ -68,7 +96,7 @@ async fn one(l: &Layout, s: &Setup, name: &str, port: u16, log: &Path) -> Vec<Ro
 
     let via = format!("/anything/via-{name}");
     let url = format!("http://localhost:{}{via}", l.httpbin[0]);
-    let echo = match client(proxied(l, s, port, true)) {
+    let echo = match client(proxied(l, s, proxy, true)) {
         Ok((c, _)) => json_of(&c, NetRequest::get(&url)).await,
         Err(e) => Err(e),
     };
@@ -102,7 +130,7 @@ async fn one(l: &Layout, s: &Setup, name: &str, port: u16, log: &Path) -> Vec<Ro
     ));
 
     let r = send(
-        proxied(l, s, port, false),
+        proxied(l, s, proxy, false),
         NetRequest::get(format!("http://localhost:{}/get", l.httpbin[0])),
     )
     .await;
@@ -115,7 +143,7 @@ async fn one(l: &Layout, s: &Setup, name: &str, port: u16, log: &Path) -> Vec<Ro
 
     let bypass = format!("/anything/bypass-{name}");
     let r = send(
-        proxied(l, s, port, true),
+        proxied(l, s, proxy, true),
         NetRequest::get(format!("http://127.0.0.1:{}{bypass}", l.httpbin[0])),
     )
     .await;
