@@ -34,7 +34,11 @@ use std::{
 
 use bytes::Bytes;
 use foldhash::HashMap;
-use http::{header::HOST, uri::Parts, HeaderValue, Request, Response, Uri};
+use http::{
+    header::HOST,
+    uri::{Authority, Parts},
+    HeaderValue, Request, Response, Uri,
+};
 use http_body::{Body, Frame, SizeHint};
 use hyper::{
     body::Incoming,
@@ -259,17 +263,8 @@ impl Shared {
             let cap = self.cfg.per_origin_cap.max(1);
             map.retain(|_, origin| !origin.is_empty(cap));
         }
-        let default_port = if https { 443 } else { 80 };
-        let host = match authority.port_u16() {
-            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
-            _ => authority.host().to_owned(),
-        };
-        let host = HeaderValue::try_from(host).map_err(|e| {
-            NetError::invalid_request(format!("`{authority}` is not a valid Host header"))
-                .with_source(e)
-        })?;
         let origin = Arc::new(Origin {
-            host,
+            host: host_header(authority, https)?,
             cap: Arc::new(Semaphore::new(self.cfg.per_origin_cap.max(1))),
             state: Mutex::new(State::default()),
         });
@@ -579,6 +574,20 @@ where
     });
 }
 
+/// The `Host` header for `authority`: its host, and its port unless it is the scheme's
+/// default (RFC 9110 §7.2); userinfo never (the request was validated without it).
+fn host_header(authority: &Authority, https: bool) -> Result<HeaderValue, NetError> {
+    let default_port = if https { 443 } else { 80 };
+    let host = match authority.port_u16() {
+        Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+        _ => authority.host().to_owned(),
+    };
+    HeaderValue::try_from(host).map_err(|e| {
+        NetError::invalid_request(format!("`{authority}` is not a valid Host header"))
+            .with_source(e)
+    })
+}
+
 /// Puts `uri` in origin form (path and query) for a direct HTTP/1.1 connection; returns the
 /// absolute form it had.
 fn origin_form(uri: &mut Uri) -> Result<Uri, NetError> {
@@ -676,5 +685,39 @@ impl fmt::Debug for PoolBody {
         f.debug_struct("PoolBody")
             .field("pooled", &self.back.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_header_carries_the_port_only_when_it_is_not_the_default() {
+        let host = |authority: &str, https: bool| {
+            let authority: Authority = authority.parse().unwrap();
+            host_header(&authority, https).unwrap()
+        };
+        assert_eq!(host("api.example.com", true), "api.example.com");
+        assert_eq!(host("api.example.com:443", true), "api.example.com");
+        assert_eq!(host("api.example.com:80", true), "api.example.com:80");
+        assert_eq!(host("api.example.com:80", false), "api.example.com");
+        assert_eq!(host("127.0.0.1:8080", false), "127.0.0.1:8080");
+        assert_eq!(host("[::1]:8443", true), "[::1]:8443");
+        assert_eq!(host("[::1]", true), "[::1]");
+    }
+
+    #[test]
+    fn origin_form_keeps_path_and_query_and_gives_back_the_absolute_form() {
+        let mut uri: Uri = "http://h.example:8080/a/b?x=1&y=2".parse().unwrap();
+        let absolute = origin_form(&mut uri).unwrap();
+        assert_eq!(uri, "/a/b?x=1&y=2");
+        assert_eq!(absolute, "http://h.example:8080/a/b?x=1&y=2");
+        let mut root: Uri = "https://h.example".parse().unwrap();
+        origin_form(&mut root).unwrap();
+        assert_eq!(root, "/");
+        let mut query: Uri = "https://h.example/?q".parse().unwrap();
+        origin_form(&mut query).unwrap();
+        assert_eq!(query, "/?q");
     }
 }
