@@ -36,7 +36,8 @@ pub trait Observer: Send + Sync {
 /// time), and reading them costs nothing on the request path.
 pub trait GaugeSource: Send + Sync {
     /// Calls `visit` with each current reading, in no particular order. Takes short locks
-    /// of the client's limiter and budgets; call it from a scrape, not per request.
+    /// of the client's limiter, budgets and connection pools; call it from a scrape, not per
+    /// request.
     fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>));
 }
 
@@ -79,6 +80,21 @@ pub enum GaugeReading<'a> {
         /// The tenant, when the budget is kept per (host, tenant).
         tenant: Option<&'a str>,
         /// Whole retries available.
+        value: u64,
+    },
+    /// Connections the client holds open to a host now, in use or idle (HTTP/1.1 and
+    /// HTTP/2, opening ones included), summed over the host's ports and schemes.
+    PoolOpen {
+        /// The host.
+        host: &'a str,
+        /// How many.
+        value: u64,
+    },
+    /// Idle HTTP/1.1 connections the client keeps to a host, ready for the next request.
+    PoolIdle {
+        /// The host.
+        host: &'a str,
+        /// How many.
         value: u64,
     },
 }

@@ -1,4 +1,4 @@
-//! The clients' limiter and retry-budget gauges, read from their
+//! The clients' limiter, retry-budget and connection-pool gauges, read from their
 //! [`GaugeSource`]s at scrape time and written with the same bounded host and tenant labels
 //! as the other metrics.
 //!
@@ -39,6 +39,8 @@ pub(crate) struct Totals {
     pub(crate) window: BTreeMap<Label, u64>,
     pub(crate) global_window: Option<u64>,
     pub(crate) tokens: BTreeMap<(Label, Label), u64>,
+    pub(crate) pool_open: BTreeMap<Label, u64>,
+    pub(crate) pool_idle: BTreeMap<Label, u64>,
 }
 
 // === impl GaugeState ===
@@ -110,6 +112,12 @@ impl GaugeState {
                     .entry((tenant, self.hosts.admit(host)))
                     .or_default() += value;
             }
+            GaugeReading::PoolOpen { host, value } => {
+                *totals.pool_open.entry(self.hosts.admit(host)).or_default() += value;
+            }
+            GaugeReading::PoolIdle { host, value } => {
+                *totals.pool_idle.entry(self.hosts.admit(host)).or_default() += value;
+            }
             _ => {}
         }
     }
@@ -176,6 +184,18 @@ impl Collector for GaugeCollector {
             "net_retry_budget_tokens",
             "Retries the retry budget allows now",
             tokens,
+        )?;
+        family(
+            &mut encoder,
+            "net_pool_open_connections",
+            "Connections open to a host, in use or idle",
+            by_host(t.pool_open),
+        )?;
+        family(
+            &mut encoder,
+            "net_pool_idle_connections",
+            "Idle connections kept for a host",
+            by_host(t.pool_idle),
         )
     }
 }
@@ -253,6 +273,18 @@ mod tests {
                 host: "a",
                 value: 1,
             },
+            GaugeReading::PoolOpen {
+                host: "a",
+                value: 4,
+            },
+            GaugeReading::PoolOpen {
+                host: "a",
+                value: 2,
+            },
+            GaugeReading::PoolIdle {
+                host: "z",
+                value: 1,
+            },
             GaugeReading::LimiterWindow {
                 host: None,
                 value: 2,
@@ -263,6 +295,9 @@ mod tests {
         let t = state.read();
         let other = Label::new(crate::labels::OTHER);
         assert_eq!(t.in_flight.get(&Label::new("a")), Some(&3));
+        // Two origins of one host (other ports) add up; a host past the cap is "_other".
+        assert_eq!(t.pool_open.get(&Label::new("a")), Some(&6));
+        assert_eq!(t.pool_idle.get(&other), Some(&1));
         assert_eq!(t.in_flight.get(&other), Some(&7), "b and c past the cap");
         assert_eq!(t.global_window, Some(10));
         assert_eq!(t.tenant_in_flight.get(&Label::new("t1")), Some(&2));

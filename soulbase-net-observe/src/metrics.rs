@@ -61,6 +61,8 @@ const MAX_RULES: usize = 64;
 /// | `net_limiter_window` (gauge) | `host` | the per-host AIMD window once a call used it, at scrape time |
 /// | `net_limiter_global_window` (gauge) | — | the client-wide AIMD window (global scope), when used, at scrape time |
 /// | `net_retry_budget_tokens` (gauge) | `tenant, host` | whole retries the retry budget allows now (`tenant=""` unless the budget is per tenant), at scrape time |
+/// | `net_pool_open_connections` (gauge) | `host` | connections the client holds open to the host (in use, idle or opening; all its ports), at scrape time |
+/// | `net_pool_idle_connections` (gauge) | `host` | idle HTTP/1.1 connections kept for the host, at scrape time |
 ///
 /// A request without a tenant has `tenant=""`. Label values are bounded: past
 /// [`MetricsBuilder::max_hosts`] distinct hosts (and breaker keys), [`MetricsBuilder::max_tenants`]

@@ -46,7 +46,7 @@ use hyper::{
 };
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use parking_lot::Mutex;
-use soulbase_net_core::NetError;
+use soulbase_net_core::{GaugeReading, NetError};
 use tokio::{
     sync::{oneshot, OwnedSemaphorePermit, Semaphore},
     time::Instant,
@@ -231,6 +231,38 @@ impl Pool {
             req = back;
         }
     }
+}
+
+impl Pool {
+    /// Reports, per origin, the connections open (in use, idle or opening: the slots taken
+    /// under the cap) and the idle HTTP/1.1 ones, labelled by host.
+    pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
+        let cap = self.shared.cfg.per_origin_cap.max(1);
+        let origins = self.shared.origins.lock();
+        for (authority, origin) in origins.http.iter().chain(origins.https.iter()) {
+            let host = authority_host(authority);
+            let open = cap.saturating_sub(origin.cap.available_permits());
+            let idle = origin.state.lock().idle.len();
+            visit(GaugeReading::PoolOpen {
+                host,
+                value: open as u64,
+            });
+            visit(GaugeReading::PoolIdle {
+                host,
+                value: idle as u64,
+            });
+        }
+    }
+}
+
+/// The host of an authority (`host`, `host:port`, `[v6]:port`), without brackets.
+fn authority_host(authority: &str) -> &str {
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6);
+    }
+    authority
+        .rsplit_once(':')
+        .map_or(authority, |(host, _)| host)
 }
 
 impl fmt::Debug for Pool {
@@ -705,6 +737,15 @@ mod tests {
         assert_eq!(host("127.0.0.1:8080", false), "127.0.0.1:8080");
         assert_eq!(host("[::1]:8443", true), "[::1]:8443");
         assert_eq!(host("[::1]", true), "[::1]");
+    }
+
+    #[test]
+    fn hosts_of_authorities_lose_port_and_brackets() {
+        assert_eq!(authority_host("api.example.com"), "api.example.com");
+        assert_eq!(authority_host("api.example.com:8443"), "api.example.com");
+        assert_eq!(authority_host("127.0.0.1:80"), "127.0.0.1");
+        assert_eq!(authority_host("[::1]:8080"), "::1");
+        assert_eq!(authority_host("[::1]"), "::1");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The client's [`GaugeSource`]: limiter occupancy, AIMD windows and retry budgets, read at
-//! scrape time by whatever observer the client was given (`Observer::on_gauges`).
+//! The client's [`GaugeSource`]: limiter occupancy, AIMD windows, retry budgets and
+//! connection pools, read at scrape time by whatever observer the client was given (`Observer::on_gauges`).
 //!
 //! Why read and not pushed: the request path pays nothing for these gauges, and a budget's
 //! window slides with time, so only a read at the moment of the scrape is exact.
@@ -9,6 +9,7 @@ use std::{fmt, sync::Arc};
 use soulbase_net_core::{GaugeReading, GaugeSource};
 use tokio::time::Instant;
 
+use super::transport::Transports;
 use crate::resilience::{Limiter, RetryBudgets};
 
 /// Shares the client's limiter and budgets; the client holds the only strong handle given to
@@ -16,12 +17,14 @@ use crate::resilience::{Limiter, RetryBudgets};
 pub(super) struct ClientGauges {
     pub(super) limiter: Arc<Limiter>,
     pub(super) budgets: Arc<RetryBudgets>,
+    pub(super) transports: Arc<Transports>,
 }
 
 impl GaugeSource for ClientGauges {
     fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
         self.limiter.read_gauges(visit);
         self.budgets.read_gauges(Instant::now(), visit);
+        self.transports.read_gauges(visit);
     }
 }
 

@@ -74,7 +74,7 @@ struct Inner {
     observed: bool,
     user_agent: HeaderValue,
     decompress: bool,
-    transports: Transports,
+    transports: Arc<Transports>,
     breakers: Breakers,
     budgets: Arc<RetryBudgets>,
     limiter: Arc<Limiter>,
@@ -252,9 +252,11 @@ impl ClientBuilder {
         );
         let budgets = Arc::new(RetryBudgets::new(10_000, Duration::from_secs(600)));
         let limiter = Arc::new(Limiter::new(10_000));
+        let transports = Arc::new(transports);
         let gauges: Arc<dyn GaugeSource> = Arc::new(gauges::ClientGauges {
             limiter: limiter.clone(),
             budgets: budgets.clone(),
+            transports: transports.clone(),
         });
         self.observer.on_gauges(&gauges);
         Ok(Client {

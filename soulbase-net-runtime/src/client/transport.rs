@@ -85,6 +85,14 @@ impl Transports {
         self.opened.load(Ordering::Relaxed)
     }
 
+    /// Reports every transport's pool gauges.
+    pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(soulbase_net_core::GaugeReading<'_>)) {
+        let transports: Vec<Arc<Transport>> = self.by_key.lock().values().cloned().collect();
+        for transport in transports {
+            transport.pool.read_gauges(visit);
+        }
+    }
+
     /// The transport for `policy`, built on first use.
     pub(crate) fn get(&self, policy: &Arc<NetPolicy>) -> Result<Arc<Transport>, NetError> {
         let ptr = Arc::as_ptr(policy) as usize;

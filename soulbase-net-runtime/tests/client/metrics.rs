@@ -165,6 +165,51 @@ async fn limiter_and_budget_gauges_show_exact_values() {
 }
 
 #[tokio::test]
+async fn pool_gauges_count_open_and_idle_connections() {
+    const OPEN: &str = r#"net_pool_open_connections{host="127.0.0.1"}"#;
+    const IDLE: &str = r#"net_pool_idle_connections{host="127.0.0.1"}"#;
+    let srv = FaultServer::http1()
+        .route("/slow", Reply::ok("x").delay(Duration::from_millis(500)))
+        .start()
+        .await
+        .unwrap();
+    let (metrics, _started, fanout) = metrics_and_starts();
+    let h = harness_with(loopback_policy(), |b| {
+        b.observer(fanout).pool_max_idle_per_host(2)
+    });
+    assert_eq!(sample(&metrics.encode(), OPEN), None, "no connection yet");
+
+    // Three at once, all at the server: three connections open, none idle.
+    let calls = spawn_gets(&h.client, &srv.url("/slow"), 3);
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/slow", 3))
+        .await
+        .unwrap();
+    let text = metrics.encode();
+    assert_eq!(sample(&text, OPEN), Some(3.0), "{text}");
+    assert_eq!(sample(&text, IDLE), Some(0.0), "{text}");
+    // Answered and dropped (each response gives its connection back as it is dropped): two
+    // are kept idle, the maximum; the third is closed.
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status, 200);
+    }
+    let text = metrics.encode();
+    assert_eq!(sample(&text, IDLE), Some(2.0), "{text}");
+    // The third one's slot frees when its connection task has ended, which nothing here can
+    // await: looked at every 10 ms, for at most 5 s.
+    let mut open = None;
+    for _ in 0..500 {
+        open = sample(&metrics.encode(), OPEN);
+        if open == Some(2.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(open, Some(2.0));
+    assert_eq!(srv.connections(), 3);
+    srv.join().await;
+}
+
+#[tokio::test]
 async fn tenant_gauges_count_the_calls_each_tenant_holds() {
     let srv = FaultServer::http1()
         .route("/slow", Reply::ok("x").delay(Duration::from_millis(800)))
