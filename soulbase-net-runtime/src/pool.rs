@@ -366,6 +366,10 @@ impl Shared {
                 if let Ok(Sender::H1 { tx, proxied }) = rx.try_recv() {
                     self.give_back(origin, tx, proxied);
                 }
+                if self.cfg.http2_only {
+                    // As in `next`: the others wait for this connect.
+                    origin.state.lock().h2_connecting = true;
+                }
                 let (sender, took) = self.open(origin, uri, permit).await?;
                 Ok(Some((sender, Some(took))))
             }

@@ -263,6 +263,37 @@ async fn a_request_waiting_at_the_cap_takes_the_slot_a_closed_connection_frees()
 }
 
 #[tokio::test]
+async fn a_broken_http2_connection_is_replaced() {
+    bounded(async {
+        let srv = FaultServer::http2()
+            .route("/m", Reply::ok("m"))
+            .route("/reset", Reply::reset())
+            .start()
+            .await
+            .unwrap();
+        let mut p = loopback_policy();
+        p.retry.enabled = false;
+        let h = harness_with(p, |b| b.http2_prior_knowledge(true));
+        let res = h.client.send(NetRequest::get(srv.url("/m"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "m");
+        // The server resets the whole connection: that call fails…
+        let err = h
+            .client
+            .send(NetRequest::get(srv.url("/reset")))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), soulbase_net_core::ErrorKind::Io, "{err}");
+        // …and the next one goes on a new connection.
+        let res = h.client.send(NetRequest::get(srv.url("/m"))).await.unwrap();
+        assert!(res.elapsed.connect > Duration::ZERO, "a new connection");
+        assert_eq!(res.text().await.unwrap(), "m");
+        assert_eq!(srv.connections(), 2);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn http2_by_alpn_shares_one_connection_between_requests() {
     bounded(async {
         let kit = CertKit::new().unwrap();
