@@ -9,7 +9,8 @@
 //! ends or is dropped (hyper then drains the rest when it has arrived, or closes the
 //! connection). An HTTP/2
 //! connection is shared by every request to its origin. A connection idle for longer than the
-//! idle timeout is closed by a reaper task, which runs only while connections are idle.
+//! idle timeout, or older than the maximum lifetime when one is set, takes no new request and
+//! is closed by a reaper task, which runs only while connections are idle.
 //!
 //! Why not hyper-util's legacy client: per request, it hashes its `(Scheme, Authority)` key
 //! with SipHash, boxes its request future, races its checkout against a lazy connect (which,
@@ -64,6 +65,8 @@ pub(crate) struct PoolConfig {
     pub(crate) idle_timeout: Duration,
     /// The most idle HTTP/1.1 connections kept per origin.
     pub(crate) max_idle_per_origin: usize,
+    /// A connection older than this takes no new request (`None`: no limit).
+    pub(crate) max_lifetime: Option<Duration>,
     /// The most connections open to one origin at once (`limits.per_host_concurrency`).
     pub(crate) per_origin_cap: usize,
     /// Speak HTTP/2 on every connection, without ALPN (`http2_prior_knowledge`).
@@ -116,8 +119,8 @@ struct Origin {
 struct State {
     /// Idle HTTP/1.1 connections; the most recently used last.
     idle: Vec<Idle>,
-    /// The HTTP/2 connection requests share, and when a request last took it.
-    h2: Option<(http2::SendRequest<ReqBody>, Instant)>,
+    /// The HTTP/2 connection requests share.
+    h2: Option<SharedH2>,
     /// An HTTP/2-only connect is under way; other requests wait for it.
     h2_connecting: bool,
     /// Requests waiting for a connection (given back, or a new HTTP/2 one).
@@ -127,7 +130,19 @@ struct State {
 struct Idle {
     tx: http1::SendRequest<ReqBody>,
     proxied: bool,
+    /// When it was opened.
+    born: Instant,
+    /// When it became idle.
     since: Instant,
+}
+
+/// An origin's shared HTTP/2 connection.
+struct SharedH2 {
+    tx: http2::SendRequest<ReqBody>,
+    /// When it was opened.
+    born: Instant,
+    /// When a request last took it.
+    used: Instant,
 }
 
 /// A connection's sending half, as a request holds it.
@@ -136,6 +151,8 @@ enum Sender {
         tx: http1::SendRequest<ReqBody>,
         /// Requests go to a proxy, in absolute form.
         proxied: bool,
+        /// When it was opened.
+        born: Instant,
     },
     H2(http2::SendRequest<ReqBody>),
 }
@@ -190,7 +207,11 @@ impl Pool {
             let reused = opened.is_none();
             let connect = opened.unwrap_or_default();
             let back = match sender {
-                Sender::H1 { mut tx, proxied } => {
+                Sender::H1 {
+                    mut tx,
+                    proxied,
+                    born,
+                } => {
                     req.headers_mut()
                         .entry(HOST)
                         .or_insert_with(|| origin.host.clone());
@@ -202,6 +223,7 @@ impl Pool {
                                 origin: origin.clone(),
                                 tx,
                                 proxied,
+                                born,
                             };
                             return Ok((PoolBody::wrap(res, Some(back)), connect));
                         }
@@ -363,8 +385,8 @@ impl Shared {
             Err(permit) => {
                 // A connection given back meanwhile goes back to the pool.
                 rx.close();
-                if let Ok(Sender::H1 { tx, proxied }) = rx.try_recv() {
-                    self.give_back(origin, tx, proxied);
+                if let Ok(Sender::H1 { tx, proxied, born }) = rx.try_recv() {
+                    self.give_back(origin, tx, proxied, born);
                 }
                 if self.cfg.http2_only {
                     // As in `next`: the others wait for this connect.
@@ -380,22 +402,24 @@ impl Shared {
     fn next(&self, origin: &Origin) -> Next {
         let mut state = origin.state.lock();
         let now = Instant::now();
-        if let Some((tx, used)) = &mut state.h2 {
-            if !tx.is_closed() {
-                *used = now;
-                return Next::Use(Sender::H2(tx.clone()));
+        if let Some(h2) = &mut state.h2 {
+            if !h2.tx.is_closed() && !self.too_old(h2.born, now) {
+                h2.used = now;
+                return Next::Use(Sender::H2(h2.tx.clone()));
             }
             state.h2 = None;
         }
         while let Some(idle) = state.idle.pop() {
             if idle.tx.is_closed()
                 || now.saturating_duration_since(idle.since) >= self.cfg.idle_timeout
+                || self.too_old(idle.born, now)
             {
                 continue;
             }
             return Next::Use(Sender::H1 {
                 tx: idle.tx,
                 proxied: idle.proxied,
+                born: idle.born,
             });
         }
         let connecting = state.h2_connecting;
@@ -437,8 +461,13 @@ impl Shared {
                 .await
                 .map_err(crate::classify::send_error)?;
             spawn_connection(connection);
+            let now = Instant::now();
             let mut state = origin.state.lock();
-            state.h2 = Some((tx.clone(), Instant::now()));
+            state.h2 = Some(SharedH2 {
+                tx: tx.clone(),
+                born: now,
+                used: now,
+            });
             state.h2_connecting = false;
             for waiter in state.waiters.drain(..) {
                 let _ = waiter.send(Sender::H2(tx.clone()));
@@ -456,7 +485,12 @@ impl Shared {
                 .map_err(crate::classify::send_error)?;
             spawn_connection(connection);
             drop(connecting);
-            Ok((Sender::H1 { tx, proxied }, started.elapsed()))
+            let sender = Sender::H1 {
+                tx,
+                proxied,
+                born: Instant::now(),
+            };
+            Ok((sender, started.elapsed()))
         }
     }
 
@@ -466,11 +500,13 @@ impl Shared {
         origin: &Origin,
         tx: http1::SendRequest<ReqBody>,
         proxied: bool,
+        born: Instant,
     ) {
-        if tx.is_closed() {
+        let now = Instant::now();
+        if tx.is_closed() || self.too_old(born, now) {
             return;
         }
-        let mut sender = Sender::H1 { tx, proxied };
+        let mut sender = Sender::H1 { tx, proxied, born };
         let mut state = origin.state.lock();
         while let Some(waiter) = state.waiters.pop_front() {
             match waiter.send(sender) {
@@ -481,19 +517,28 @@ impl Shared {
         if self.cfg.idle_timeout.is_zero() || state.idle.len() >= self.cfg.max_idle_per_origin {
             return;
         }
-        if let Sender::H1 { tx, proxied } = sender {
+        if let Sender::H1 { tx, proxied, born } = sender {
             state.idle.push(Idle {
                 tx,
                 proxied,
-                since: Instant::now(),
+                born,
+                since: now,
             });
         }
         drop(state);
         self.start_reaper();
     }
 
-    /// Starts the reaper unless it runs: every idle timeout it closes connections idle for
-    /// longer, and it stops when none are left idle.
+    /// Whether a connection opened at `born` is past the maximum lifetime at `now`.
+    fn too_old(&self, born: Instant, now: Instant) -> bool {
+        self.cfg
+            .max_lifetime
+            .is_some_and(|max| now.saturating_duration_since(born) >= max)
+    }
+
+    /// Starts the reaper unless it runs: every idle timeout (or maximum lifetime, when
+    /// shorter) it closes connections idle for longer or past their lifetime, and it stops
+    /// when none are left idle.
     fn start_reaper(self: &Arc<Self>) {
         if self.reaping.load(Ordering::Relaxed) || self.reaping.swap(true, Ordering::AcqRel) {
             return;
@@ -504,7 +549,12 @@ impl Shared {
             self.reaping.store(false, Ordering::Release);
             return;
         };
-        let every = self.cfg.idle_timeout.max(Duration::from_millis(10));
+        let lifetime = self.cfg.max_lifetime.unwrap_or(Duration::MAX);
+        let every = self
+            .cfg
+            .idle_timeout
+            .min(lifetime)
+            .max(Duration::from_millis(10));
         let pool: Weak<Shared> = Arc::downgrade(self);
         runtime.spawn(async move {
             loop {
@@ -535,10 +585,15 @@ impl Shared {
             map.retain(|_, origin| {
                 let mut state = origin.state.lock();
                 state.idle.retain(|idle| {
-                    !idle.tx.is_closed() && now.saturating_duration_since(idle.since) < timeout
+                    !idle.tx.is_closed()
+                        && now.saturating_duration_since(idle.since) < timeout
+                        && !self.too_old(idle.born, now)
                 });
-                if let Some((tx, used)) = &state.h2 {
-                    if tx.is_closed() || now.saturating_duration_since(*used) >= timeout {
+                if let Some(h2) = &state.h2 {
+                    if h2.tx.is_closed()
+                        || now.saturating_duration_since(h2.used) >= timeout
+                        || self.too_old(h2.born, now)
+                    {
                         state.h2 = None;
                     }
                 }
@@ -646,11 +701,13 @@ struct GiveBack {
     origin: Arc<Origin>,
     tx: http1::SendRequest<ReqBody>,
     proxied: bool,
+    born: Instant,
 }
 
 impl GiveBack {
     fn give(self) {
-        self.shared.give_back(&self.origin, self.tx, self.proxied);
+        self.shared
+            .give_back(&self.origin, self.tx, self.proxied, self.born);
     }
 }
 

@@ -49,6 +49,7 @@ pub struct ClientBuilder {
     user_agent: HeaderValue,
     pool_idle_timeout: Duration,
     pool_max_idle_per_host: usize,
+    pool_max_lifetime: Option<Duration>,
     http2_prior_knowledge: bool,
     decompress: bool,
     max_response_headers: usize,
@@ -100,6 +101,7 @@ impl ClientBuilder {
             user_agent: HeaderValue::from_static(DEFAULT_USER_AGENT),
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 32,
+            pool_max_lifetime: None,
             http2_prior_knowledge: false,
             decompress: true,
             max_response_headers: transport::HYPER_MAX_HEADERS,
@@ -176,6 +178,14 @@ impl ClientBuilder {
         self
     }
 
+    /// The longest a connection is used: one opened longer ago than `max` takes no new
+    /// request (one in use finishes it) and is closed, so that traffic moves to the addresses
+    /// DNS gives now and spreads again over a load balancer's backends. Default: no limit.
+    pub fn pool_max_lifetime(mut self, max: Duration) -> Self {
+        self.pool_max_lifetime = Some(max);
+        self
+    }
+
     /// Speaks HTTP/2 without negotiation on plain `http` (h2c prior knowledge). Default is
     /// off: HTTP/1.1 on `http`, ALPN (h2 or HTTP/1.1) on `https`.
     pub fn http2_prior_knowledge(mut self, on: bool) -> Self {
@@ -225,6 +235,7 @@ impl ClientBuilder {
             extra_roots: self.extra_roots,
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
+            pool_max_lifetime: self.pool_max_lifetime,
             http2_prior_knowledge: self.http2_prior_knowledge,
             max_response_headers: self.max_response_headers,
             max_response_head_bytes: self.max_response_head_bytes,
@@ -293,6 +304,7 @@ impl fmt::Debug for ClientBuilder {
             .field("extra_roots", &self.extra_roots.len())
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
+            .field("pool_max_lifetime", &self.pool_max_lifetime)
             .field("http2_prior_knowledge", &self.http2_prior_knowledge)
             .finish_non_exhaustive()
     }

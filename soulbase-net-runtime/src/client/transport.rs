@@ -40,6 +40,7 @@ pub(crate) struct Settings {
     pub(crate) extra_roots: Vec<CertificateDer<'static>>,
     pub(crate) pool_idle_timeout: Duration,
     pub(crate) pool_max_idle_per_host: usize,
+    pub(crate) pool_max_lifetime: Option<Duration>,
     pub(crate) http2_prior_knowledge: bool,
     pub(crate) max_response_headers: usize,
     pub(crate) max_response_head_bytes: usize,
@@ -177,6 +178,7 @@ impl Transports {
             PoolConfig {
                 idle_timeout: s.pool_idle_timeout,
                 max_idle_per_origin: s.pool_max_idle_per_host,
+                max_lifetime: s.pool_max_lifetime,
                 per_origin_cap: policy.limits.per_host_concurrency as usize,
                 http2_only: s.http2_prior_knowledge,
                 // hyper's own limit is the same 100 headers, parsed into an array on the

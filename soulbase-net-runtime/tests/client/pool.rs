@@ -25,18 +25,31 @@ async fn burst(client: &Arc<soulbase_net_runtime::Client>, url: &str, n: usize) 
     bodies
 }
 
+/// A server answering `GET /a` with `a`.
+async fn server_a() -> FaultServer {
+    FaultServer::http1()
+        .route("/a", Reply::ok("a"))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// `GET /a` in one attempt, its body checked; how long opening a connection for it took.
+async fn get_a(client: &soulbase_net_runtime::Client, srv: &FaultServer) -> Duration {
+    let res = client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+    assert_eq!(res.attempts, 1);
+    let connect = res.elapsed.connect;
+    assert_eq!(res.text().await.unwrap(), "a");
+    connect
+}
+
 #[tokio::test]
 async fn sequential_requests_share_one_connection() {
     bounded(async {
-        let srv = FaultServer::http1()
-            .route("/a", Reply::ok("a"))
-            .start()
-            .await
-            .unwrap();
+        let srv = server_a().await;
         let h = harness(loopback_policy());
         for _ in 0..5 {
-            let res = h.client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
-            assert_eq!(res.text().await.unwrap(), "a");
+            get_a(&h.client, &srv).await;
         }
         assert_eq!(srv.hits("/a"), 5);
         assert_eq!(srv.connections(), 1);
@@ -49,27 +62,47 @@ async fn sequential_requests_share_one_connection() {
 #[tokio::test]
 async fn idle_connections_are_closed_after_the_idle_timeout() {
     bounded(async {
-        let srv = FaultServer::http1()
-            .route("/a", Reply::ok("a"))
-            .start()
-            .await
-            .unwrap();
+        let srv = server_a().await;
         let h = harness_with(loopback_policy(), |b| {
             b.pool_idle_timeout(Duration::from_millis(100))
         });
-        let res = h.client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
-        assert_eq!(res.text().await.unwrap(), "a");
+        get_a(&h.client, &srv).await;
         assert_eq!(srv.connections(), 1);
         // Nothing else happens on the client: the reaper closes the idle connection.
         tokio::time::timeout(Duration::from_secs(5), srv.wait_for_open_at_most(0))
             .await
             .expect("the idle connection was closed");
         // The next request opens a new one and succeeds at once.
-        let res = h.client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
-        assert_eq!(res.attempts, 1);
-        assert!(res.elapsed.connect > Duration::ZERO);
-        assert_eq!(res.text().await.unwrap(), "a");
+        assert!(get_a(&h.client, &srv).await > Duration::ZERO);
         assert_eq!(srv.connections(), 2);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_connection_past_its_lifetime_takes_no_new_request() {
+    bounded(async {
+        let srv = server_a().await;
+        let lifetime = Duration::from_millis(300);
+        let h = harness_with(loopback_policy(), |b| b.pool_max_lifetime(lifetime));
+        let first = tokio::time::Instant::now();
+        for _ in 0..2 {
+            get_a(&h.client, &srv).await;
+        }
+        assert_eq!(srv.connections(), 1, "reused within its lifetime");
+        // What is tested is the passing of time itself.
+        tokio::time::sleep(lifetime.saturating_sub(first.elapsed()) + Duration::from_millis(50))
+            .await;
+        assert!(
+            get_a(&h.client, &srv).await > Duration::ZERO,
+            "a new connection"
+        );
+        assert_eq!(srv.connections(), 2);
+        // The old one was closed, not kept.
+        tokio::time::timeout(Duration::from_secs(5), srv.wait_for_open_at_most(1))
+            .await
+            .expect("the connection past its lifetime was closed");
         srv.join().await;
     })
     .await;
