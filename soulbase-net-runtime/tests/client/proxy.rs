@@ -1,5 +1,6 @@
-//! Proxies through the client: CONNECT tunnels with credentials, absolute-form forwarding,
-//! 407, no_proxy, proxy faults, and the guard still applied to literal targets.
+//! Proxies through the client, plain and TLS (`https://`): CONNECT tunnels with credentials,
+//! absolute-form forwarding, 407, no_proxy, proxy faults, an untrusted proxy certificate, and
+//! the guard still applied to literal targets.
 
 use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
 use soulbase_net_policy::{NetPolicy, ProxyPolicy};
@@ -22,58 +23,79 @@ fn via(proxy: &ConnectProxy, creds: Option<&str>) -> NetPolicy {
     p
 }
 
+/// A proxy requiring `u:pw`, speaking TLS (a `kit` leaf) when `tls`: an `https://` proxy.
+async fn authenticated_proxy(kit: &CertKit, tls: bool) -> ConnectProxy {
+    let mut builder = ConnectProxy::builder().basic_auth("u", "pw");
+    if tls {
+        builder = builder.tls(kit.localhost().unwrap().server_config().unwrap());
+    }
+    builder.start().await.unwrap()
+}
+
 #[tokio::test]
 async fn https_goes_through_an_authenticated_connect_tunnel() {
     let kit = CertKit::new().unwrap();
-    let srv = FaultServer::builder()
-        .tls(kit.localhost().unwrap().server_config().unwrap())
-        .route("/t", Reply::echo())
-        .start()
-        .await
-        .unwrap();
-    let proxy = ConnectProxy::builder()
-        .basic_auth("u", "pw")
-        .start()
-        .await
-        .unwrap();
-    let h = harness_with(via(&proxy, Some("u:pw")), |b| {
-        b.add_root_certificate(kit.root_der())
-    });
-    let res = h.client.send(NetRequest::get(srv.url("/t"))).await.unwrap();
-    assert_eq!(res.status, 200);
-    let log = proxy.requests();
-    assert_eq!(log.len(), 1);
-    assert_eq!(log[0].method, "CONNECT");
-    assert_eq!(log[0].target, format!("127.0.0.1:{}", srv.addr().port()));
-    assert!(log[0].authorized);
-    assert_eq!(log[0].outcome, ProxyOutcome::Tunneled);
-    assert_eq!(srv.requests("/t")[0].header("proxy-authorization"), None);
-    // Only the proxy was dialled.
-    assert_eq!(*h.dialer.dialled.lock(), vec![proxy.addr()]);
-    srv.join().await;
+    // A plain proxy, then a TLS one (the target's TLS then runs inside the proxy's).
+    for tls in [false, true] {
+        let srv = FaultServer::builder()
+            .tls(kit.localhost().unwrap().server_config().unwrap())
+            .route("/t", Reply::echo())
+            .start()
+            .await
+            .unwrap();
+        let proxy = authenticated_proxy(&kit, tls).await;
+        assert_eq!(proxy.url().starts_with("https://"), tls);
+        let h = harness_with(via(&proxy, Some("u:pw")), |b| {
+            b.add_root_certificate(kit.root_der())
+        });
+        let res = h.client.send(NetRequest::get(srv.url("/t"))).await.unwrap();
+        assert_eq!(res.status, 200, "tls proxy {tls}");
+        let log = proxy.requests();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].method, "CONNECT");
+        assert_eq!(log[0].target, format!("127.0.0.1:{}", srv.addr().port()));
+        assert!(log[0].authorized);
+        assert_eq!(log[0].outcome, ProxyOutcome::Tunneled);
+        // The target's TLS negotiated HTTP/2 by itself, through the tunnel.
+        let seen = srv.requests("/t");
+        assert_eq!(seen[0].version, http::Version::HTTP_2);
+        assert_eq!(seen[0].header("proxy-authorization"), None);
+        // Only the proxy was dialled.
+        assert_eq!(*h.dialer.dialled.lock(), vec![proxy.addr()]);
+        srv.join().await;
+    }
 }
 
 #[tokio::test]
 async fn http_is_forwarded_in_absolute_form_with_proxy_credentials() {
-    let srv = FaultServer::http1()
-        .route("/f", Reply::echo())
-        .start()
-        .await
-        .unwrap();
-    let proxy = ConnectProxy::builder()
-        .basic_auth("u", "pw")
-        .start()
-        .await
-        .unwrap();
-    let h = harness(via(&proxy, Some("u:pw")));
-    let res = h.client.send(NetRequest::get(srv.url("/f"))).await.unwrap();
-    assert_eq!(res.status, 200);
-    let log = proxy.requests();
-    assert_eq!(log[0].method, "GET");
-    assert_eq!(log[0].target, srv.url("/f"));
-    assert!(log[0].authorized);
-    assert_eq!(log[0].outcome, ProxyOutcome::Forwarded);
-    srv.join().await;
+    let kit = CertKit::new().unwrap();
+    // A plain proxy, then a TLS one (trusted here through the policy's extra roots).
+    for tls in [false, true] {
+        let srv = FaultServer::http1()
+            .route("/f", Reply::echo())
+            .start()
+            .await
+            .unwrap();
+        let proxy = authenticated_proxy(&kit, tls).await;
+        let mut p = via(&proxy, Some("u:pw"));
+        p.tls.extra_roots_pem = vec![kit.root_pem()];
+        let h = harness(p);
+        for _ in 0..2 {
+            let res = h.client.send(NetRequest::get(srv.url("/f"))).await.unwrap();
+            assert_eq!(res.status, 200, "tls proxy {tls}");
+            res.bytes().await.unwrap();
+        }
+        let log = proxy.requests();
+        assert_eq!(log[0].method, "GET");
+        assert_eq!(log[0].target, srv.url("/f"));
+        assert!(log[0].authorized);
+        assert_eq!(log[0].outcome, ProxyOutcome::Forwarded);
+        // The proxy consumed its credentials; the second request reused the connection.
+        assert_eq!(srv.requests("/f")[0].header("proxy-authorization"), None);
+        assert_eq!(srv.hits("/f"), 2);
+        assert_eq!(proxy.connections(), 1);
+        srv.join().await;
+    }
 }
 
 #[tokio::test]
@@ -171,75 +193,6 @@ async fn proxy_faults_are_proxy_errors_and_literals_are_still_guarded() {
     assert_eq!(err.kind(), ErrorKind::Blocked);
     assert!(proxy.requests().is_empty());
     assert!(h.dialer.dialled.lock().is_empty());
-    srv.join().await;
-}
-
-#[tokio::test]
-async fn https_goes_through_a_tls_proxy_with_its_own_tls_inside() {
-    let kit = CertKit::new().unwrap();
-    let srv = FaultServer::builder()
-        .tls(kit.localhost().unwrap().server_config().unwrap())
-        .route("/t", Reply::echo())
-        .start()
-        .await
-        .unwrap();
-    let proxy = ConnectProxy::builder()
-        .tls(kit.localhost().unwrap().server_config().unwrap())
-        .basic_auth("u", "pw")
-        .start()
-        .await
-        .unwrap();
-    assert!(proxy.url().starts_with("https://"));
-    let h = harness_with(via(&proxy, Some("u:pw")), |b| {
-        b.add_root_certificate(kit.root_der())
-    });
-    let res = h.client.send(NetRequest::get(srv.url("/t"))).await.unwrap();
-    assert_eq!(res.status, 200);
-    let log = proxy.requests();
-    assert_eq!(log.len(), 1);
-    assert_eq!(log[0].method, "CONNECT");
-    assert_eq!(log[0].target, format!("127.0.0.1:{}", srv.addr().port()));
-    assert!(log[0].authorized);
-    assert_eq!(log[0].outcome, ProxyOutcome::Tunneled);
-    // The target's TLS ran inside the proxy's and negotiated HTTP/2 by itself.
-    let seen = srv.requests("/t");
-    assert_eq!(seen[0].version, http::Version::HTTP_2);
-    assert_eq!(seen[0].header("proxy-authorization"), None);
-    assert_eq!(*h.dialer.dialled.lock(), vec![proxy.addr()]);
-    srv.join().await;
-}
-
-#[tokio::test]
-async fn http_is_forwarded_inside_tls_to_the_proxy() {
-    let kit = CertKit::new().unwrap();
-    let srv = FaultServer::http1()
-        .route("/f", Reply::echo())
-        .start()
-        .await
-        .unwrap();
-    let proxy = ConnectProxy::builder()
-        .tls(kit.localhost().unwrap().server_config().unwrap())
-        .basic_auth("u", "pw")
-        .start()
-        .await
-        .unwrap();
-    let mut p = via(&proxy, Some("u:pw"));
-    p.tls.extra_roots_pem = vec![kit.root_pem()];
-    let h = harness(p);
-    for _ in 0..2 {
-        let res = h.client.send(NetRequest::get(srv.url("/f"))).await.unwrap();
-        assert_eq!(res.status, 200);
-        res.bytes().await.unwrap();
-    }
-    let log = proxy.requests();
-    assert_eq!(log[0].method, "GET");
-    assert_eq!(log[0].target, srv.url("/f"));
-    assert!(log[0].authorized);
-    assert_eq!(log[0].outcome, ProxyOutcome::Forwarded);
-    // The proxy consumed its credentials; the second request reused the TLS connection.
-    assert_eq!(srv.requests("/f")[0].header("proxy-authorization"), None);
-    assert_eq!(srv.hits("/f"), 2);
-    assert_eq!(proxy.connections(), 1);
     srv.join().await;
 }
 
