@@ -1,8 +1,11 @@
 //! [`Script`]: which [`Reply`] a route gives on its n-th hit — fixed sequences, seeded random
 //! faults, or a closure.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use super::capture::CapturedRequest;
 use super::reply::Reply;
@@ -135,7 +138,7 @@ impl Script {
         }
         match chosen {
             Some(Step::Fixed(r)) => r.clone(),
-            Some(Step::Random(r)) => r.pick(hit),
+            Some(Step::Random(r)) => r.pick(hit, req),
             Some(Step::Handler(f)) => f(req),
             None => Reply::status(404),
         }
@@ -146,11 +149,25 @@ impl Script {
 /// by the seed and the hit index, so the n-th hit of a route always gets the same reply for the
 /// same seed, whatever the timing. Faults are checked in the order given, each taking its
 /// probability of the unit interval; the rest gets the `otherwise` reply (default `200 OK`).
+///
+/// With [`RandomFaults::per_request`], each logical request draws from a stream of its own
+/// (keyed by a header its every copy carries), so which attempt meets which draw no longer
+/// depends on how concurrent callers interleave: the k-th copy of a request always gets the
+/// same reply for the same seed and header value.
 #[derive(Clone, Debug)]
 pub struct RandomFaults {
     seed: u64,
     faults: Vec<(f64, Reply)>,
     otherwise: Reply,
+    streams: Option<Streams>,
+}
+
+/// Per-request draw streams: the header that names the stream, and how many hits each stream
+/// has had (shared by the clones of one script).
+#[derive(Clone, Debug)]
+struct Streams {
+    header: http::HeaderName,
+    hits: Arc<Mutex<HashMap<Vec<u8>, u64>>>,
 }
 
 impl RandomFaults {
@@ -160,6 +177,7 @@ impl RandomFaults {
             seed,
             faults: Vec::new(),
             otherwise: Reply::default(),
+            streams: None,
         }
     }
 
@@ -176,17 +194,65 @@ impl RandomFaults {
         self
     }
 
-    /// The number in `[0, 1)` drawn for hit `hit`.
-    pub fn draw(&self, hit: u64) -> f64 {
-        let x = splitmix64(
-            self.seed
-                .wrapping_add(hit.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-        );
-        (x >> 11) as f64 / (1u64 << 53) as f64
+    /// Draws per request instead of per route hit: a request carrying `header` draws from the
+    /// stream named by the header's value, its k-th copy (retry, hedge) taking that stream's
+    /// k-th number. Requests without the header draw by route hit as before.
+    ///
+    /// ```
+    /// use soulbase_net_testkit::{RandomFaults, Reply};
+    ///
+    /// // Each request sends `x-stream: <its own id>` on every attempt.
+    /// let lossy = RandomFaults::seeded(7)
+    ///     .per_request("x-stream")
+    ///     .fault(0.3, Reply::reset())
+    ///     .otherwise(Reply::ok("ok"));
+    /// assert_eq!(lossy.draw_for(b"17", 0), lossy.draw_for(b"17", 0));
+    /// assert_ne!(lossy.draw_for(b"17", 0), lossy.draw_for(b"18", 0));
+    /// ```
+    ///
+    /// # Panics
+    /// If `header` is not a valid header name (a test's own constant).
+    #[allow(clippy::expect_used, reason = "a test's own constant header name")]
+    pub fn per_request(mut self, header: &str) -> Self {
+        let header = http::HeaderName::from_bytes(header.as_bytes())
+            .expect("RandomFaults::per_request: not a valid header name");
+        self.streams = Some(Streams {
+            header,
+            hits: Arc::default(),
+        });
+        self
     }
 
-    fn pick(&self, hit: u64) -> Reply {
-        let u = self.draw(hit);
+    /// The number in `[0, 1)` drawn for hit `hit`.
+    pub fn draw(&self, hit: u64) -> f64 {
+        unit(splitmix64(self.seed.wrapping_add(
+            hit.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        )))
+    }
+
+    /// The number in `[0, 1)` drawn for the `k`-th (0-based) copy of the request whose stream
+    /// header is `stream`.
+    pub fn draw_for(&self, stream: &[u8], k: u64) -> f64 {
+        // FNV-1a over the stream name, then mixed with the seed and the copy index.
+        let name = stream.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01B3)
+        });
+        let key = splitmix64(self.seed ^ splitmix64(name));
+        unit(splitmix64(key.wrapping_add(
+            k.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        )))
+    }
+
+    fn pick(&self, hit: u64, req: &CapturedRequest) -> Reply {
+        let keyed = self.streams.as_ref().and_then(|s| {
+            let stream = req.headers.get(&s.header)?.as_bytes();
+            let mut hits = s.hits.lock();
+            let k = hits.entry(stream.to_vec()).or_insert(0);
+            let this = *k;
+            *k += 1;
+            Some(self.draw_for(stream, this))
+        });
+        let u = keyed.unwrap_or_else(|| self.draw(hit));
         let mut acc = 0.0;
         for (p, reply) in &self.faults {
             acc += p;
@@ -196,6 +262,11 @@ impl RandomFaults {
         }
         self.otherwise.clone()
     }
+}
+
+/// The top 53 bits of `x` as a number in `[0, 1)`.
+fn unit(x: u64) -> f64 {
+    (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The SplitMix64 finaliser (Steele, Lea, Flood 2014).
@@ -217,5 +288,8 @@ mod tests {
         let rate = below as f64 / n as f64;
         assert!((rate - 0.3).abs() < 0.01, "{rate}");
         assert!((0..n).all(|i| (0.0..1.0).contains(&r.draw(i))));
+        let streams = (0..n).filter(|i| r.draw_for(i.to_string().as_bytes(), 1) < 0.3);
+        let rate = streams.count() as f64 / n as f64;
+        assert!((rate - 0.3).abs() < 0.01, "{rate}");
     }
 }

@@ -577,6 +577,49 @@ async fn seeded_random_script_repeats() {
     assert!(a.contains(&503) && a.contains(&429) && a.contains(&200));
 }
 
+/// The statuses of streams `order` (three copies each, all first copies before any second),
+/// by stream, from a per-request random script.
+async fn statuses_by_stream(order: &[u32]) -> Vec<(u32, Vec<u16>)> {
+    let srv = FaultServer::http1()
+        .route(
+            "/r",
+            RandomFaults::seeded(5)
+                .per_request("x-stream")
+                .fault(0.5, Reply::status(503))
+                .otherwise(Reply::ok("ok")),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = h1();
+    let mut out: Vec<(u32, Vec<u16>)> = order.iter().map(|s| (*s, Vec::new())).collect();
+    for _copy in 0..3 {
+        for (stream, seen) in &mut out {
+            let r = req("GET", &srv.url("/r"))
+                .header("x-stream", stream.to_string())
+                .body(empty())
+                .unwrap();
+            seen.push(c.request(r).await.unwrap().status().as_u16());
+        }
+    }
+    srv.join().await;
+    out.sort_unstable();
+    out
+}
+
+#[tokio::test]
+async fn per_request_draws_do_not_depend_on_interleaving() {
+    let forward: Vec<u32> = (0..40).collect();
+    let backward: Vec<u32> = forward.iter().rev().copied().collect();
+    let a = statuses_by_stream(&forward).await;
+    let b = statuses_by_stream(&backward).await;
+    assert_eq!(a, b);
+    // Both replies occur, and streams differ from one another.
+    let all: Vec<u16> = a.iter().flat_map(|(_, s)| s.clone()).collect();
+    assert!(all.contains(&503) && all.contains(&200), "{all:?}");
+    assert!(a.windows(2).any(|w| w[0].1 != w[1].1));
+}
+
 #[tokio::test]
 async fn p_drop_rate_is_within_three_sigma() {
     const N: usize = 10_000;
