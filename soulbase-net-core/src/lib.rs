@@ -27,6 +27,7 @@ mod client;
 mod error;
 mod event;
 mod interceptor;
+mod key;
 pub mod recent;
 mod request;
 mod response;
@@ -40,6 +41,7 @@ pub use crate::event::{
     NoopObserver, Observer, Outcome, RequestInfo,
 };
 pub use crate::interceptor::{Hooks, Interceptor};
+pub use crate::key::new_idempotency_key;
 pub use crate::request::NetRequest;
 pub use crate::response::{parse_retry_after, Elapsed, NetResponse, RespBody};
 pub use crate::timeout::TimeoutCfg;

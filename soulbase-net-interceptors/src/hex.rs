@@ -30,18 +30,6 @@ pub(crate) fn encode(bytes: &[u8]) -> String {
     out
 }
 
-/// 16 random bytes as 32 hex characters; never all zero.
-#[cfg(feature = "idempotency")]
-pub(crate) fn random_128() -> String {
-    let mut v = fastrand::u128(..);
-    if v == 0 {
-        v = 1;
-    }
-    let mut out = String::with_capacity(32);
-    push_hex(&mut out, &v.to_be_bytes());
-    out
-}
-
 #[cfg(all(test, feature = "idempotency", feature = "trace"))]
 mod tests {
     use super::*;
@@ -52,10 +40,6 @@ mod tests {
             let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
             assert_eq!(encode(bytes), expected);
         }
-        let id = random_128();
-        assert_eq!(id.len(), 32);
-        assert!(id.bytes().all(|b| DIGITS.contains(&b)));
-        assert!(u128::from_str_radix(&id, 16).unwrap() != 0);
     }
 
     #[test]

@@ -14,7 +14,8 @@ use parking_lot::Mutex;
 use soulbase_net_core::{
     bytes::Bytes,
     http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode},
-    ErrorKind, Hooks, Interceptor, NetError, NetRequest, NetResponse, RespBody,
+    new_idempotency_key, ErrorKind, Hooks, Interceptor, NetError, NetRequest, NetResponse,
+    RespBody,
 };
 use tokio::{sync::watch, time::Instant};
 
@@ -153,13 +154,13 @@ impl IdempotencyKey {
             .map_or(0, |d| d.drops.load(Ordering::Relaxed))
     }
 
-    fn key_for(&self, req: &NetRequest) -> String {
+    fn key_for(&self, req: &NetRequest) -> Result<String, NetError> {
         match self.mode {
-            Mode::Random => hex::random_128(),
+            Mode::Random => new_idempotency_key(),
             Mode::Derived { bucket } => match req.body_bytes() {
-                Ok(Some(body)) => derive(req, &body, bucket, SystemTime::now()),
+                Ok(Some(body)) => Ok(derive(req, &body, bucket, SystemTime::now())),
                 // A stream cannot be hashed without consuming it.
-                _ => hex::random_128(),
+                _ => new_idempotency_key(),
             },
         }
     }
@@ -212,7 +213,7 @@ impl Interceptor for IdempotencyKey {
             return Ok(());
         }
         if !req.headers.contains_key(&IDEMPOTENCY_KEY) {
-            if let Ok(v) = HeaderValue::from_str(&self.key_for(req)) {
+            if let Ok(v) = HeaderValue::from_str(&self.key_for(req)?) {
                 req.headers.insert(IDEMPOTENCY_KEY, v);
             }
         }

@@ -253,13 +253,13 @@ impl Inner {
                 None => url,
             };
             req.check_body_size(call.policy.security.max_req_bytes.as_u64())?;
+            ensure_idempotency_key(req)?;
             Ok(url)
         });
         let url = match prepared {
             Ok(url) => url,
             Err(e) => return Err(self.after_error(req, e).await),
         };
-        ensure_idempotency_key(req, &call.policy.retry);
         let decoding = self.default_headers(req);
         call.decoding.store(decoding, Ordering::Relaxed);
         for interceptor in &self.interceptors.respond {
@@ -888,18 +888,21 @@ impl Inner {
 }
 
 /// Gives an idempotent POST or PATCH an `Idempotency-Key` when it has none, so that every
-/// attempt of it (retries, later hedges) carries the same key and the server can drop
-/// duplicates (seed 000 §5.1).
-fn ensure_idempotency_key(req: &mut NetRequest, retry: &soulbase_net_policy::RetryPolicy) {
+/// copy of the call (retries, hedges, a resend) carries the same key and the server can drop
+/// duplicates — whatever the retry setting: hedged copies are copies too. The key comes from
+/// the OS CSPRNG ([`soulbase_net_core::new_idempotency_key`]).
+fn ensure_idempotency_key(req: &mut NetRequest) -> Result<(), NetError> {
     const IDEMPOTENCY_KEY: &str = "idempotency-key";
     let wants_key = req.idempotent && matches!(req.method, Method::POST | Method::PATCH);
-    if !wants_key || !retry.enabled || req.headers.contains_key(IDEMPOTENCY_KEY) {
-        return;
+    if !wants_key || req.headers.contains_key(IDEMPOTENCY_KEY) {
+        return Ok(());
     }
-    let key = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    let key = soulbase_net_core::new_idempotency_key()?;
+    // 32 hex digits: always a valid header value.
     if let Ok(value) = HeaderValue::from_str(&key) {
         req.headers.insert(IDEMPOTENCY_KEY, value);
     }
+    Ok(())
 }
 
 /// Serialises a JSON body once (so every attempt sends the same bytes) and sets its

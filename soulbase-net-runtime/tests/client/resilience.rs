@@ -316,49 +316,57 @@ async fn over_the_concurrency_limit_is_rate_limited_at_once() {
 
 #[tokio::test]
 async fn a_hedge_answers_for_a_slow_replica_with_the_same_key() {
-    let mut srv = FaultServer::http1()
-        .route(
-            "/h",
-            Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
-                .times(1)
-                .then(Reply::ok("fast")),
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut p = quick(loopback_policy());
-    p.hedge.enabled = true;
-    p.hedge.delay = Duration::from_millis(50);
-    p.hedge.max_hedges = 1;
-    let h = harness(p);
-    let started = tokio::time::Instant::now();
-    let res = h
-        .client
-        .send(NetRequest::post(srv.url("/h")).body("x").idempotent(true))
-        .await
-        .unwrap();
-    assert_eq!(res.text().await.unwrap(), "fast");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        started.elapsed()
-    );
-    let seen = srv.requests("/h");
-    assert_eq!(seen.len(), 2);
-    let key = seen[0].header("idempotency-key").unwrap();
-    assert_eq!(seen[1].header("idempotency-key"), Some(key));
-    // Two attempts started, one finished: the slow copy was dropped (cancelled) mid-flight.
-    let events = h.events.seen.lock().clone();
-    let started = events
-        .iter()
-        .filter(|e| e.starts_with("attempt ") && e.split(' ').count() == 2)
-        .count();
-    let finished = events
-        .iter()
-        .filter(|e| e.starts_with("attempt ") && e.split(' ').count() == 3)
-        .count();
-    assert_eq!((started, finished), (2, 1), "{events:?}");
-    srv.shutdown().await;
+    // Hedged copies are copies whatever the retry setting: with retries off they carry the
+    // key all the same.
+    for retries in [true, false] {
+        let mut srv = FaultServer::http1()
+            .route(
+                "/h",
+                Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
+                    .times(1)
+                    .then(Reply::ok("fast")),
+            )
+            .start()
+            .await
+            .unwrap();
+        let mut p = quick(loopback_policy());
+        p.retry.enabled = retries;
+        p.hedge.enabled = true;
+        p.hedge.delay = Duration::from_millis(50);
+        p.hedge.max_hedges = 1;
+        let h = harness(p);
+        let started = tokio::time::Instant::now();
+        let res = h
+            .client
+            .send(NetRequest::post(srv.url("/h")).body("x").idempotent(true))
+            .await
+            .unwrap();
+        assert_eq!(res.text().await.unwrap(), "fast");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
+        let seen = srv.requests("/h");
+        assert_eq!(seen.len(), 2);
+        let key = seen[0]
+            .header("idempotency-key")
+            .unwrap_or_else(|| panic!("no key with retries {retries}"));
+        assert_eq!(key.len(), 32);
+        assert_eq!(seen[1].header("idempotency-key"), Some(key));
+        // Two attempts started, one finished: the slow copy was dropped (cancelled) mid-flight.
+        let events = h.events.seen.lock().clone();
+        let started = events
+            .iter()
+            .filter(|e| e.starts_with("attempt ") && e.split(' ').count() == 2)
+            .count();
+        let finished = events
+            .iter()
+            .filter(|e| e.starts_with("attempt ") && e.split(' ').count() == 3)
+            .count();
+        assert_eq!((started, finished), (2, 1), "{events:?}");
+        srv.shutdown().await;
+    }
 }
 
 #[tokio::test]
