@@ -42,7 +42,7 @@ pub use crate::event::{
 };
 pub use crate::interceptor::{Hooks, Interceptor};
 pub use crate::key::new_idempotency_key;
-pub use crate::request::NetRequest;
+pub use crate::request::{check_url, NetRequest};
 pub use crate::response::{parse_retry_after, Elapsed, NetResponse, RespBody};
 pub use crate::timeout::TimeoutCfg;
 

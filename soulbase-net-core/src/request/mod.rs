@@ -1,6 +1,6 @@
 //! Outbound requests: [`NetRequest`], its builder methods and its validation.
 
-use std::{fmt, time::Duration};
+use std::{borrow::Cow, fmt, time::Duration};
 
 use bytes::Bytes;
 use http::{header::HeaderName, HeaderMap, HeaderValue, Method};
@@ -354,10 +354,47 @@ fn checked_url(raw: &str) -> Result<Url, String> {
     recall(&RECENT, RECENT_URLS, raw, parse_checked)
 }
 
-/// Parses `raw` and refuses what a request URL may not be: relative, not http(s), with
-/// userinfo, without a host, or with an IPv4 host spelt other than canonically.
+/// Parses `raw` and refuses what a request URL may not be (see [`check_url`]).
 fn parse_checked(raw: &str) -> Result<Url, String> {
-    let url = Url::parse(raw).map_err(|e| match e {
+    checked(None, raw)
+}
+
+/// Resolves `reference` (a request URL, or a redirect's `Location` against the URL it came
+/// from) and refuses what a request URL may not be: relative without a base, not http(s),
+/// with userinfo, without a host, or with an IPv4 host spelt other than canonically
+/// (`2130706433`, `0x7f.1`, `127.1`, `0177.0.0.1`: the URL parser would read each as an
+/// address, and an allow-list or a reader of logs would not).
+///
+/// The host that is checked is the one the URL parser takes: the text of the reference's own
+/// authority, found the way the parser finds it (after `scheme://`, after `//` in a
+/// scheme-relative reference, or after a special scheme's `:` with any slashes); a reference
+/// without an authority keeps the base's host, which was checked when the base was.
+/// Redirect hops go through this same check.
+///
+/// # Errors
+/// [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest) saying what is wrong.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_core::{check_url, url::Url};
+///
+/// assert!(check_url(None, "http://93.184.216.34/").is_ok());
+/// // A dword host, hidden behind a query that looks like an authority.
+/// assert!(check_url(None, "http:0x5db8d822/?://93.184.216.34").is_err());
+/// let base = Url::parse("http://api.example.com/a").unwrap();
+/// assert_eq!(check_url(Some(&base), "/b").unwrap().as_str(), "http://api.example.com/b");
+/// assert!(check_url(Some(&base), "//2130706433/").is_err());
+/// ```
+pub fn check_url(base: Option<&Url>, reference: &str) -> Result<Url, crate::NetError> {
+    checked(base, reference).map_err(crate::NetError::invalid_request)
+}
+
+fn checked(base: Option<&Url>, raw: &str) -> Result<Url, String> {
+    let parsed = match base {
+        Some(base) => base.join(raw),
+        None => Url::parse(raw),
+    };
+    let url = parsed.map_err(|e| match e {
         url::ParseError::RelativeUrlWithoutBase => {
             "url is relative; an absolute http or https url is required".to_owned()
         }
@@ -375,13 +412,16 @@ fn parse_checked(raw: &str) -> Result<Url, String> {
     match url.host() {
         None => return Err("url has no host".to_owned()),
         Some(url::Host::Ipv4(ip)) => {
-            // std's parser takes only the canonical dotted quad (no octal, hex,
-            // shortened or integer forms), so equality means the URL spelt it canonically.
-            let raw = raw_host(raw);
-            if raw.parse::<std::net::Ipv4Addr>() != Ok(ip) {
-                return Err(format!(
-                    "host `{raw}` is not a canonical IPv4 address (it would mean {ip})"
-                ));
+            // std's parser takes only the canonical dotted quad (no octal, hex, shortened or
+            // integer forms), so equality means the URL spelt it canonically. No authority of
+            // its own: the host is the base's (there is a base, or the parse would have
+            // failed), checked when the base was.
+            if let Some(raw) = raw_host(raw, base.map(Url::scheme)) {
+                if raw.parse::<std::net::Ipv4Addr>() != Ok(ip) {
+                    return Err(format!(
+                        "host `{raw}` is not a canonical IPv4 address (it would mean {ip})"
+                    ));
+                }
             }
         }
         Some(_) => {}
@@ -389,16 +429,60 @@ fn parse_checked(raw: &str) -> Result<Url, String> {
     Ok(url)
 }
 
-/// The host as written in the URL text (between `://` and the path, without userinfo or
-/// port), before any normalisation by the URL parser.
-fn raw_host(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+/// The host as written in the reference's own authority (without userinfo or port), found
+/// the way the WHATWG URL parser that `url` implements finds it; `None` when the reference
+/// has no authority of its own (a path, query or fragment relative to its base).
+///
+/// - After the scheme (ASCII letter, then letters, digits, `+`, `-`, `.`, then `:`), a
+///   special scheme (`http`, `https`) takes its authority after any number of `/` or `\`,
+///   unless it is the base's scheme and no `//` follows (then it is relative to the base).
+/// - Without a scheme, `//` (or `\`, or a mix) starts an authority.
+fn raw_host(reference: &str, base_scheme: Option<&str>) -> Option<String> {
+    // The parser drops leading C0 controls and spaces, and every tab and newline.
+    let text = reference.trim_start_matches(|c: char| c <= ' ');
+    let text: Cow<'_, str> = if text.contains(['\t', '\n', '\r']) {
+        Cow::Owned(text.replace(['\t', '\n', '\r'], ""))
+    } else {
+        Cow::Borrowed(text)
+    };
+    let text = &*text;
+    let is_slash = |c: char| c == '/' || c == '\\';
+    let scheme_end = text.find(':').filter(|&i| {
+        let scheme = &text[..i];
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    });
+    let rest = match scheme_end {
+        Some(i) => {
+            let (scheme, rest) = (&text[..i], &text[i + 1..]);
+            let two_slashes = rest.chars().take(2).filter(|c| is_slash(*c)).count() == 2;
+            let same_as_base = base_scheme.is_some_and(|b| b.eq_ignore_ascii_case(scheme));
+            if same_as_base && !two_slashes {
+                return None;
+            }
+            rest.trim_start_matches(is_slash)
+        }
+        None => {
+            let two_slashes = text.chars().take(2).filter(|c| is_slash(*c)).count() == 2;
+            if !two_slashes {
+                return None;
+            }
+            text.trim_start_matches(is_slash)
+        }
+    };
     let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or(rest);
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     if host_port.starts_with('[') {
-        return host_port;
+        return Some(host_port.to_owned());
     }
-    host_port.rsplit_once(':').map_or(host_port, |(h, _)| h)
+    Some(
+        host_port
+            .rsplit_once(':')
+            .map_or(host_port, |(h, _)| h)
+            .to_owned(),
+    )
 }
 
 impl fmt::Debug for NetRequest {

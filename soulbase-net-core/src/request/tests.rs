@@ -77,6 +77,61 @@ fn numeric_hosts_that_are_not_canonical_ipv4_are_refused() {
 }
 
 #[test]
+fn numeric_hosts_hidden_from_a_second_parse_are_refused() {
+    // The host the URL parser takes, not the text after some later `://`.
+    for url in [
+        "http:0x5db8d822/?://93.184.216.34",
+        "http:0x5db8d822/#://93.184.216.34",
+        "http:/0x5db8d822/?://93.184.216.34",
+        "http:\\\\2130706433/",
+        "  http://127.1/",
+        "ht\ttp://0x7f.1/",
+        "http://0x7f\t.1/",
+        "HTTP:2130706433",
+    ] {
+        let msg = invalid(&NetRequest::get(url));
+        assert!(msg.contains("not a canonical IPv4 address"), "{url}: {msg}");
+    }
+    NetRequest::get("http:93.184.216.34/?://0x5db8d822")
+        .validate(1024)
+        .expect("a canonical host with a query that looks like one");
+}
+
+#[test]
+fn references_are_checked_against_their_own_authority() {
+    let base = Url::parse("http://127.0.0.1:8080/a/b").unwrap();
+    for bad in [
+        "http://0x5db8d822/",
+        "//2130706433/x",
+        "\\\\127.1/",
+        "https:0x7f.1/",
+        "http:\\/0x7f.1/",
+    ] {
+        let err = check_url(Some(&base), bad).unwrap_err();
+        assert!(
+            err.to_string().contains("not a canonical IPv4 address"),
+            "{bad}: {err}"
+        );
+    }
+    for (good, expect) in [
+        ("/c", "http://127.0.0.1:8080/c"),
+        ("c?x=//0x7f.1", "http://127.0.0.1:8080/a/c?x=//0x7f.1"),
+        ("http:/c", "http://127.0.0.1:8080/c"),
+        ("http:c", "http://127.0.0.1:8080/a/c"),
+        ("//127.0.0.2:9/", "http://127.0.0.2:9/"),
+        ("https://api.example.com/", "https://api.example.com/"),
+    ] {
+        assert_eq!(
+            check_url(Some(&base), good).unwrap().as_str(),
+            expect,
+            "{good}"
+        );
+    }
+    assert!(check_url(Some(&base), "ftp://h/").is_err());
+    assert!(check_url(Some(&base), "http://u:p@h/").is_err());
+}
+
+#[test]
 fn header_with_cr_or_lf_is_refused_with_its_name() {
     let msg = invalid(&NetRequest::get("http://h.example/").header("x-evil", "a\r\nInjected: 1"));
     assert!(msg.contains("header `x-evil`"), "{msg}");
@@ -225,6 +280,32 @@ proptest! {
         let req = NetRequest::get("http://h.example/").header("x-h", value.as_str());
         prop_assert!(req.validate(1024).is_ok());
         prop_assert_eq!(req.headers.get("x-h").unwrap().as_bytes(), value.as_bytes());
+    }
+
+    /// Whatever a reference is made of, an accepted IPv4 host is the base's or is written
+    /// canonically in the reference.
+    #[test]
+    fn accepted_ipv4_hosts_are_written_canonically(
+        parts in proptest::collection::vec(
+            prop_oneof![
+                Just("http:"), Just("https:"), Just("/"), Just("\\"), Just("\t"), Just("?"),
+                Just("#"), Just("://"), Just("0x7f.1"), Just("2130706433"), Just("127.1"),
+                Just("10.0.0.1"), Just("@"), Just(":80"), Just("a"), Just(" "),
+            ],
+            1..8,
+        ),
+        with_base in any::<bool>(),
+    ) {
+        let reference: String = parts.concat();
+        let base = Url::parse("http://127.0.0.1/x/").unwrap();
+        let base = with_base.then_some(&base);
+        if let Ok(url) = check_url(base, &reference) {
+            if let Some(url::Host::Ipv4(ip)) = url.host() {
+                let from_base = base.is_some_and(|b| b.host() == url.host());
+                let written = reference.replace(['\t', '\n', '\r'], "").contains(&ip.to_string());
+                prop_assert!(from_base || written, "{:?} -> {}", reference, url);
+            }
+        }
     }
 
     /// Dotted-decimal IPv4 literals are accepted exactly when they are canonical.
