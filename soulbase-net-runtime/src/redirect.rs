@@ -175,7 +175,9 @@ impl RedirectState {
 /// # Errors
 /// - [`ErrorKind::RedirectLimit`] when `hops` already reached
 ///   `min(redirect.max, security.max_redirects)`;
-/// - [`ErrorKind::Blocked`] for a target that is not `http`/`https`, carries userinfo, goes
+/// - [`ErrorKind::Blocked`] for a target that is not `http`/`https`, carries userinfo, fails
+///   any other check a request URL gets ([`soulbase_net_core::check_url`]: e.g. an IPv4 host
+///   not written canonically, `http://0x7f.1/`), goes
 ///   from `https` to `http`, or changes origin while `redirect.allow_cross_origin` is off.
 pub(crate) fn decide(
     redirect: &RedirectPolicy,
@@ -213,6 +215,16 @@ pub(crate) fn decide(
     }
     if !url.username().is_empty() || url.password().is_some() {
         return blocked("redirect to a url with userinfo");
+    }
+    // Every check a request URL gets (the canonical IPv4 host among them), on the
+    // `Location` text as the URL parser read it.
+    if let Some(Err(e)) = resp
+        .location
+        .and_then(|l| l.to_str().ok())
+        .map(|l| soulbase_net_core::check_url(Some(resp.url), l))
+    {
+        let why = e.message().unwrap_or("not a valid request url");
+        return blocked(&format!("redirect target refused: {why}"));
     }
     if resp.url.scheme() == "https" && url.scheme() == "http" {
         return blocked("redirect from https to http");

@@ -173,6 +173,55 @@ async fn redirects_to_internal_addresses_are_refused_at_every_hop() {
 }
 
 #[tokio::test]
+async fn redirect_targets_get_every_check_a_request_url_gets() {
+    // Loopback is granted, so only the URL check stands between these hops and the target.
+    let internal = FaultServer::http1()
+        .route("/admin", Reply::ok("secret"))
+        .start()
+        .await
+        .unwrap();
+    let port = internal.addr().port();
+    let front = FaultServer::http1()
+        .route(
+            "/hex",
+            Reply::redirect(302, format!("http://0x7f.1:{port}/admin")),
+        )
+        .route(
+            "/dword",
+            Reply::redirect(302, format!("//2130706433:{port}/admin")),
+        )
+        .route(
+            "/hidden",
+            Reply::redirect(302, format!("https:127.1:{port}/admin?://127.0.0.1")),
+        )
+        .start()
+        .await
+        .unwrap();
+    let h = harness(loopback_policy());
+    for path in ["/hex", "/dword", "/hidden"] {
+        let direct = h
+            .client
+            .send(NetRequest::get(format!("http://0x7f.1:{port}/admin")))
+            .await
+            .unwrap_err();
+        assert_eq!(direct.code(), ErrorCode::SchemaValidationFailed);
+        let err = h
+            .client
+            .send(NetRequest::get(front.url(path)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Blocked, "{path}: {err}");
+        assert!(
+            err.to_string().contains("not a canonical IPv4 address"),
+            "{path}: {err}"
+        );
+    }
+    assert_eq!(internal.hits("/admin"), 0);
+    front.join().await;
+    internal.join().await;
+}
+
+#[tokio::test]
 async fn post_becomes_get_on_303_and_307_keeps_method_and_body() {
     let srv = FaultServer::http1()
         .route("/see-other", Reply::redirect(303, "/echo"))
