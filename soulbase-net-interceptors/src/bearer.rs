@@ -200,6 +200,13 @@ impl Interceptor for Bearer {
         if res.status != StatusCode::UNAUTHORIZED || sent.resent || !req.is_replayable() {
             return false;
         }
+        // The token is for the request's origin: a 401 from wherever a redirect led (which
+        // got no token: credentials are dropped across origins) says nothing about it. A
+        // response that names no URL (made by an interceptor or a test double) is the
+        // request's own.
+        if !res.url.is_empty() && !same_origin(&req.url, &res.url) {
+            return false;
+        }
         let Ok((value, generation)) = self.header(Some(sent.generation)).await else {
             return false;
         };
@@ -217,6 +224,15 @@ impl Interceptor for Bearer {
 
     fn name(&self) -> &'static str {
         "bearer"
+    }
+}
+
+/// Whether two URLs have one origin (scheme, host, port); unparsable ones never do.
+fn same_origin(a: &str, b: &str) -> bool {
+    use soulbase_net_core::url::Url;
+    match (Url::parse(a), Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
     }
 }
 
@@ -281,6 +297,13 @@ mod tests {
         assert!(bearer.should_resend(&mut req, &mut res).await);
         assert_eq!(req.headers["authorization"], "Bearer tok-2");
         assert!(!bearer.should_resend(&mut req, &mut res).await);
+        let mut elsewhere = NetRequest::get("http://h.example/");
+        bearer.before(&mut elsewhere).await.unwrap();
+        let mut theirs = NetResponse::from_bytes(StatusCode::UNAUTHORIZED, "");
+        theirs.url = "http://other.example/login".to_owned();
+        assert!(!bearer.should_resend(&mut elsewhere, &mut theirs).await);
+        theirs.url = "http://h.example/after-a-redirect".to_owned();
+        assert!(bearer.should_resend(&mut elsewhere, &mut theirs).await);
         let mut ok = NetResponse::from_bytes(StatusCode::OK, "");
         let mut other = NetRequest::get("http://h.example/");
         bearer.before(&mut other).await.unwrap();

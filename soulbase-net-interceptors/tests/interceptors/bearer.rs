@@ -53,6 +53,93 @@ async fn a_401_refreshes_the_token_and_resends_once() {
     srv.join().await;
 }
 
+/// A Bearer whose n-th token is `tok-n`, and how many it fetched.
+fn numbered() -> (Arc<Bearer>, Arc<AtomicU32>) {
+    let calls = Arc::new(AtomicU32::new(0));
+    let counter = calls.clone();
+    let bearer = Arc::new(Bearer::new(move || {
+        let i = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            Ok(Token::expires_in(
+                format!("tok-{i}"),
+                Duration::from_secs(3600),
+            ))
+        }
+    }));
+    (bearer, calls)
+}
+
+#[tokio::test]
+async fn a_resend_after_a_redirect_starts_from_the_callers_request() {
+    // POST /order → 303 → /status, which refuses the first token: the resend is the caller's
+    // POST with its body and the new token, not the GET the 303 made of it.
+    let srv = FaultServer::http1()
+        .route(
+            "/order",
+            Script::reply(Reply::redirect(303, "/status"))
+                .times(1)
+                .then(Reply::echo()),
+        )
+        .route(
+            "/status",
+            Script::respond_with(|r| match r.header("authorization") {
+                Some("Bearer tok-2") => Reply::ok("done"),
+                _ => Reply::status(401),
+            }),
+        )
+        .start()
+        .await
+        .unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![bearer]);
+    let res = c
+        .send(
+            NetRequest::post(srv.url("/order"))
+                .body("item=1")
+                .idempotent(true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status, 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let orders = srv.requests("/order");
+    assert_eq!(orders.len(), 2);
+    for (i, seen) in orders.iter().enumerate() {
+        assert_eq!(seen.method, "POST", "order request {i}");
+        assert_eq!(seen.text(), "item=1", "order request {i}");
+    }
+    assert_eq!(orders[1].header("authorization"), Some("Bearer tok-2"));
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_401_from_another_origin_does_not_refresh_the_token() {
+    let login = FaultServer::http1()
+        .route("/login", Script::status(401))
+        .start()
+        .await
+        .unwrap();
+    let api = FaultServer::http1()
+        .route("/me", Reply::redirect(302, login.url("/login")))
+        .start()
+        .await
+        .unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![bearer]);
+    let res = c.send(NetRequest::get(api.url("/me"))).await.unwrap();
+    assert_eq!(res.status, 401);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "no refresh for another origin's 401"
+    );
+    assert_eq!((api.hits("/me"), login.hits("/login")), (1, 1));
+    // Credentials never crossed to the other origin.
+    assert_eq!(login.requests("/login")[0].header("authorization"), None);
+    api.join().await;
+    login.join().await;
+}
+
 #[tokio::test]
 async fn a_second_401_is_returned_not_retried_again() {
     let srv = FaultServer::http1()

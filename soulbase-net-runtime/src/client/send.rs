@@ -268,17 +268,26 @@ impl Inner {
             }
         }
         let mut attempts = Attempts::default();
+        // A resend starts from the request as the caller built it (after `before`), not from
+        // the last redirect hop's (which may have turned a POST into a GET, dropped the body
+        // or stripped credentials): kept only when an interceptor may ask for a resend.
+        let original = if self.interceptors.should_resend.is_empty() {
+            None
+        } else {
+            req.try_clone()
+        };
         let mut result = self.follow(req, url.clone(), call, &mut attempts).await;
-        if let Ok(res) = &mut result {
+        if let (Ok(res), Some(mut original)) = (&mut result, original) {
             let mut resend = false;
             for interceptor in &self.interceptors.should_resend {
-                if interceptor.should_resend(req, res).await {
+                if interceptor.should_resend(&mut original, res).await {
                     resend = true;
                     break;
                 }
             }
-            if resend && req.body.is_replayable() {
+            if resend {
                 drop(result);
+                *req = original;
                 attempts.this_send = 0;
                 result = self.follow(req, url, call, &mut attempts).await;
             }
