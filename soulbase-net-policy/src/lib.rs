@@ -72,6 +72,6 @@ pub use crate::policy::security::{SandboxGrants, SecurityPolicy};
 pub use crate::policy::timeout::{DynamicTimeout, TimeoutPolicy};
 pub use crate::policy::tls::{MtlsCfg, TlsPolicy, TlsVersion};
 pub use crate::policy::NetPolicy;
-pub use crate::resolver::{PolicyResolver, Snapshot, SnapshotResolver};
+pub use crate::resolver::{PolicyResolver, PolicyView, Snapshot, SnapshotResolver};
 pub use crate::size::{ByteSize, ParseByteSizeError};
 pub use crate::validate::{PolicyError, Problem};

@@ -32,6 +32,23 @@ pub trait PolicyResolver: Send + Sync + fmt::Debug {
     fn version(&self) -> u64 {
         0
     }
+
+    /// A consistent view for one call: every lookup through it answers from the policy as it
+    /// was when the view was taken, whatever reloads land meanwhile. A call takes one view
+    /// when it starts and resolves its redirect hops through it, so a reload applies to new
+    /// calls only.
+    ///
+    /// Default: `None`, for resolvers that never change (lookups then go to
+    /// [`resolve`](Self::resolve)). A resolver whose answers can change must return one.
+    fn view(&self) -> Option<Arc<dyn PolicyView>> {
+        None
+    }
+}
+
+/// A fixed view of the policy (see [`PolicyResolver::view`]).
+pub trait PolicyView: Send + Sync + fmt::Debug {
+    /// The effective policy for `host` on behalf of `tenant`, in this view.
+    fn resolve(&self, tenant: Option<&str>, host: &str) -> Arc<NetPolicy>;
 }
 
 impl<R: PolicyResolver + ?Sized> PolicyResolver for Arc<R> {
@@ -41,6 +58,16 @@ impl<R: PolicyResolver + ?Sized> PolicyResolver for Arc<R> {
 
     fn version(&self) -> u64 {
         (**self).version()
+    }
+
+    fn view(&self) -> Option<Arc<dyn PolicyView>> {
+        (**self).view()
+    }
+}
+
+impl PolicyView for Snapshot {
+    fn resolve(&self, tenant: Option<&str>, host: &str) -> Arc<NetPolicy> {
+        Snapshot::resolve(self, tenant, host)
     }
 }
 
@@ -254,6 +281,10 @@ impl PolicyResolver for SnapshotResolver {
 
     fn version(&self) -> u64 {
         SnapshotResolver::version(self)
+    }
+
+    fn view(&self) -> Option<Arc<dyn PolicyView>> {
+        Some(self.snapshot())
     }
 }
 

@@ -137,7 +137,7 @@ pub use certkit::{crypto_provider, CertKit, Leaf, LOCAL_NAMES};
 pub use dns::{DnsQuery, MockDns};
 pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
 pub use server::{
-    refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Protocol, RandomFaults, Reply,
-    Script,
+    refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Gate, Protocol, RandomFaults,
+    Reply, Script,
 };
 pub use trace::trace_init;

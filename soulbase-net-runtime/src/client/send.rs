@@ -22,7 +22,7 @@ use soulbase_net_core::{
     redact_url, Body, Direction, Elapsed, ErrorKind, LimitScope, NetError, NetEvent, NetRequest,
     NetResponse, Outcome, Phase, RequestInfo, RespBody,
 };
-use soulbase_net_policy::NetPolicy;
+use soulbase_net_policy::{NetPolicy, PolicyView};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use url::Url;
@@ -54,6 +54,9 @@ struct Call<'a> {
     decoding: AtomicBool,
     /// The host a redirect hop goes to, when it is not the request's own.
     hop_host: Option<&'a str>,
+    /// The policy view the call started with, when the resolver can change: redirect hops
+    /// resolve through it, so a reload mid-call applies to new calls only.
+    view: Option<&'a Arc<dyn PolicyView>>,
 }
 
 /// The attempts of one call: numbered across the call (a resend after `should_resend`
@@ -98,6 +101,7 @@ impl Call<'_> {
             deadline: self.deadline,
             decoding: AtomicBool::new(self.decoding.load(Ordering::Relaxed)),
             hop_host: Some(host),
+            view: self.view,
         }
     }
 
@@ -122,7 +126,11 @@ impl Inner {
             Err(e) => return Err(self.fail_early(&req, e).await),
         };
         let host = host_of(&url).to_owned();
-        let policy = self.resolver.resolve(req.tenant.as_deref(), &host);
+        let view = self.resolver.view();
+        let policy = match &view {
+            Some(view) => view.resolve(req.tenant.as_deref(), &host),
+            None => self.resolver.resolve(req.tenant.as_deref(), &host),
+        };
         let timeouts = policy.timeout.with_request(&req.timeout);
         let call = Call {
             labels: Arc::new(OwnedInfo {
@@ -149,6 +157,7 @@ impl Inner {
             deadline: started + timeouts.total,
             decoding: AtomicBool::new(false),
             hop_host: None,
+            view: view.as_ref(),
         };
         self.observer
             .on_event(&NetEvent::RequestStarted { req: call.info() });
@@ -387,7 +396,11 @@ impl Inner {
             if next != this {
                 elsewhere = (next != call.labels.host).then(|| {
                     let tenant = call.labels.tenant.as_deref();
-                    (self.resolver.resolve(tenant, next), next.to_owned())
+                    let policy = match call.view {
+                        Some(view) => view.resolve(tenant, next),
+                        None => self.resolver.resolve(tenant, next),
+                    };
+                    (policy, next.to_owned())
                 });
             }
             url = follow.url;

@@ -367,3 +367,58 @@ async fn a_hop_to_another_host_takes_a_slot_under_that_hosts_limits() {
     a.join().await;
     b.join().await;
 }
+
+#[tokio::test]
+async fn a_reload_mid_call_leaves_the_calls_hops_on_the_policy_it_started_with() {
+    let b = FaultServer::http1()
+        .route("/big", Reply::ok(vec![7u8; 1000]))
+        .start()
+        .await
+        .unwrap();
+    let dns = soulbase_net_testkit::MockDns::start().await.unwrap();
+    dns.set_ips("small.test", &[std::net::IpAddr::from([127, 0, 0, 1])], 60);
+    let to_b = format!("http://small.test:{}/big", b.addr().port());
+    let gate = soulbase_net_testkit::Gate::new();
+    let a = FaultServer::http1()
+        .route("/go", Reply::redirect(302, &to_b).after(&gate))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.dns.nameservers = vec![dns.addr()];
+    p.dns.prefetch.clear();
+    let doc = soulbase_net_policy::PolicyDocument::from_policy(&p);
+    let resolver = std::sync::Arc::new(soulbase_net_policy::SnapshotResolver::new(doc).unwrap());
+    let h = crate::support::harness_with(p.clone(), |builder| {
+        builder.policy_resolver(resolver.clone())
+    });
+    let client = std::sync::Arc::new(h.client);
+    let call = {
+        let (client, url) = (client.clone(), a.url("/go"));
+        tokio::spawn(async move {
+            let res = client.send(NetRequest::get(url)).await?;
+            res.bytes().await
+        })
+    };
+    // The call is at the server, waiting for its redirect: the reload lands now.
+    tokio::time::timeout(std::time::Duration::from_secs(5), a.wait_for_hits("/go", 1))
+        .await
+        .unwrap();
+    let mut doc = soulbase_net_policy::PolicyDocument::from_policy(&p);
+    doc.set_override(
+        "small.test",
+        serde_json::json!({"security": {"max_resp_bytes": "100B"}}),
+    );
+    assert_eq!(resolver.update(doc).unwrap(), 2);
+    gate.open();
+    let body = call.await.unwrap().unwrap();
+    assert_eq!(body.len(), 1000, "the hop kept the call's policy");
+    // A new call gets the new policy.
+    let err = client
+        .send(NetRequest::get(to_b.as_str()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TooLarge);
+    a.join().await;
+    b.join().await;
+}

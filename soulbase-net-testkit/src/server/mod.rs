@@ -5,11 +5,13 @@ mod body;
 mod capture;
 mod conn;
 mod encode;
+mod gate;
 mod reply;
 mod script;
 mod serve;
 
 pub use capture::CapturedRequest;
+pub use gate::Gate;
 pub use reply::Reply;
 pub use script::{RandomFaults, Script};
 

@@ -72,6 +72,7 @@ pub struct Reply {
     pieces: Arc<Vec<Piece>>,
     length: Length,
     delay: Option<Duration>,
+    gate: Option<super::gate::Gate>,
     abort: Option<Abort>,
     pace: Option<(usize, Duration)>,
     cut: Option<(u64, Cut)>,
@@ -87,6 +88,7 @@ impl Default for Reply {
             pieces: Arc::new(Vec::new()),
             length: Length::Auto,
             delay: None,
+            gate: None,
             abort: None,
             pace: None,
             cut: None,
@@ -255,6 +257,13 @@ impl Reply {
         self
     }
 
+    /// Holds the response head until `gate` is open (after any [`delay`](Self::delay)): a
+    /// test acts while the request is known to be at the server, then opens the gate.
+    pub fn after(mut self, gate: &super::gate::Gate) -> Self {
+        self.gate = Some(gate.clone());
+        self
+    }
+
     /// Waits `delay` before sending the response head (time to first byte). Default is none.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
@@ -361,6 +370,10 @@ pub(crate) struct RenderCtx<'a> {
 impl Reply {
     pub(crate) fn delay_before_head(&self) -> Option<Duration> {
         self.delay
+    }
+
+    pub(crate) fn gate(&self) -> Option<&super::gate::Gate> {
+        self.gate.as_ref()
     }
 
     pub(crate) fn render(

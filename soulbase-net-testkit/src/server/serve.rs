@@ -263,6 +263,12 @@ async fn handle(
     if let Some(d) = reply.delay_before_head() {
         tokio::time::sleep(d).await;
     }
+    if let Some(gate) = reply.gate() {
+        tokio::select! {
+            () = gate.passed() => {}
+            () = shared.shutdown.fired() => {}
+        }
+    }
     let cx = RenderCtx {
         origin: &shared.origin,
         authority: &shared.authority,
