@@ -90,6 +90,8 @@ struct Shared {
     origins: Mutex<Origins>,
     /// Whether a reaper task is running.
     reaping: AtomicBool,
+    /// Dropped with the pool: a reaper asleep until its next pass ends at once instead.
+    alive: tokio::sync::watch::Sender<()>,
 }
 
 /// Origins by authority, one map per scheme (a lookup needs no key built).
@@ -189,6 +191,7 @@ impl Pool {
                 h2,
                 origins: Mutex::new(Origins::default()),
                 reaping: AtomicBool::new(false),
+                alive: tokio::sync::watch::Sender::new(()),
             }),
         }
     }
@@ -556,9 +559,14 @@ impl Shared {
             .min(lifetime)
             .max(Duration::from_millis(10));
         let pool: Weak<Shared> = Arc::downgrade(self);
+        let mut alive = self.alive.subscribe();
         runtime.spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    // The pool was dropped (a reload replaced its policy): nothing to reap.
+                    Err(_) = alive.changed() => return,
+                }
                 let Some(shared) = pool.upgrade() else { return };
                 if shared.reap() {
                     continue;

@@ -329,6 +329,20 @@ impl Client {
     pub fn connections_opened(&self) -> u64 {
         self.inner.transports.connections_opened()
     }
+
+    /// The number of transports (connection pools, one per distinct connection policy) the
+    /// client keeps. A transport lives while a current policy or a call uses it: after a
+    /// reload that changed connection settings, the old one closes its connections once its
+    /// last call ends.
+    pub fn live_transports(&self) -> usize {
+        self.inner.transports.live().len()
+    }
+
+    /// The number of DNS resolvers (caches, with their background tasks) the client keeps:
+    /// one per distinct DNS policy in use, plus the one warmed when the client was built.
+    pub fn live_dns_resolvers(&self) -> usize {
+        self.inner.transports.live_resolvers()
+    }
 }
 
 impl fmt::Debug for Client {

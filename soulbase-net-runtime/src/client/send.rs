@@ -233,6 +233,10 @@ impl Inner {
             attempts,
             elapsed,
         });
+        // The call's hold on its snapshot ends here; if a reload replaced its policy, the
+        // policy's transport can go now.
+        drop(view);
+        self.transports.release(policy);
         result
     }
 

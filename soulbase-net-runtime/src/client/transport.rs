@@ -57,19 +57,28 @@ pub(crate) struct Transport {
 type PolicyEntry = (Weak<NetPolicy>, Arc<Transport>);
 
 /// The transports of a client, found by policy.
+///
+/// Lifetimes: a transport lives while a live policy uses it (the entries of `by_policy`
+/// hold it) or a call is using it. When a reload replaces the policies and their last calls
+/// end, their entries are pruned, the transport is dropped, its pool with it (idle
+/// connections close, its reaper stops), and a DNS resolver no transport uses any more goes
+/// too (its background tasks end with it). A reload that changes nothing a connection
+/// depends on finds the same transport by its connection key.
 pub(crate) struct Transports {
     settings: Settings,
     opened: Arc<AtomicU64>,
     /// Fast path: the policy `Arc` a resolver handed out → its transport.
     by_policy: Mutex<HashMap<usize, PolicyEntry>>,
-    /// Slow path: the connection-relevant parts of a policy, serialised → its transport.
-    by_key: Mutex<HashMap<String, Arc<Transport>>>,
-    /// One resolver (and DNS cache) per distinct DNS policy, shared by transports.
+    /// Slow path: the connection-relevant parts of a policy, serialised → its transport, while
+    /// anything still holds it.
+    by_key: Mutex<HashMap<String, Weak<Transport>>>,
+    /// One resolver (and DNS cache) per distinct DNS policy, shared by transports; kept while
+    /// a transport uses it.
     resolvers: Mutex<HashMap<String, DnsResolver>>,
+    /// The resolver warmed when the client was built (its prefetched names), kept for the
+    /// client's life.
+    warmed: Mutex<Option<DnsResolver>>,
 }
-
-/// Bounds the fast-path map; dead policies are pruned when it is full.
-const MAX_POLICY_ENTRIES: usize = 1024;
 
 impl Transports {
     pub(crate) fn new(settings: Settings) -> Self {
@@ -79,6 +88,7 @@ impl Transports {
             by_policy: Mutex::new(HashMap::new()),
             by_key: Mutex::new(HashMap::new()),
             resolvers: Mutex::new(HashMap::new()),
+            warmed: Mutex::new(None),
         }
     }
 
@@ -86,11 +96,55 @@ impl Transports {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// Reports every transport's pool gauges.
+    /// Reports every transport's pool gauges (pruning first: a scrape is a good moment).
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(soulbase_net_core::GaugeReading<'_>)) {
-        let transports: Vec<Arc<Transport>> = self.by_key.lock().values().cloned().collect();
-        for transport in transports {
+        for transport in self.live() {
             transport.pool.read_gauges(visit);
+        }
+    }
+
+    /// The transports in use, after pruning those of policies that are gone.
+    pub(crate) fn live(&self) -> Vec<Arc<Transport>> {
+        self.prune();
+        self.by_key
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    /// How many DNS resolvers are kept, after pruning.
+    pub(crate) fn live_resolvers(&self) -> usize {
+        self.prune();
+        self.resolvers.lock().len()
+    }
+
+    /// Forgets policies no one holds any more, then transports and resolvers nothing uses.
+    fn prune(&self) {
+        // Dropped outside the locks: dropping a pool closes its connections.
+        let dead: Vec<PolicyEntry> = {
+            let mut by_policy = self.by_policy.lock();
+            let dead: Vec<usize> = by_policy
+                .iter()
+                .filter(|(_, (weak, _))| weak.strong_count() == 0)
+                .map(|(ptr, _)| *ptr)
+                .collect();
+            dead.iter()
+                .filter_map(|ptr| by_policy.remove(ptr))
+                .collect()
+        };
+        drop(dead);
+        self.by_key.lock().retain(|_, t| t.strong_count() > 0);
+        self.resolvers.lock().retain(|_, r| r.in_use());
+    }
+
+    /// Called when a call under `policy` ends: when it was the last holder of the policy (a
+    /// reload replaced it), the policy's transport is let go at once instead of at the next
+    /// prune.
+    pub(crate) fn release(&self, policy: Arc<NetPolicy>) {
+        if Arc::strong_count(&policy) == 1 {
+            drop(policy);
+            self.prune();
         }
     }
 
@@ -105,30 +159,32 @@ impl Transports {
                 return Ok(t.clone());
             }
         }
+        // A policy not seen before: often the first call after a reload, the moment the
+        // policies it replaced may have gone.
+        self.prune();
         let key = connection_key(policy)?;
         let transport = {
             let mut by_key = self.by_key.lock();
-            match by_key.get(&key) {
-                Some(t) => t.clone(),
+            match by_key.get(&key).and_then(Weak::upgrade) {
+                Some(t) => t,
                 None => {
                     let t = Arc::new(self.build(policy)?);
-                    by_key.insert(key, t.clone());
+                    by_key.insert(key, Arc::downgrade(&t));
                     t
                 }
             }
         };
-        let mut by_policy = self.by_policy.lock();
-        if by_policy.len() >= MAX_POLICY_ENTRIES {
-            by_policy.retain(|_, (weak, _)| weak.strong_count() > 0);
-        }
-        by_policy.insert(ptr, (Arc::downgrade(policy), transport.clone()));
+        self.by_policy
+            .lock()
+            .insert(ptr, (Arc::downgrade(policy), transport.clone()));
         Ok(transport)
     }
 
     /// Creates the resolver of `policy` now, so that its prefetch list is resolved before the
     /// first request.
     pub(crate) fn warm_dns(&self, policy: &NetPolicy) -> Result<(), NetError> {
-        self.resolver(policy).map(drop)
+        *self.warmed.lock() = Some(self.resolver(policy)?);
+        Ok(())
     }
 
     /// The resolver for `policy.dns`, created on first use.
@@ -197,6 +253,7 @@ impl fmt::Debug for Transports {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transports")
             .field("transports", &self.by_key.lock().len())
+            .field("resolvers", &self.resolvers.lock().len())
             .field("opened", &self.connections_opened())
             .finish()
     }

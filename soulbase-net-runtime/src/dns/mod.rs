@@ -261,6 +261,14 @@ impl Inner {
     }
 }
 
+impl DnsResolver {
+    /// Whether anything but the one holder asking (a client's map of resolvers) holds this
+    /// resolver: its background tasks hold it only weakly.
+    pub(crate) fn in_use(&self) -> bool {
+        Arc::strong_count(&self.inner) > 1
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         for task in self.tasks.get_mut().drain(..) {

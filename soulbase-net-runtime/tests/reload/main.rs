@@ -1,0 +1,135 @@
+//! Hot reload under load: transports, resolvers, tasks, descriptors and server connections
+//! stay bounded however many reloads change connection and DNS settings. Its own test binary,
+//! so that no other test's sockets or tasks share the counts.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_policy::{NetPolicy, PolicyDocument, SnapshotResolver};
+use soulbase_net_runtime::Client;
+use soulbase_net_testkit::{FaultServer, Reply};
+
+/// The descriptors this process has open.
+fn descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}
+
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+/// Reload `i`: the loopback policy with connection and DNS settings of its own.
+fn policy(i: u32) -> NetPolicy {
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    // Never the system resolver: no name is looked up here, and any would fail at once.
+    p.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
+    p.dns.prefetch.clear();
+    p.dns.timeout = Duration::from_millis(500 + u64::from(i % 97));
+    p.timeout.connect = Duration::from_millis(1000 + u64::from(i));
+    p.limits.per_host_concurrency = 64 + i % 7;
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_reloads_under_load_leave_one_transport() {
+    const CALLERS: u64 = 16;
+    const RELOADS: u32 = 1000;
+    let srv = FaultServer::http1()
+        .route("/ok", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let resolver =
+        Arc::new(SnapshotResolver::new(PolicyDocument::from_policy(&policy(0))).unwrap());
+    let client = Arc::new(
+        Client::builder()
+            .policy_resolver(resolver.clone())
+            .build()
+            .unwrap(),
+    );
+    let url = srv.url("/ok");
+    // Warm: every caller has made a call and holds a pooled connection.
+    for _ in 0..CALLERS {
+        client.send(NetRequest::get(url.as_str())).await.unwrap();
+    }
+    let (fds_before, tasks_before) = (descriptors(), alive_tasks());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..CALLERS {
+        let (client, url, stop, done) = (client.clone(), url.clone(), stop.clone(), done.clone());
+        callers.spawn(async move {
+            // Bounded: at most this many calls each, whatever happens to `stop`.
+            for _ in 0..200_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let res = client.send(NetRequest::get(url.as_str())).await.unwrap();
+                res.bytes().await.unwrap();
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    for i in 1..=RELOADS {
+        resolver
+            .update(PolicyDocument::from_policy(&policy(i)))
+            .unwrap();
+        // One call under each new policy, beside the callers' load.
+        let res = client.send(NetRequest::get(url.as_str())).await.unwrap();
+        res.bytes().await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    while let Some(r) = callers.join_next().await {
+        r.unwrap();
+    }
+    assert!(done.load(Ordering::Relaxed) > 0, "the callers made calls");
+
+    // No call is in flight and one policy is current: one transport, one resolver for it
+    // and the one warmed at build time.
+    assert_eq!(client.live_transports(), 1);
+    assert!(
+        client.live_dns_resolvers() <= 2,
+        "{} resolvers",
+        client.live_dns_resolvers()
+    );
+    // The old pools closed their connections: the server sees at most the current pool's.
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        srv.wait_for_open_at_most(CALLERS + 1),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{} connections still open at the server",
+            srv.open_connections()
+        )
+    });
+    // Client and server ends of at most that many connections more than before the load.
+    let (fds_after, tasks_after) = (descriptors(), alive_tasks());
+    let slack = 2 * (CALLERS as usize + 1) + 16;
+    assert!(
+        fds_after <= fds_before + slack,
+        "descriptors {fds_before} before, {fds_after} after {RELOADS} reloads"
+    );
+    assert!(
+        tasks_after <= tasks_before + slack,
+        "tasks {tasks_before} before, {tasks_after} after {RELOADS} reloads"
+    );
+    eprintln!(
+        "after {RELOADS} reloads and {} calls: descriptors {fds_before} -> {fds_after}, tasks {tasks_before} -> {tasks_after}, server connections {} open of {} accepted",
+        done.load(Ordering::Relaxed),
+        srv.open_connections(),
+        srv.connections()
+    );
+    srv.join().await;
+}
