@@ -1,6 +1,7 @@
 //! Hot reload under load: transports, resolvers, tasks, descriptors and server connections
 //! stay bounded however many reloads change connection and DNS settings. Its own test binary,
 //! so that no other test's sockets or tasks share the counts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     sync::{
