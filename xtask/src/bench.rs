@@ -966,6 +966,7 @@ mod tests {
     /// A tiny run end to end: every client answers, the JSON has the shape.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_short_bench_measures_every_client_and_the_breaker() {
+        let _turn = crate::HEAVY.lock().await;
         let opts = Options {
             secs: 0.2,
             concurrency: 4,

@@ -522,7 +522,7 @@ async fn phase_breaker(
     let passed = opened_after.is_some()
         && fast_failures == 10
         && hits_while_open == 0
-        && slowest < Duration::from_millis(50)
+        && slowest < Duration::from_millis(250)
         && recovered == 5
         && path == expected_path;
     let path_text: Vec<&str> = path.iter().map(|s| s.as_str()).collect();
@@ -730,6 +730,7 @@ mod tests {
     /// The demo is a smoke test: `cargo test` (and so `cargo xtask ci`) runs it in-process.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_demo_scenario_passes() {
+        let _turn = crate::HEAVY.lock().await;
         let report =
             tokio::time::timeout(Duration::from_secs(30), scenario(Progress { live: false }))
                 .await

@@ -13,6 +13,11 @@ mod loopback;
 mod table;
 mod tidy;
 
+/// The in-process runs that load the machine (chaos, demo, bench) take turns in `cargo test`:
+/// run side by side on two cores, each would measure the others' load as its own lateness.
+#[cfg(test)]
+pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,

@@ -25,7 +25,7 @@ async fn a_hundred_concurrent_requests_make_one_lookup() {
         .unwrap();
     let dns = MockDns::start().await.unwrap();
     dns.set_ips("svc.test", &[IpAddr::from([127, 0, 0, 1])], 60);
-    dns.delay("svc.test", Duration::from_millis(200));
+    dns.delay("svc.test", Duration::from_millis(100));
     let mut p = with_dns(loopback_policy(), &dns);
     p.limits.max_wait = Duration::from_secs(30);
     let h = harness(p);

@@ -86,8 +86,11 @@ async fn the_first_byte_clock_starts_when_the_connection_takes_the_request() {
     assert_eq!(res.status, 200);
     assert!(res.elapsed.ttfb >= connect, "{:?}", res.elapsed);
     // A late head after a slow connect: the timeout counts from the request's start on the
-    // connection, so it fires no earlier than connect + ttfb.
-    let h = harness_with(loopback_policy(), |b| {
+    // connection, so it fires no earlier than connect + ttfb. One attempt, so the upper
+    // bound is that one attempt's connect + ttfb with room for a loaded machine.
+    let mut one_attempt = loopback_policy();
+    one_attempt.retry.enabled = false;
+    let h = harness_with(one_attempt, |b| {
         b.dialer(std::sync::Arc::new(SlowConnect(connect)))
     });
     let started = tokio::time::Instant::now();
@@ -96,7 +99,10 @@ async fn the_first_byte_clock_starts_when_the_connection_takes_the_request() {
     assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Ttfb));
     let waited = started.elapsed();
     assert!(waited >= connect + ttfb, "{waited:?}");
-    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited < connect + ttfb + Duration::from_secs(1),
+        "{waited:?}"
+    );
     srv.shutdown().await;
 }
 

@@ -56,7 +56,7 @@ async fn hundred_concurrent_resolves_make_one_lookup() {
     let dns = MockDns::start().await.unwrap();
     let name = "flight.example.test";
     dns.set_ips(name, &ips(&["192.0.2.10"]), 60);
-    dns.delay(name, Duration::from_millis(300));
+    dns.delay(name, Duration::from_millis(100));
     let r = resolver(&policy(&dns));
 
     let tasks: Vec<_> = (0..100)

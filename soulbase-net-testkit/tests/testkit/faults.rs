@@ -147,8 +147,9 @@ async fn slow_body_paces_chunks() {
         .start()
         .await
         .unwrap();
-    let res = get(&h1(), &srv.url("/drip")).await.unwrap();
+    // From before the request: the server's pacing starts with the head.
     let t0 = Instant::now();
+    let res = get(&h1(), &srv.url("/drip")).await.unwrap();
     let mut body = res.into_body();
     let mut chunks = Vec::new();
     while let Some(f) = http_body_util::BodyExt::frame(&mut body).await {

@@ -203,6 +203,7 @@ mod tests {
     /// A short run in-process: every invariant holds and every kind of fault was met.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_short_run_keeps_every_invariant() {
+        let _turn = crate::HEAVY.lock().await;
         let summary = tokio::time::timeout(
             Duration::from_secs(60),
             chaos(Duration::from_secs(3), DEFAULT_SEED),

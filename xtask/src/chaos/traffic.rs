@@ -80,8 +80,8 @@ pub(crate) struct Call {
     pub(crate) kind: Kind,
     /// The call's total deadline.
     pub(crate) limit: Duration,
-    /// When the caller cancelled the call (its token fired), from the start; `None` when it
-    /// let the call run.
+    /// When the caller's cancel really fired, from when the call was sent (zero when before);
+    /// `None` when it did not fire before the call ended.
     pub(crate) cancel_after: Option<Duration>,
     /// From `send` to the last body byte or the error.
     pub(crate) wall: Duration,
@@ -137,9 +137,10 @@ fn draw(rng: &RandomFaults, n: u64, targets: &[Target]) -> Drawn {
 /// The share of calls their caller cancels mid-flight.
 const CANCELLED_SHARE: f64 = 0.1;
 
-/// One call, timed from `started` (when the caller made it — the clock its cancel runs on
-/// too): send, then read the whole body.
-async fn call(client: Arc<Client>, req: NetRequest, started: Instant) -> (Outcome, Duration, u32) {
+/// One call, timed from when it is sent (the clock the client's own deadline runs on): send,
+/// then read the whole body. Returns when it began and ended.
+async fn call(client: Arc<Client>, req: NetRequest) -> (Outcome, Instant, Instant, u32) {
+    let began = Instant::now();
     let result = match client.send(req).await {
         Ok(res) => {
             let (status, attempts) = (res.status.as_u16(), res.attempts);
@@ -147,15 +148,16 @@ async fn call(client: Arc<Client>, req: NetRequest, started: Instant) -> (Outcom
         }
         Err(e) => Err(e),
     };
-    let wall = started.elapsed();
+    let ended = Instant::now();
     match result {
-        Ok((status, attempts)) => (Outcome::Answered(status), wall, attempts),
+        Ok((status, attempts)) => (Outcome::Answered(status), began, ended, attempts),
         Err(e) => (
             Outcome::Failed {
                 code: e.code().as_str().to_owned(),
                 kind: e.kind().label().to_owned(),
             },
-            wall,
+            began,
+            ended,
             e.attempts(),
         ),
     }
@@ -187,30 +189,46 @@ pub(crate) async fn caller(
         }
         let limit = own_limit.unwrap_or(POLICY_TOTAL);
         let started = Instant::now();
+        // When the cancel really fired: a timer that fires late on a loaded machine is the
+        // test's lateness, not the client's.
+        let fired: Arc<parking_lot::Mutex<Option<Instant>>> = Arc::default();
         if let Some(after) = cancel_after {
             let token = CancellationToken::new();
             req.extensions.insert(token.clone());
+            let fired = fired.clone();
             tokio::spawn(async move {
                 tokio::time::sleep_until(started + after).await;
+                *fired.lock() = Some(Instant::now());
                 token.cancel();
             });
         }
-        let task = tokio::spawn(call(client.clone(), req, started));
+        let task = tokio::spawn(call(client.clone(), req));
         let abort = task.abort_handle();
-        let (outcome, wall, attempts) =
+        let (outcome, began, ended, attempts) =
             match tokio::time::timeout(limit + GIVE_UP_AFTER, task).await {
                 Ok(Ok(done)) => done,
                 Ok(Err(e)) => (
                     Outcome::Lost(format!("task ended: {e}")),
-                    started.elapsed(),
+                    started,
+                    Instant::now(),
                     0,
                 ),
                 Err(_) => {
                     abort.abort();
-                    let waited = started.elapsed();
-                    (Outcome::Lost("no answer, no error".to_owned()), waited, 0)
+                    let waited = Instant::now();
+                    (
+                        Outcome::Lost("no answer, no error".to_owned()),
+                        started,
+                        waited,
+                        0,
+                    )
                 }
             };
+        // Both from when the call was sent; a cancel that fired before counts as at once.
+        let wall = ended.saturating_duration_since(began);
+        let cancel_after = (*fired.lock())
+            .filter(|at| *at <= ended)
+            .map(|at| at.saturating_duration_since(began));
         calls.push(Call {
             id,
             target,
