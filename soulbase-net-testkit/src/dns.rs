@@ -49,7 +49,8 @@ enum Answer {
     Rebind {
         first: Vec<IpAddr>,
         then: Vec<IpAddr>,
-        served: bool,
+        /// Whether the first answer was served, per type: A and AAAA.
+        served: [bool; 2],
     },
     ServFail,
     NxDomain,
@@ -88,8 +89,8 @@ fn key(name: &str) -> String {
 /// - [`MockDns::set_ips`] — A and AAAA records (mixed answers: give both kinds, or public and
 ///   private addresses together); use a private address for a poisoned answer.
 /// - [`MockDns::set_cname`] — a CNAME, followed within the table for A/AAAA queries.
-/// - [`MockDns::rebind`] — DNS rebinding: the first answer is `first`, every later one is `then`,
-///   all with TTL 0.
+/// - [`MockDns::rebind`] — DNS rebinding: the first lookup (its first A and first AAAA answer)
+///   gets `first`, every later one `then`, all with TTL 0.
 /// - [`MockDns::servfail`], [`MockDns::nxdomain`] — errors.
 /// - [`MockDns::delay`] — answer late; [`MockDns::truncate_udp`] — answer UDP queries with the TC
 ///   bit and no records, so resolvers retry over TCP, where the full answer is given.
@@ -186,15 +187,16 @@ impl MockDns {
         );
     }
 
-    /// DNS rebinding: the first A/AAAA answer for `name` is `first`, every later one `then`;
-    /// always TTL 0.
+    /// DNS rebinding: the first answer of each type (A, AAAA) for `name` is `first`, every
+    /// later one `then`; always TTL 0. Per type, so a resolver's first lookup (A and AAAA
+    /// asked together, in either order) sees `first` whole, and the next lookup `then`.
     pub fn rebind(&self, name: &str, first: IpAddr, then: IpAddr) {
         self.upsert(
             name,
             Answer::Rebind {
                 first: vec![first],
                 then: vec![then],
-                served: false,
+                served: [false; 2],
             },
         );
     }
@@ -332,10 +334,21 @@ impl Handler {
                     then,
                     served,
                 } => {
-                    let ips = if *served { then.clone() } else { first.clone() };
-                    if matches!(qtype, RecordType::A | RecordType::AAAA) {
-                        *served = true;
-                    }
+                    // Per type: a resolver asks A and AAAA at once, and both belong to
+                    // its first lookup.
+                    let slot = match qtype {
+                        RecordType::A => Some(0),
+                        RecordType::AAAA => Some(1),
+                        _ => None,
+                    };
+                    let ips = match slot {
+                        Some(i) if served[i] => then.clone(),
+                        Some(i) => {
+                            served[i] = true;
+                            first.clone()
+                        }
+                        None => first.clone(),
+                    };
                     (ips, 0)
                 }
             };

@@ -1,7 +1,11 @@
 //! Names resolved through MockDns: singleflight across requests, and DNS rebinding refused
 //! at connect time.
 
-use std::{net::IpAddr, sync::Arc, time::Duration};
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
 
 use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
 use soulbase_net_policy::NetPolicy;
@@ -66,18 +70,22 @@ async fn rebinding_to_loopback_never_reaches_the_canary() {
     let mut p = with_dns(NetPolicy::default(), &dns);
     p.dns.min_ttl = Duration::ZERO;
     p.dns.serve_stale = false;
+    // One attempt per request, so each request is one lookup.
+    p.retry.enabled = false;
     let h = harness(p);
     let url = format!("http://rebind.test:{}/", canary.addr().port());
-    let mut blocked = 0;
-    for _ in 0..1000 {
+    // Public first: the address is allowed, and dialled (the test dialer refuses it).
+    let err = h.client.send(NetRequest::get(&url)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connect, "{err}");
+    assert_eq!(
+        h.dialer.non_loopback(),
+        [SocketAddr::from(([93, 184, 215, 14], canary.addr().port()))]
+    );
+    // Then private, lookup after lookup: refused before any dial.
+    for i in 0..999 {
         let err = h.client.send(NetRequest::get(&url)).await.unwrap_err();
-        match err.kind() {
-            ErrorKind::Blocked => blocked += 1,
-            ErrorKind::Connect => {} // the public answer, refused by the test dialer
-            other => panic!("unexpected {other:?}: {err}"),
-        }
+        assert_eq!(err.kind(), ErrorKind::Blocked, "request {i}: {err}");
     }
-    assert!(blocked >= 999, "blocked {blocked}");
     assert_eq!(canary.connections(), 0);
     let loopback_dials = h
         .dialer

@@ -8,6 +8,7 @@ use hickory_resolver::config::{
 };
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::op::ResponseCode;
+use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::Resolver;
 use soulbase_net_testkit::MockDns;
 use tokio::time::Instant;
@@ -108,6 +109,34 @@ async fn rebinding_name_changes_after_the_first_answer() {
     );
     assert_eq!(ips(&r, "rebind.example.test.").await, [ip("127.0.0.1")]);
     assert_eq!(ips(&r, "rebind.example.test.").await, [ip("127.0.0.1")]);
+}
+
+#[tokio::test]
+async fn a_rebinding_names_first_lookup_sees_first_whatever_the_order_of_its_queries() {
+    let dns = MockDns::start().await.unwrap();
+    let name = "rebind2.example.test.";
+    dns.rebind(name, ip("93.184.216.34"), ip("127.0.0.1"));
+    let r = resolver(&dns, LookupIpStrategy::Ipv4Only, T);
+    // The first lookup asks AAAA before A (a resolver asks both at once, in any order).
+    let v6 = r.lookup(name, RecordType::AAAA).await;
+    assert!(v6.map_or(true, |l| l.answers().is_empty()));
+    let a = |l: hickory_resolver::lookup::Lookup| -> Vec<IpAddr> {
+        l.answers()
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some(IpAddr::V4(a.0)),
+                _ => None,
+            })
+            .collect()
+    };
+    let first = r.lookup(name, RecordType::A).await.unwrap();
+    assert_eq!(
+        a(first),
+        [ip("93.184.216.34")],
+        "the first lookup is public"
+    );
+    let second = r.lookup(name, RecordType::A).await.unwrap();
+    assert_eq!(a(second), [ip("127.0.0.1")], "the next one rebinds");
 }
 
 #[tokio::test]
