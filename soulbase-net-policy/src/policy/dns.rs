@@ -34,7 +34,10 @@ pub struct DnsPolicy {
     /// Shortest time an answer is cached, whatever its TTL. Default is 0s.
     #[serde(with = "humantime_serde")]
     pub min_ttl: Duration,
-    /// Race IPv6 and IPv4 connects (RFC 8305). Default is `true`.
+    /// Happy eyeballs (RFC 8305): when an address has not connected within
+    /// `happy_eyeballs_delay`, the next one is tried beside it, and the families are
+    /// interleaved. Off: one address at a time, in order, the next only after the previous
+    /// one failed (a silent address then costs the whole connect timeout). Default is `true`.
     pub happy_eyeballs: bool,
     /// How long the first family gets before the other one is tried. Default is 300ms.
     #[serde(with = "humantime_serde")]

@@ -221,7 +221,10 @@ impl Transports {
             resolver: Arc::new(self.resolver(policy)?),
             observer: s.observer.clone(),
             connect_timeout: policy.timeout.connect,
-            happy_eyeballs_delay: policy.dns.happy_eyeballs_delay,
+            happy_eyeballs_delay: policy
+                .dns
+                .happy_eyeballs
+                .then_some(policy.dns.happy_eyeballs_delay),
             opened: self.opened.clone(),
             proxy: proxy.clone(),
             freeze_addresses: policy

@@ -33,6 +33,8 @@ impl Dialer for TcpDialer {
 
 /// Connects to the first address that answers, RFC 8305 style: the next address is tried
 /// when the previous one failed or has not connected within `delay`, without abandoning it.
+/// Without a `delay` (happy eyeballs off), one address at a time, in order: the next only
+/// once the previous one failed.
 ///
 /// `addrs` must already be ordered (families interleaved) and allowed by the guard.
 ///
@@ -41,7 +43,7 @@ impl Dialer for TcpDialer {
 pub(crate) async fn happy_eyeballs(
     dialer: &Arc<dyn Dialer>,
     addrs: &[SocketAddr],
-    delay: Duration,
+    delay: Option<Duration>,
     failed: &mut Vec<SocketAddr>,
 ) -> io::Result<(TcpStream, SocketAddr)> {
     let mut pending = addrs.iter().copied();
@@ -67,6 +69,12 @@ pub(crate) async fn happy_eyeballs(
             }
         };
         let more_to_try = pending.len() > 0;
+        let race = async {
+            match delay {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             done = next => match done {
                 Some((addr, Ok(stream))) => return Ok((stream, addr)),
@@ -76,7 +84,7 @@ pub(crate) async fn happy_eyeballs(
                 }
                 None => {}
             },
-            _ = tokio::time::sleep(delay), if more_to_try => {}
+            () = race, if more_to_try => {}
         }
     }
 }
@@ -117,7 +125,7 @@ mod tests {
         let (_, addr) = happy_eyeballs(
             &dialer,
             &[silent, good],
-            Duration::from_millis(20),
+            Some(Duration::from_millis(20)),
             &mut Vec::new(),
         )
         .await
@@ -142,7 +150,7 @@ mod tests {
             happy_eyeballs(
                 &dialer,
                 &[closed, good],
-                Duration::from_secs(30),
+                Some(Duration::from_secs(30)),
                 &mut failed,
             ),
         )
@@ -151,11 +159,16 @@ mod tests {
         .unwrap();
         assert_eq!(addr, good);
         assert_eq!(failed, vec![closed]);
-        let err = happy_eyeballs(&dialer, &[closed], Duration::from_secs(30), &mut Vec::new())
-            .await
-            .unwrap_err();
+        let err = happy_eyeballs(
+            &dialer,
+            &[closed],
+            Some(Duration::from_secs(30)),
+            &mut Vec::new(),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
-        let err = happy_eyeballs(&dialer, &[], Duration::from_secs(30), &mut Vec::new())
+        let err = happy_eyeballs(&dialer, &[], Some(Duration::from_secs(30)), &mut Vec::new())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrNotAvailable);

@@ -55,7 +55,7 @@ pub(crate) struct ConnectorConfig {
     pub(crate) resolver: Arc<dyn Resolve>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) connect_timeout: Duration,
-    pub(crate) happy_eyeballs_delay: Duration,
+    pub(crate) happy_eyeballs_delay: Option<Duration>,
     /// How long an address that refused a connection is skipped (`endpoints.freeze`);
     /// `None` when the policy does not freeze.
     pub(crate) freeze_addresses: Option<Duration>,

@@ -114,3 +114,63 @@ async fn prefetch_resolves_when_the_client_is_built() {
     .await;
     assert!(waited.is_ok(), "no prefetch query within 5s");
 }
+
+/// Records what it is asked to dial; `127.0.0.2` never answers, loopback is dialled for real.
+#[derive(Debug, Default)]
+struct SilentFirst {
+    dialled: parking_lot::Mutex<Vec<SocketAddr>>,
+}
+
+impl soulbase_net_runtime::Dialer for SilentFirst {
+    fn dial(&self, addr: SocketAddr) -> soulbase_net_runtime::DialFuture {
+        self.dialled.lock().push(addr);
+        if addr.ip() == IpAddr::from([127, 0, 0, 2]) {
+            return Box::pin(std::future::pending());
+        }
+        soulbase_net_runtime::TcpDialer.dial(addr)
+    }
+}
+
+#[tokio::test]
+async fn happy_eyeballs_off_tries_one_address_at_a_time() {
+    let srv = FaultServer::http1()
+        .route("/", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    let port = srv.addr().port();
+    for racing in [true, false] {
+        let mut p = loopback_policy();
+        p.dns.static_hosts.insert(
+            "two.test".to_owned(),
+            vec![IpAddr::from([127, 0, 0, 2]), IpAddr::from([127, 0, 0, 1])],
+        );
+        p.dns.shuffle = false;
+        p.dns.happy_eyeballs = racing;
+        p.dns.happy_eyeballs_delay = Duration::from_millis(50);
+        p.timeout.connect = Duration::from_millis(400);
+        p.retry.enabled = false;
+        let dialer = Arc::new(SilentFirst::default());
+        let h = crate::support::harness_with(p, |b| b.dialer(dialer.clone()));
+        let res = h
+            .client
+            .send(NetRequest::get(format!("http://two.test:{port}/")))
+            .await;
+        let dialled = dialer.dialled.lock().clone();
+        if racing {
+            // The silent address gets 50 ms, then the next one is tried beside it.
+            assert_eq!(res.unwrap().status, 200);
+            assert_eq!(dialled.len(), 2, "{dialled:?}");
+        } else {
+            // In order, one at a time: the silent first address holds the whole connect time.
+            let err = res.unwrap_err();
+            assert_eq!(
+                err.kind(),
+                ErrorKind::Timeout(soulbase_net_core::Phase::Connect),
+                "{err}"
+            );
+            assert_eq!(dialled, [SocketAddr::from(([127, 0, 0, 2], port))]);
+        }
+    }
+    srv.join().await;
+}
