@@ -11,8 +11,9 @@ use crate::validate::{unit_half_open, Checker};
 /// (seed 000 §3 and §5.2; the slow-call rule follows resilience4j).
 ///
 /// While open, calls fail fast with `CircuitOpen` (`PROVIDER.UNAVAILABLE`) until `cooldown`
-/// elapses; then `half_open_probes` probes are let through: success closes the circuit,
-/// failure opens it again. The key map is bounded (`max_keys`, `idle_evict`) so that a
+/// elapses; then `half_open_probes` probes are let through: once `half_open_success_ratio`
+/// of them succeeded the circuit closes, and as soon as too many failed for that, it opens
+/// again (with the default ratio 1.0: every probe must succeed, one failure reopens). The key map is bounded (`max_keys`, `idle_evict`) so that a
 /// million distinct hosts cannot exhaust memory.
 ///
 /// Default is off.
@@ -37,6 +38,9 @@ pub struct CircuitBreakerPolicy {
     pub cooldown: Duration,
     /// Probes let through while half-open. Default is 3.
     pub half_open_probes: u32,
+    /// Share of the half-open probes, in `(0, 1]`, that must succeed for the circuit to close
+    /// (rounded up to whole probes). Default is 1.0: all of them.
+    pub half_open_success_ratio: f64,
     /// What a circuit is kept per. Default is [`CbKey::Host`].
     pub key_by: CbKey,
     /// Count slow calls as failures. Default is `None` (off).
@@ -90,6 +94,7 @@ impl Default for CircuitBreakerPolicy {
             consecutive_failures: 5,
             cooldown: Duration::from_secs(30),
             half_open_probes: 3,
+            half_open_success_ratio: 1.0,
             key_by: CbKey::Host,
             slow_call: None,
             count_5xx: true,
@@ -109,6 +114,11 @@ impl CircuitBreakerPolicy {
         });
         c.at_least_one(self.min_samples.into(), "min_samples");
         c.at_least_one(self.half_open_probes.into(), "half_open_probes");
+        c.when(
+            !unit_half_open(self.half_open_success_ratio),
+            "half_open_success_ratio",
+            || format!("must be in (0, 1], got {}", self.half_open_success_ratio),
+        );
         c.at_least_one(self.max_keys.into(), "max_keys");
         c.nonzero(self.window, "window");
         c.nonzero(self.cooldown, "cooldown");

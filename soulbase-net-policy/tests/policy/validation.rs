@@ -168,6 +168,11 @@ fn breaker_rules_apply_when_enabled() {
         "at least 1",
     );
     fails(
+        &format!("{on}cbreaker.half_open_success_ratio = 0.0"),
+        "default.cbreaker.half_open_success_ratio",
+        "(0, 1]",
+    );
+    fails(
         &format!("{on}cbreaker.window = \"0s\""),
         "default.cbreaker.window",
         "greater than 0s",

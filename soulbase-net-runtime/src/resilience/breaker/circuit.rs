@@ -25,8 +25,14 @@ pub(crate) struct Circuit {
 #[derive(Clone, Copy, Debug)]
 enum State {
     Closed,
-    Open { until: Instant },
-    HalfOpen { issued: u32, succeeded: u32 },
+    Open {
+        until: Instant,
+    },
+    HalfOpen {
+        issued: u32,
+        succeeded: u32,
+        failed: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -115,10 +121,15 @@ impl Circuit {
             transition = self.enter(State::HalfOpen {
                 issued: 0,
                 succeeded: 0,
+                failed: 0,
             });
         }
         let admitted = match self.state {
-            State::HalfOpen { issued, succeeded } => {
+            State::HalfOpen {
+                issued,
+                succeeded,
+                failed,
+            } => {
                 if issued >= p.half_open_probes.max(1) {
                     Err(Rejected {
                         state: BreakerState::HalfOpen,
@@ -128,6 +139,7 @@ impl Circuit {
                     self.state = State::HalfOpen {
                         issued: issued + 1,
                         succeeded,
+                        failed,
                     };
                     Ok(self.ticket(true))
                 }
@@ -155,15 +167,7 @@ impl Circuit {
             .is_some_and(|s| result.elapsed >= s.threshold);
         match self.state {
             State::Closed => self.record_closed(p, result.failure, slow, now),
-            State::HalfOpen { .. } if result.failure || slow => self.trip(p, now),
-            State::HalfOpen { issued, succeeded } => {
-                let succeeded = succeeded.saturating_add(1);
-                if succeeded >= p.half_open_probes.max(1) {
-                    return self.enter(State::Closed);
-                }
-                self.state = State::HalfOpen { issued, succeeded };
-                None
-            }
+            State::HalfOpen { .. } => self.record_probe(p, !(result.failure || slow), now),
             State::Open { .. } => None,
         }
     }
@@ -180,7 +184,44 @@ impl Circuit {
         if !ticket.probe || !self.owns(ticket) {
             return None;
         }
-        self.trip(p, now)
+        self.record_probe(p, false, now)
+    }
+
+    /// A probe's result: the circuit closes once `half_open_success_ratio` of the probes
+    /// succeeded, and opens again as soon as too many failed for that to happen.
+    fn record_probe(
+        &mut self,
+        p: &CircuitBreakerPolicy,
+        success: bool,
+        now: Instant,
+    ) -> Option<Transition> {
+        let State::HalfOpen {
+            issued,
+            succeeded,
+            failed,
+        } = self.state
+        else {
+            return None;
+        };
+        let probes = p.half_open_probes.max(1);
+        let needed = probes_needed(p);
+        let (succeeded, failed) = if success {
+            (succeeded.saturating_add(1), failed)
+        } else {
+            (succeeded, failed.saturating_add(1))
+        };
+        if succeeded >= needed {
+            return self.enter(State::Closed);
+        }
+        if failed > probes - needed {
+            return self.trip(p, now);
+        }
+        self.state = State::HalfOpen {
+            issued,
+            succeeded,
+            failed,
+        };
+        None
     }
 
     fn record_closed(
@@ -292,4 +333,18 @@ impl Evictable for Circuit {
             State::HalfOpen { .. } => idle,
         }
     }
+}
+
+/// How many of the half-open probes must succeed: `half_open_success_ratio` of them, rounded
+/// up, at least one and at most all.
+fn probes_needed(p: &CircuitBreakerPolicy) -> u32 {
+    let probes = p.half_open_probes.max(1);
+    let ratio = if p.half_open_success_ratio.is_nan() {
+        1.0
+    } else {
+        p.half_open_success_ratio.clamp(0.0, 1.0)
+    };
+    // At most `probes` (a u32), so the cast back cannot truncate.
+    let needed = (f64::from(probes) * ratio).ceil() as u32;
+    needed.clamp(1, probes)
 }

@@ -200,6 +200,42 @@ fn closes_when_all_probes_succeed() {
 }
 
 #[test]
+fn a_success_ratio_below_one_closes_despite_a_failed_probe() {
+    // 4 probes, half must succeed: one failure is tolerated, three are not.
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.half_open_probes = 4;
+    p.half_open_success_ratio = 0.5;
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    let t1 = t0 + p.cooldown;
+    let probes: Vec<_> = (0..4).map(|_| b.admit("h", &p, t1).unwrap()).collect();
+    let mut probes = probes.into_iter();
+    probes.next().unwrap().record(true, FAST, t1);
+    assert_eq!(b.state("h", t1), BreakerState::HalfOpen, "1 failure of 4");
+    probes.next().unwrap().record(false, FAST, t1);
+    assert_eq!(
+        b.state("h", t1),
+        BreakerState::HalfOpen,
+        "1 success of 2 needed"
+    );
+    probes.next().unwrap().record(false, FAST, t1);
+    assert_eq!(b.state("h", t1), BreakerState::Closed, "2 of 4 succeeded");
+
+    // Three failures of four: two successes can no longer come.
+    let t2 = t1 + SEC;
+    open(&b, &p, t2);
+    let t3 = t2 + p.cooldown;
+    let probes: Vec<_> = (0..4).map(|_| b.admit("h", &p, t3).unwrap()).collect();
+    let mut probes = probes.into_iter();
+    probes.next().unwrap().record(true, FAST, t3);
+    probes.next().unwrap().record(true, FAST, t3);
+    assert_eq!(b.state("h", t3), BreakerState::HalfOpen, "2 failures of 4");
+    probes.next().unwrap().record(true, FAST, t3);
+    assert_eq!(b.state("h", t3), BreakerState::Open, "3 failures of 4");
+}
+
+#[test]
 fn any_probe_failure_reopens_and_late_probes_are_ignored() {
     let (b, seen) = breakers();
     let p = policy();
