@@ -26,7 +26,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc, Weak,
     },
     task::{Context, Poll},
@@ -114,6 +114,8 @@ struct Origin {
     host: HeaderValue,
     /// Slots under the per-origin connection cap; each connection holds one for its life.
     cap: Arc<Semaphore>,
+    /// Connections open now (their tasks running), for the gauge.
+    open: Arc<AtomicUsize>,
     state: Mutex<State>,
 }
 
@@ -262,12 +264,15 @@ impl Pool {
     /// Reports, per origin, the connections open (in use, idle or opening: the slots taken
     /// under the cap) and the idle HTTP/1.1 ones, labelled by host.
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
-        let cap = self.shared.cfg.per_origin_cap.max(1);
         let origins = self.shared.origins.lock();
         for (authority, origin) in origins.http.iter().chain(origins.https.iter()) {
             let host = authority_host(authority);
-            let open = cap.saturating_sub(origin.cap.available_permits());
-            let idle = origin.state.lock().idle.len();
+            let open = origin.open.load(Ordering::Relaxed);
+            // A connection the server closed stays in the list until the next checkout or
+            // reaper pass; it is neither open nor idle.
+            let idle = (origin.state.lock().idle.iter())
+                .filter(|i| !i.tx.is_closed())
+                .count();
             visit(GaugeReading::PoolOpen {
                 host,
                 value: open as u64,
@@ -323,6 +328,7 @@ impl Shared {
         let origin = Arc::new(Origin {
             host: host_header(authority, https)?,
             cap: Arc::new(Semaphore::new(self.cfg.per_origin_cap.max(1))),
+            open: Arc::default(),
             state: Mutex::new(State::default()),
         });
         map.insert(authority.as_str().into(), origin.clone());
@@ -463,7 +469,7 @@ impl Shared {
                 .handshake::<Conn, ReqBody>(conn)
                 .await
                 .map_err(crate::classify::send_error)?;
-            spawn_connection(connection);
+            spawn_connection(connection, origin.open.clone());
             let now = Instant::now();
             let mut state = origin.state.lock();
             state.h2 = Some(SharedH2 {
@@ -486,7 +492,7 @@ impl Shared {
                 .handshake::<Conn, ReqBody>(conn)
                 .await
                 .map_err(crate::classify::send_error)?;
-            spawn_connection(connection);
+            spawn_connection(connection, origin.open.clone());
             drop(connecting);
             let sender = Sender::H1 {
                 tx,
@@ -661,15 +667,17 @@ impl Sender {
     }
 }
 
-/// Runs a connection until it closes.
-fn spawn_connection<F>(connection: F)
+/// Runs a connection until it closes, counted in `open` meanwhile.
+fn spawn_connection<F>(connection: F, open: Arc<AtomicUsize>)
 where
     F: std::future::Future<Output = hyper::Result<()>> + Send + 'static,
 {
+    open.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
+        open.fetch_sub(1, Ordering::Relaxed);
     });
 }
 
