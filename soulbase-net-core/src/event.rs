@@ -348,6 +348,19 @@ pub enum NetEvent<'a> {
         /// Which phase.
         phase: Phase,
     },
+    /// The request's own timeouts are shorter than the policy's retry schedule needs
+    /// (`attempts × attempt timeout + backoff` over the request's total, less the margin):
+    /// the call runs, and its total deadline bounds it — retries that cannot finish in time
+    /// are not started. Policies themselves are refused when they cannot keep their deadline;
+    /// a request's own total only clamps.
+    DeadlineClamped {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The call's total deadline (the request's own).
+        total: Duration,
+        /// The longest the policy's schedule could take with the request's timeouts.
+        worst_case: Duration,
+    },
     /// A request ended.
     RequestFinished {
         /// The request.

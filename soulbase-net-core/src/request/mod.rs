@@ -193,6 +193,10 @@ impl NetRequest {
     }
 
     /// Sets the total deadline of this call, retries included.
+    ///
+    /// A total shorter than the policy's retry schedule needs is not refused: the call is
+    /// clamped to it (no attempt starts that cannot finish in time), and the client reports
+    /// [`NetEvent::DeadlineClamped`](crate::NetEvent::DeadlineClamped).
     pub fn total_timeout(mut self, total: Duration) -> Self {
         self.timeout.total = Some(total);
         self

@@ -161,6 +161,18 @@ impl Inner {
         };
         self.observer
             .on_event(&NetEvent::RequestStarted { req: call.info() });
+        // Only a request's own timeouts can break the deadline closure: a policy that cannot
+        // keep its own deadline was refused when it was loaded.
+        if req.timeout != soulbase_net_core::TimeoutCfg::default() {
+            let worst_case = timeouts.worst_case_latency(&policy.retry);
+            if worst_case > timeouts.budget() {
+                self.observer.on_event(&NetEvent::DeadlineClamped {
+                    req: call.info(),
+                    total: timeouts.total,
+                    worst_case,
+                });
+            }
+        }
         let token = req.extensions.get::<CancellationToken>().cloned();
         let work = async {
             let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());

@@ -156,3 +156,57 @@ async fn a_stalled_request_body_hits_the_write_timeout() {
     assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Write), "{err}");
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_total_shorter_than_the_retry_schedule_is_clamped_and_says_so() {
+    let mut srv = FaultServer::http1()
+        .route("/down", Reply::status(503))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.retry.max_attempts = 3;
+    p.timeout.attempt = Duration::from_secs(2);
+    p.timeout.dynamic.max = Duration::from_secs(2);
+    p.timeout.ttfb = Duration::from_secs(2);
+    p.timeout.read = Duration::from_secs(2);
+    p.timeout.write = Duration::from_secs(2);
+    p.retry.backoff.base = Duration::from_millis(200);
+    p.retry.backoff.cap = Duration::from_millis(200);
+    let h = harness(p);
+    // The policy's own schedule fits its total: nothing to report.
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/down")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 503);
+    let clamped = |h: &crate::support::Harness| {
+        h.events
+            .seen
+            .lock()
+            .iter()
+            .filter(|e| e.starts_with("DeadlineClamped"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert!(clamped(&h).is_empty(), "{:?}", clamped(&h));
+    // 3 × 2 s of attempts do not fit 300 ms: the call runs, bounded by its own total, and the
+    // clamp is reported.
+    let started = tokio::time::Instant::now();
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/down")).total_timeout(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let seen = clamped(&h);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].contains("total: 300ms"), "{seen:?}");
+    srv.shutdown().await;
+}
