@@ -33,6 +33,17 @@ pub trait PolicyResolver: Send + Sync + fmt::Debug {
         0
     }
 
+    /// The effective policy for `host` on behalf of `tenant` with the named policy `key`
+    /// (a document's `[keys.<key>]` section) on top: what a request with
+    /// `NetRequest::policy_key(key)` gets. `None` when the resolver knows no such key; the
+    /// client then refuses the request (`SCHEMA.VALIDATION_FAILED`).
+    ///
+    /// Default: `None` for every key (a resolver without named policies).
+    fn resolve_key(&self, tenant: Option<&str>, host: &str, key: &str) -> Option<Arc<NetPolicy>> {
+        let _ = (tenant, host, key);
+        None
+    }
+
     /// A consistent view for one call: every lookup through it answers from the policy as it
     /// was when the view was taken, whatever reloads land meanwhile. A call takes one view
     /// when it starts and resolves its redirect hops through it, so a reload applies to new
@@ -49,6 +60,9 @@ pub trait PolicyResolver: Send + Sync + fmt::Debug {
 pub trait PolicyView: Send + Sync + fmt::Debug {
     /// The effective policy for `host` on behalf of `tenant`, in this view.
     fn resolve(&self, tenant: Option<&str>, host: &str) -> Arc<NetPolicy>;
+
+    /// As [`PolicyResolver::resolve_key`], in this view.
+    fn resolve_key(&self, tenant: Option<&str>, host: &str, key: &str) -> Option<Arc<NetPolicy>>;
 }
 
 impl<R: PolicyResolver + ?Sized> PolicyResolver for Arc<R> {
@@ -60,6 +74,10 @@ impl<R: PolicyResolver + ?Sized> PolicyResolver for Arc<R> {
         (**self).version()
     }
 
+    fn resolve_key(&self, tenant: Option<&str>, host: &str, key: &str) -> Option<Arc<NetPolicy>> {
+        (**self).resolve_key(tenant, host, key)
+    }
+
     fn view(&self) -> Option<Arc<dyn PolicyView>> {
         (**self).view()
     }
@@ -68,6 +86,10 @@ impl<R: PolicyResolver + ?Sized> PolicyResolver for Arc<R> {
 impl PolicyView for Snapshot {
     fn resolve(&self, tenant: Option<&str>, host: &str) -> Arc<NetPolicy> {
         Snapshot::resolve(self, tenant, host)
+    }
+
+    fn resolve_key(&self, tenant: Option<&str>, host: &str, key: &str) -> Option<Arc<NetPolicy>> {
+        Snapshot::resolve_key(self, tenant, host, key)
     }
 }
 
@@ -152,6 +174,24 @@ impl Snapshot {
         let p = self.compiled.resolve(tenant, host);
         self.cache.insert(key, Arc::clone(&p));
         p
+    }
+
+    /// The effective policy for `(tenant, host)` with the named policy `key` on top, in this
+    /// snapshot; `None` when the document has no `[keys.<key>]` section.
+    pub fn resolve_key(
+        &self,
+        tenant: Option<&str>,
+        host: &str,
+        key: &str,
+    ) -> Option<Arc<NetPolicy>> {
+        // Its own cache keys: a length-prefixed name before the `(tenant, host)` key.
+        let cached = format!("k{}:{key}{}", key.len(), cache_key(tenant, host));
+        if let Some(p) = self.cache.get(&cached) {
+            return Some(p);
+        }
+        let p = self.compiled.resolve_key(tenant, host, key)?;
+        self.cache.insert(cached, Arc::clone(&p));
+        Some(p)
     }
 }
 
@@ -281,6 +321,10 @@ impl PolicyResolver for SnapshotResolver {
 
     fn version(&self) -> u64 {
         SnapshotResolver::version(self)
+    }
+
+    fn resolve_key(&self, tenant: Option<&str>, host: &str, key: &str) -> Option<Arc<NetPolicy>> {
+        self.current.load().resolve_key(tenant, host, key)
     }
 
     fn view(&self) -> Option<Arc<dyn PolicyView>> {

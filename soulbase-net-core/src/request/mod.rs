@@ -57,7 +57,9 @@ pub struct NetRequest {
     /// Whether the call may be repeated without a second side effect. Default is false;
     /// GET, HEAD and OPTIONS are treated as idempotent regardless.
     pub idempotent: bool,
-    /// A hint for policy resolution (seed 000 §2). Default is none.
+    /// A named policy to apply on top of the host's and tenant's layers: the policy
+    /// document's `[keys.<name>]` section (a request naming a key the document does not
+    /// define is refused with `SCHEMA.VALIDATION_FAILED`). Default is none.
     pub policy_key: Option<String>,
     /// The tenant the call is made for; selects tenant policies, limits and budgets.
     /// Default is none.
@@ -215,7 +217,8 @@ impl NetRequest {
         self
     }
 
-    /// Sets the policy key hint.
+    /// Names the policy to apply on top of the host's and tenant's layers (the policy
+    /// document's `[keys.<name>]` section), e.g. a stricter one for payment calls.
     pub fn policy_key(mut self, key: impl Into<String>) -> Self {
         self.policy_key = Some(key.into());
         self

@@ -32,6 +32,16 @@ pub(crate) struct Compiled {
     hosts: HostPatternSet,
     tenants: HashMap<String, CompiledTenant>,
     policies: HashMap<Key, Arc<NetPolicy>>,
+    /// The named policies (`keys.<name>`) by name → their index.
+    keys: HashMap<String, usize>,
+    /// Each combination of layers with each named policy on top.
+    keyed: HashMap<(Key, usize), Arc<NetPolicy>>,
+}
+
+/// The named policy sections, compiled on the default, to put on top of every combination.
+struct KeyLayers {
+    layers: Vec<Layer>,
+    keyed: HashMap<(Key, usize), Arc<NetPolicy>>,
 }
 
 #[derive(Debug)]
@@ -70,12 +80,29 @@ impl Compiled {
         let mut b = Builder::default();
         let base = serde_json::to_value(NetPolicy::default()).unwrap_or(Value::Null);
         let default = b.layer(&base, &doc.default, "default".to_owned(), false, &[]);
+        let mut keys = KeyLayers {
+            layers: Vec::new(),
+            keyed: HashMap::new(),
+        };
+        let mut key_ids = HashMap::new();
+        for (ki, (name, section)) in doc.keys.iter().enumerate() {
+            let path = format!("keys.{}", quote_key(name));
+            if name.is_empty() {
+                b.push(path.clone(), "a policy key cannot be empty".to_owned());
+            }
+            let layer = b.layer(&default.value, section, path, false, &[&default]);
+            keys.keyed
+                .insert(((None, None, None), ki), Arc::new(layer.policy.clone()));
+            keys.layers.push(layer);
+            key_ids.insert(name.clone(), ki);
+        }
         let mut policies = HashMap::new();
         policies.insert((None, None, None), Arc::new(default.policy.clone()));
 
         let globals = b.host_layers(&default, doc.overrides.iter(), "overrides");
         for (hi, h) in globals.iter().enumerate() {
             policies.insert((Some(hi), None, None), Arc::new(h.layer.policy.clone()));
+            b.keyed(&mut keys, (Some(hi), None, None), &h.layer);
         }
 
         let mut tenants = HashMap::new();
@@ -92,17 +119,20 @@ impl Compiled {
                 &[&default],
             );
             policies.insert((None, Some(ti), None), Arc::new(t.policy.clone()));
+            b.keyed(&mut keys, (None, Some(ti), None), &t);
             let locals = b.host_layers(&t, section.overrides.iter(), &format!("{name}.overrides"));
             for (thi, th) in locals.iter().enumerate() {
                 policies.insert(
                     (None, Some(ti), Some(thi)),
                     Arc::new(th.layer.policy.clone()),
                 );
+                b.keyed(&mut keys, (None, Some(ti), Some(thi)), &th.layer);
             }
             for (hi, h) in globals.iter().enumerate() {
                 let name = format!("{} + {}", h.layer.name, t.name);
                 let ht = b.layer(&h.layer.value, &t.repaired, name, true, &[&h.layer, &t]);
                 policies.insert((Some(hi), Some(ti), None), Arc::new(ht.policy.clone()));
+                b.keyed(&mut keys, (Some(hi), Some(ti), None), &ht);
                 for (thi, th) in locals.iter().enumerate() {
                     // Only combinations some host can reach: both patterns must match it.
                     if !h.pattern.overlaps(&th.pattern) {
@@ -111,6 +141,7 @@ impl Compiled {
                     let name = format!("{} + {}", h.layer.name, th.layer.name);
                     let parents = [&ht, &th.layer];
                     let all = b.layer(&ht.value, &th.layer.repaired, name, true, &parents);
+                    b.keyed(&mut keys, (Some(hi), Some(ti), Some(thi)), &all);
                     policies.insert((Some(hi), Some(ti), Some(thi)), Arc::new(all.policy));
                 }
             }
@@ -123,6 +154,8 @@ impl Compiled {
             hosts: HostPatternSet::new(globals.into_iter().map(|l| l.pattern)),
             tenants,
             policies,
+            keys: key_ids,
+            keyed: keys.keyed,
         })
     }
 
@@ -134,21 +167,44 @@ impl Compiled {
             hosts: HostPatternSet::default(),
             tenants: HashMap::new(),
             policies,
+            keys: HashMap::new(),
+            keyed: HashMap::new(),
         }
     }
 
     /// The effective policy for `(tenant, host)`.
     pub(crate) fn resolve(&self, tenant: Option<&str>, host: &str) -> Arc<NetPolicy> {
-        let h = self.hosts.best_match(host);
-        let t = tenant.and_then(|t| self.tenants.get(t));
-        let th = t.and_then(|t| t.hosts.best_match(host));
-        let key = (h, t.map(|t| t.id), th);
+        let key = self.combination(tenant, host);
         // Every reachable key was built; the fallbacks only guard against a bug here.
         self.policies
             .get(&key)
             .or_else(|| self.policies.get(&(None, None, None)))
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The effective policy for `(tenant, host)` with the named policy `name` on top; `None`
+    /// when the document has no such key.
+    pub(crate) fn resolve_key(
+        &self,
+        tenant: Option<&str>,
+        host: &str,
+        name: &str,
+    ) -> Option<Arc<NetPolicy>> {
+        let ki = *self.keys.get(name)?;
+        let key = self.combination(tenant, host);
+        self.keyed
+            .get(&(key, ki))
+            .or_else(|| self.keyed.get(&((None, None, None), ki)))
+            .cloned()
+    }
+
+    /// Which layers apply to `(tenant, host)`.
+    fn combination(&self, tenant: Option<&str>, host: &str) -> Key {
+        let h = self.hosts.best_match(host);
+        let t = tenant.and_then(|t| self.tenants.get(t));
+        let th = t.and_then(|t| t.hosts.best_match(host));
+        (h, t.map(|t| t.id), th)
     }
 
     /// The one policy every `(tenant, host)` gets, when the document has no overrides.
@@ -160,9 +216,10 @@ impl Compiled {
         }
     }
 
-    /// How many distinct layer combinations were built (and validated).
+    /// How many distinct layer combinations were built (and validated), named policies
+    /// included.
     pub(crate) fn combinations(&self) -> usize {
-        self.policies.len()
+        self.policies.len() + self.keyed.len()
     }
 }
 
@@ -171,6 +228,16 @@ impl Compiled {
 impl Builder {
     fn push(&mut self, path: String, reason: String) {
         self.problems.push(Problem::new(path, reason));
+    }
+
+    /// Puts every named policy on top of the combination `key` (whose merged layer is
+    /// `layer`), reporting only problems neither part has alone.
+    fn keyed(&mut self, keys: &mut KeyLayers, key: Key, layer: &Layer) {
+        for (ki, k) in keys.layers.iter().enumerate() {
+            let name = format!("{} + {}", layer.name, k.name);
+            let on_top = self.layer(&layer.value, &k.repaired, name, true, &[layer, k]);
+            keys.keyed.insert((key, ki), Arc::new(on_top.policy));
+        }
     }
 
     /// Where a problem at `rel` (relative to the policy) of `layer` is reported.

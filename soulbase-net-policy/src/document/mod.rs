@@ -30,10 +30,14 @@ pub(crate) use self::tree::quote_key;
 ///
 /// [tenants.t1.overrides."api.example.com"]    # tenant + host pattern
 /// timeout.total = "10s"
+///
+/// [keys.payments]                             # a named policy, chosen per request
+/// retry.enabled = false                       # (NetRequest::policy_key("payments"))
 /// ```
 ///
 /// The effective policy for `(tenant, host)` is built in layers, each changing only the fields
-/// it states: default ⊕ best host override ⊕ tenant ⊕ best tenant+host override. Objects merge
+/// it states: default ⊕ best host override ⊕ tenant ⊕ best tenant+host override; a request
+/// that names a policy key gets that key's section on top of all of them (⊕ `keys.<name>`). Objects merge
 /// key by key; scalars and lists replace. The best override for a host is its exact pattern,
 /// else the wildcard with the longest suffix (see [`HostPatternSet`](crate::HostPatternSet)).
 /// Since TOML has no null, an `Option` field switched on by a layer cannot be switched off
@@ -46,6 +50,7 @@ pub struct PolicyDocument {
     default: Value,
     overrides: BTreeMap<String, Value>,
     tenants: BTreeMap<String, TenantSection>,
+    keys: BTreeMap<String, Value>,
 }
 
 /// A tenant's section: its own override plus its host overrides.
@@ -61,6 +66,7 @@ impl Default for PolicyDocument {
             default: Value::Object(Map::new()),
             overrides: BTreeMap::new(),
             tenants: BTreeMap::new(),
+            keys: BTreeMap::new(),
         }
     }
 }
@@ -124,6 +130,18 @@ impl PolicyDocument {
         let t = self.tenants.entry(tenant.into()).or_default();
         t.overrides.insert(pattern.into(), section);
         self
+    }
+
+    /// Sets the section of the named policy `key` (a partial policy), applied on top of the
+    /// other layers for requests that name it with `NetRequest::policy_key`.
+    pub fn set_key(&mut self, key: impl Into<String>, section: Value) -> &mut Self {
+        self.keys.insert(key.into(), section);
+        self
+    }
+
+    /// The named policy sections as written, by key.
+    pub fn keys(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.keys.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// The default section as written.
@@ -221,6 +239,9 @@ impl PolicyDocument {
                 .map(|(k, t)| (k.clone(), t.to_value()))
                 .collect();
             top.insert("tenants".into(), Value::Object(tenants));
+        }
+        if !self.keys.is_empty() {
+            top.insert("keys".into(), to_object(&self.keys));
         }
         Value::Object(top)
     }

@@ -10,7 +10,7 @@ use super::tree::quote_key;
 use super::{PolicyDocument, TenantSection};
 use crate::validate::{PolicyError, Problem};
 
-const SECTIONS: &str = "expected one of `default`, `overrides`, `tenants`";
+const SECTIONS: &str = "expected one of `default`, `overrides`, `tenants`, `keys`";
 
 impl PolicyDocument {
     pub(crate) fn parse_toml(s: &str) -> Result<Self, PolicyError> {
@@ -55,6 +55,7 @@ impl PolicyDocument {
             match key.as_str() {
                 "default" => doc.default = v,
                 "overrides" => doc.overrides = table_of("overrides", v, &mut problems),
+                "keys" => doc.keys = table_of("keys", v, &mut problems),
                 "tenants" => {
                     for (tenant, t) in table_of("tenants", v, &mut problems) {
                         let section = tenant_section(&tenant, t, &mut problems);

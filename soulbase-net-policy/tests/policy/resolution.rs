@@ -161,3 +161,87 @@ fn a_document_without_overrides_gives_everyone_its_one_policy() {
     assert_eq!(per_host(&r, None, "a.example"), 3);
     assert_eq!(per_host(&r, None, "b.example"), 64);
 }
+
+#[test]
+fn named_policies_go_on_top_of_every_layer() {
+    let doc = PolicyDocument::from_toml_str(
+        r#"
+        [default]
+        retry.max_attempts = 3
+
+        [overrides."*.example.com"]
+        limits.per_host_concurrency = 20
+
+        [tenants.t1]
+        limits.per_tenant_concurrency = 7
+
+        [keys.payments]
+        retry.enabled = false
+        limits.per_host_concurrency = 5
+        "#,
+    )
+    .unwrap();
+    let r = SnapshotResolver::new(doc).unwrap();
+    let keyed = r
+        .resolve_key(Some("t1"), "api.example.com", "payments")
+        .unwrap();
+    assert!(!keyed.retry.enabled);
+    assert_eq!(
+        keyed.limits.per_host_concurrency, 5,
+        "the key wins over the host"
+    );
+    assert_eq!(
+        keyed.limits.per_tenant_concurrency, 7,
+        "the tenant's layer stays"
+    );
+    assert_eq!(keyed.retry.max_attempts, 3, "the default's layer stays");
+    let plain = r.resolve(Some("t1"), "api.example.com");
+    assert!(plain.retry.enabled);
+    assert_eq!(plain.limits.per_host_concurrency, 20);
+    assert!(r.resolve_key(None, "other.test", "nope").is_none());
+    // The same answer twice (the second from the snapshot's cache).
+    assert!(Arc::ptr_eq(
+        &keyed,
+        &r.resolve_key(Some("t1"), "api.example.com", "payments")
+            .unwrap()
+    ));
+    // Through a view too.
+    let view = PolicyResolver::view(&r).unwrap();
+    assert!(
+        !view
+            .resolve_key(None, "x.test", "payments")
+            .unwrap()
+            .retry
+            .enabled
+    );
+}
+
+#[test]
+fn named_policies_are_validated_alone_and_in_combination() {
+    let err = PolicyDocument::from_toml_str(
+        r#"
+        [keys.payments]
+        retry.max_attemps = 2
+
+        [keys.short]
+        timeout.total = "1s"
+
+        [overrides."slow.example.com"]
+        timeout.attempt = "5s"
+        timeout.ttfb = "5s"
+        "#,
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("keys.payments.retry.max_attemps"), "{text}");
+    // `short` cannot keep its 1 s deadline with the default's attempts, nor with the
+    // override's: the key alone and the combination are both named.
+    assert!(text.contains("keys.short"), "{text}");
+    assert!(
+        text.contains(r#"overrides."slow.example.com" + keys.short"#),
+        "{text}"
+    );
+    let doc = PolicyDocument::from_toml_str("[keys.fine]\nretry.max_attempts = 2\n").unwrap();
+    let back = PolicyDocument::from_toml_str(&doc.to_toml_string().unwrap()).unwrap();
+    assert_eq!(doc, back);
+}

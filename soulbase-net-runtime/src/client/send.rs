@@ -57,6 +57,8 @@ struct Call<'a> {
     /// The policy view the call started with, when the resolver can change: redirect hops
     /// resolve through it, so a reload mid-call applies to new calls only.
     view: Option<&'a Arc<dyn PolicyView>>,
+    /// The named policy the request asked for, on top of every hop's layers.
+    policy_key: Option<&'a str>,
 }
 
 /// The attempts of one call: numbered across the call (a resend after `should_resend`
@@ -102,6 +104,7 @@ impl Call<'_> {
             decoding: AtomicBool::new(self.decoding.load(Ordering::Relaxed)),
             hop_host: Some(host),
             view: self.view,
+            policy_key: self.policy_key,
         }
     }
 
@@ -127,9 +130,16 @@ impl Inner {
         };
         let host = host_of(&url).to_owned();
         let view = self.resolver.view();
-        let policy = match &view {
-            Some(view) => view.resolve(req.tenant.as_deref(), &host),
-            None => self.resolver.resolve(req.tenant.as_deref(), &host),
+        let policy_key = req.policy_key.clone();
+        let Some(policy) = self.policy_for(
+            view.as_ref(),
+            req.tenant.as_deref(),
+            &host,
+            policy_key.as_deref(),
+        ) else {
+            let e = unknown_policy_key(policy_key.as_deref().unwrap_or_default())
+                .at(&req.method, &req.url);
+            return Err(self.fail_early(&req, e).await);
         };
         let timeouts = policy.timeout.with_request(&req.timeout);
         let call = Call {
@@ -158,6 +168,7 @@ impl Inner {
             decoding: AtomicBool::new(false),
             hop_host: None,
             view: view.as_ref(),
+            policy_key: policy_key.as_deref(),
         };
         self.observer
             .on_event(&NetEvent::RequestStarted { req: call.info() });
@@ -410,16 +421,39 @@ impl Inner {
             let next = host_of(&follow.url);
             let this = elsewhere.as_ref().map_or(&*call.labels.host, |(_, h)| h);
             if next != this {
-                elsewhere = (next != call.labels.host).then(|| {
+                elsewhere = if next == call.labels.host {
+                    None
+                } else {
                     let tenant = call.labels.tenant.as_deref();
-                    let policy = match call.view {
-                        Some(view) => view.resolve(tenant, next),
-                        None => self.resolver.resolve(tenant, next),
-                    };
-                    (policy, next.to_owned())
-                });
+                    // The key resolved for the request's host, so it is known to the view.
+                    let policy = self
+                        .policy_for(call.view, tenant, next, call.policy_key)
+                        .ok_or_else(|| {
+                            unknown_policy_key(call.policy_key.unwrap_or_default())
+                                .at(&req.method, &req.url)
+                        })?;
+                    Some((policy, next.to_owned()))
+                };
             }
             url = follow.url;
+        }
+    }
+
+    /// The policy for `host` on behalf of `tenant`, from the call's view when the resolver
+    /// gives one, with the named policy `key` on top when the request names one; `None` when
+    /// the resolver knows no such key.
+    fn policy_for(
+        &self,
+        view: Option<&Arc<dyn PolicyView>>,
+        tenant: Option<&str>,
+        host: &str,
+        key: Option<&str>,
+    ) -> Option<Arc<NetPolicy>> {
+        match (view, key) {
+            (Some(view), None) => Some(view.resolve(tenant, host)),
+            (Some(view), Some(key)) => view.resolve_key(tenant, host, key),
+            (None, None) => Some(self.resolver.resolve(tenant, host)),
+            (None, Some(key)) => self.resolver.resolve_key(tenant, host, key),
         }
     }
 
@@ -923,6 +957,13 @@ impl Inner {
         }
         e
     }
+}
+
+/// The error for a request naming a policy key the policy does not define.
+fn unknown_policy_key(key: &str) -> NetError {
+    NetError::invalid_request(format!(
+        "unknown policy key `{key}`: the policy document has no [keys.{key}] section"
+    ))
 }
 
 /// Gives an idempotent POST or PATCH an `Idempotency-Key` when it has none, so that every

@@ -551,3 +551,41 @@ async fn an_address_that_refuses_is_frozen_and_skipped() {
     assert_eq!(srv.hits("/a"), 3);
     srv.join().await;
 }
+
+#[tokio::test]
+async fn a_policy_key_selects_its_named_policy_and_an_unknown_one_is_refused() {
+    let srv = FaultServer::http1()
+        .route("/pay", Script::status(503).times(2).then(Reply::ok("paid")))
+        .start()
+        .await
+        .unwrap();
+    let p = quick(loopback_policy());
+    let mut doc = soulbase_net_policy::PolicyDocument::from_policy(&p);
+    doc.set_key("payments", serde_json::json!({"retry": {"enabled": false}}));
+    let resolver = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
+    let h = crate::support::harness_with(p, |b| b.policy_resolver(std::sync::Arc::new(resolver)));
+    // Under the named policy: no retry, the first 503 is the answer.
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/pay")).policy_key("payments"))
+        .await
+        .unwrap();
+    assert_eq!((res.status.as_u16(), res.attempts), (503, 1));
+    // Without it: the host's policy retries to success.
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/pay")))
+        .await
+        .unwrap();
+    assert_eq!((res.status.as_u16(), res.attempts), (200, 2));
+    // A key the document does not define: refused before anything is sent.
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/pay")).policy_key("payment"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+    assert!(err.to_string().contains("[keys.payment]"), "{err}");
+    assert_eq!(srv.hits("/pay"), 3);
+    srv.join().await;
+}
