@@ -33,8 +33,11 @@ commands:
           [--clients hyper,reqwest,soulbase_min,soulbase_full]
           hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
           plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
-  ci      repository rules, fmt check, clippy -D warnings, tests, docs, contracts, chaos, interop
-          (what CI runs)
+  ci      repository rules, fmt check, clippy -D warnings, features alone, tests, docs,
+          contracts, chaos, interop (what CI runs)
+  features
+          each library crate linted alone without default features, and with each of its
+          features alone (clippy -D warnings): what a dependent that needs only that gets
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
   contract [--json PATH]
           the contract matrix (seed 000 §10, seed 001 §XI) against the testkit on loopback
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Some("demo") => demo::run(),
         Some("bench") => bench::run(&args[1..]),
         Some("ci") => ci::run(),
+        Some("features") => ci::features(),
         Some("contract") => contract::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
         Some("interop") => interop::run(&args[1..]),
