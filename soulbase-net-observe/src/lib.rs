@@ -8,7 +8,7 @@
 //!   `net_limiter_window`, `net_retry_budget_tokens`) read from them at scrape time; and
 //!   [`Slis`] (retry rate, timeout rate, error ratio, dedup drop rate, p50 / p99 latency) as a
 //!   struct and as gauges.
-//! - [`TracingObserver`]: one span per request and one per attempt, OpenTelemetry field names.
+//! - [`TracingObserver`]: the client's events (retries, redirects, refusals) as `tracing` events in the call's span.
 //! - [`Fanout`]: both at once.
 //!
 //! ```
@@ -37,7 +37,7 @@ mod trace;
 pub use crate::fanout::Fanout;
 pub use crate::metrics::{Metrics, MetricsBuilder, LATENCY_BUCKETS_MS};
 pub use crate::sli::Slis;
-pub use crate::trace::{TracingObserver, TracingObserverBuilder};
+pub use crate::trace::TracingObserver;
 
 /// Re-exported so that users name the registry type of [`Metrics::registry`] without a
 /// version mismatch.

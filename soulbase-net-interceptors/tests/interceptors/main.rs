@@ -18,4 +18,6 @@ mod qos;
 #[cfg(feature = "sandbox")]
 mod sandbox;
 #[cfg(feature = "trace")]
+mod spans;
+#[cfg(feature = "trace")]
 mod trace;

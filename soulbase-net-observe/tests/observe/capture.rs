@@ -1,4 +1,5 @@
-//! A tiny `tracing::Subscriber` that records spans (name, parent, fields, closed) and events.
+//! A tiny `tracing::Subscriber` that records spans (name, fields, closed) and events
+//! (with the span they were in).
 
 use std::{
     collections::HashMap,
@@ -10,6 +11,11 @@ use std::{
 };
 
 use parking_lot::Mutex;
+
+thread_local! {
+    /// The spans entered on this thread, innermost last.
+    static STACK: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 use tracing::{
     field::{Field, Visit},
     span::{Attributes, Id, Record},
@@ -20,7 +26,6 @@ use tracing::{
 pub(crate) struct SpanRec {
     pub(crate) id: u64,
     pub(crate) name: &'static str,
-    pub(crate) parent: Option<u64>,
     pub(crate) fields: HashMap<String, String>,
     pub(crate) refs: usize,
     pub(crate) closed: bool,
@@ -83,7 +88,6 @@ impl Subscriber for Capture {
         let mut rec = SpanRec {
             id,
             name: attrs.metadata().name(),
-            parent: attrs.parent().map(Id::into_u64),
             refs: 1,
             ..SpanRec::default()
         };
@@ -99,17 +103,31 @@ impl Subscriber for Capture {
     fn record_follows_from(&self, _: &Id, _: &Id) {}
 
     fn event(&self, event: &Event<'_>) {
+        let parent = if event.is_contextual() {
+            STACK.with(|s| s.borrow().last().copied())
+        } else {
+            event.parent().map(Id::into_u64)
+        };
         let mut rec = EventRec {
-            parent: event.parent().map(Id::into_u64),
+            parent,
             fields: HashMap::new(),
         };
         event.record(&mut Fields(&mut rec.fields));
         self.0.events.lock().push(rec);
     }
 
-    fn enter(&self, _: &Id) {}
+    fn enter(&self, id: &Id) {
+        STACK.with(|s| s.borrow_mut().push(id.into_u64()));
+    }
 
-    fn exit(&self, _: &Id) {}
+    fn exit(&self, id: &Id) {
+        STACK.with(|s| {
+            let mut s = s.borrow_mut();
+            if let Some(i) = s.iter().rposition(|x| *x == id.into_u64()) {
+                s.remove(i);
+            }
+        });
+    }
 
     fn clone_span(&self, id: &Id) -> Id {
         self.with_span(id, |s| s.refs += 1);

@@ -8,7 +8,6 @@ use soulbase_net_core::{
 };
 
 pub(crate) static GET: Method = Method::GET;
-pub(crate) static POST: Method = Method::POST;
 
 pub(crate) fn req<'a>(id: u64, host: &'a str, tenant: Option<&'a str>) -> RequestInfo<'a> {
     RequestInfo {

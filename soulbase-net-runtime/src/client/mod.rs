@@ -61,6 +61,15 @@ pub struct ClientBuilder {
 /// Each request is validated, resolved to its policy (by tenant and host), passed through the
 /// interceptors, and sent over a pooled connection opened through the address guard, with
 /// the policy's phase timeouts and limits.
+///
+/// Each call runs inside a `tracing` span `http.client.request` (INFO, a child of the span
+/// that polls it), each attempt inside `http.client.attempt`, so whatever the call logs —
+/// interceptors, observers, the connection code — is theirs. The fields are OpenTelemetry's
+/// HTTP client names: `http.request.method`, `server.address`, `server.port`, `url.scheme`,
+/// `url.full` (without userinfo, query or fragment), `http.response.status_code`,
+/// `error.type`, `http.request.resend_count`; plus `tenant`, `request.id`, and `trace_id` /
+/// `span_id` of the `traceparent` the request carries (set by `TraceUa`). Without a
+/// subscriber that wants them, the spans cost a check of a static flag.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,

@@ -25,6 +25,7 @@ use soulbase_net_core::{
 use soulbase_net_policy::{NetPolicy, PolicyView};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::{field::Empty as Unset, Instrument, Span};
 use url::Url;
 
 use super::{
@@ -170,92 +171,101 @@ impl Inner {
             view: view.as_ref(),
             policy_key: policy_key.as_deref(),
         };
-        self.observer
-            .on_event(&NetEvent::RequestStarted { req: call.info() });
-        // Only a request's own timeouts can break the deadline closure: a policy that cannot
-        // keep its own deadline was refused when it was loaded.
-        if req.timeout != soulbase_net_core::TimeoutCfg::default() {
-            let worst_case = timeouts.worst_case_latency(&policy.retry);
-            if worst_case > timeouts.budget() {
-                self.observer.on_event(&NetEvent::DeadlineClamped {
-                    req: call.info(),
-                    total: timeouts.total,
-                    worst_case,
-                });
-            }
-        }
-        let token = req.extensions.get::<CancellationToken>().cloned();
-        let work = async {
-            let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
-            match self.slot(host, tenant, &policy.limits).await {
-                Ok(permit) => {
-                    // Inline, not boxed: the call's future is boxed once as a whole by
-                    // `NetClient::send`, and measured, a second box here cost more (an
-                    // allocation per call) than the larger move it saved.
-                    let result = self.run(&mut req, url, &call).await;
-                    permit.record(match &result {
-                        Ok(res) => Outcome::Response(res.status),
-                        Err(e) => Outcome::Error(e.kind()),
-                    });
-                    result
-                }
-                Err(scope) => {
-                    self.observer.on_event(&NetEvent::RateLimited {
+        // The call runs inside its span (a child of the caller's), so whatever it logs —
+        // here, in interceptors, in observers — is the span's.
+        let span = request_span(&req, &url, &call);
+        let result = async {
+            self.observer
+                .on_event(&NetEvent::RequestStarted { req: call.info() });
+            // Only a request's own timeouts can break the deadline closure: a policy that cannot
+            // keep its own deadline was refused when it was loaded.
+            if req.timeout != soulbase_net_core::TimeoutCfg::default() {
+                let worst_case = timeouts.worst_case_latency(&policy.retry);
+                if worst_case > timeouts.budget() {
+                    self.observer.on_event(&NetEvent::DeadlineClamped {
                         req: call.info(),
-                        scope,
+                        total: timeouts.total,
+                        worst_case,
                     });
-                    let err = NetError::new(ErrorKind::RateLimited)
-                        .with_message(format!("{scope:?} limit reached"))
-                        .at(&call.labels.method, &req.url);
-                    Err(self.after_error(&req, err).await)
                 }
             }
-        };
-        // One place for the work future whether or not there is a token: each copy of it
-        // would make this future (moved on every call) bigger.
-        let cancel = async {
-            match &token {
-                Some(token) => token.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        let result = {
-            let cancelled = tokio::select! {
-                biased;
-                () = cancel => None,
-                result = work => Some(result),
+            let token = req.extensions.get::<CancellationToken>().cloned();
+            let work = async {
+                let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
+                match self.slot(host, tenant, &policy.limits).await {
+                    Ok(permit) => {
+                        // Inline, not boxed: the call's future is boxed once as a whole by
+                        // `NetClient::send`, and measured, a second box here cost more (an
+                        // allocation per call) than the larger move it saved.
+                        let result = self.run(&mut req, url, &call).await;
+                        permit.record(match &result {
+                            Ok(res) => Outcome::Response(res.status),
+                            Err(e) => Outcome::Error(e.kind()),
+                        });
+                        result
+                    }
+                    Err(scope) => {
+                        self.observer.on_event(&NetEvent::RateLimited {
+                            req: call.info(),
+                            scope,
+                        });
+                        let err = NetError::new(ErrorKind::RateLimited)
+                            .with_message(format!("{scope:?} limit reached"))
+                            .at(&call.labels.method, &req.url);
+                        Err(self.after_error(&req, err).await)
+                    }
+                }
             };
-            match cancelled {
-                Some(result) => result,
-                None => {
-                    let err = NetError::new(ErrorKind::Cancelled)
-                        .with_message("the cancel token fired")
-                        .at(&call.labels.method, &req.url);
-                    Err(self.after_error(&req, err).await)
+            // One place for the work future whether or not there is a token: each copy of it
+            // would make this future (moved on every call) bigger.
+            let cancel = async {
+                match &token {
+                    Some(token) => token.cancelled().await,
+                    None => std::future::pending().await,
                 }
-            }
-        };
-        let outcome = match &result {
-            Ok(res) => Outcome::Response(res.status),
-            Err(e) => Outcome::Error(e.kind()),
-        };
-        let attempts = match &result {
-            Ok(res) => res.attempts,
-            Err(e) => e.attempts(),
-        };
-        let elapsed = match &result {
-            Ok(res) => res.elapsed,
-            Err(_) => Elapsed {
-                total: started.elapsed(),
-                ..Elapsed::default()
-            },
-        };
-        self.observer.on_event(&NetEvent::RequestFinished {
-            req: call.info(),
-            outcome,
-            attempts,
-            elapsed,
-        });
+            };
+            let result = {
+                let cancelled = tokio::select! {
+                    biased;
+                    () = cancel => None,
+                    result = work => Some(result),
+                };
+                match cancelled {
+                    Some(result) => result,
+                    None => {
+                        let err = NetError::new(ErrorKind::Cancelled)
+                            .with_message("the cancel token fired")
+                            .at(&call.labels.method, &req.url);
+                        Err(self.after_error(&req, err).await)
+                    }
+                }
+            };
+            let outcome = match &result {
+                Ok(res) => Outcome::Response(res.status),
+                Err(e) => Outcome::Error(e.kind()),
+            };
+            let attempts = match &result {
+                Ok(res) => res.attempts,
+                Err(e) => e.attempts(),
+            };
+            let elapsed = match &result {
+                Ok(res) => res.elapsed,
+                Err(_) => Elapsed {
+                    total: started.elapsed(),
+                    ..Elapsed::default()
+                },
+            };
+            self.observer.on_event(&NetEvent::RequestFinished {
+                req: call.info(),
+                outcome,
+                attempts,
+                elapsed,
+            });
+            record_outcome(&Span::current(), &outcome, attempts);
+            result
+        }
+        .instrument(span)
+        .await;
         // The call's hold on its snapshot ends here; if a reload replaced its policy, the
         // policy's transport can go now.
         drop(view);
@@ -279,6 +289,7 @@ impl Inner {
                 return Err(self.after_error(req, e).await);
             }
         }
+        record_trace(req);
         let prepared = prepare_body(req).and_then(|()| {
             let url = match target {
                 Some((u, q)) if u != req.url || q != req.query => req.validate(u64::MAX)?,
@@ -732,12 +743,28 @@ impl Inner {
         hedge: bool,
     ) -> Result<NetResponse, NetError> {
         let began = Instant::now();
-        self.observer.on_event(&NetEvent::AttemptStarted {
-            req: call.info(),
+        let span = tracing::info_span!(
+            "http.client.attempt",
             attempt,
             hedge,
+            http.request.resend_count = Unset,
+            http.response.status_code = Unset,
+            error.type = Unset,
+        );
+        if attempt > 1 {
+            span.record("http.request.resend_count", attempt - 1);
+        }
+        span.in_scope(|| {
+            self.observer.on_event(&NetEvent::AttemptStarted {
+                req: call.info(),
+                attempt,
+                hedge,
+            });
         });
-        let result = self.exchange(req, url, call, limit, began).await;
+        let result = self
+            .exchange(req, url, call, limit, began)
+            .instrument(span.clone())
+            .await;
         let result = result.map(|mut res| {
             res.attempts = attempt;
             res
@@ -770,6 +797,8 @@ impl Inner {
                 },
             ),
         };
+        record_outcome(&span, &outcome, 1);
+        let _inside = span.enter();
         self.observer.on_event(&NetEvent::AttemptFinished {
             req: call.info(),
             attempt,
@@ -956,6 +985,79 @@ impl Inner {
             interceptor.on_error(req, &e).await;
         }
         e
+    }
+}
+
+/// The span a call runs in: `http.client.request` with the OpenTelemetry HTTP client field
+/// names (`http.request.method`, `server.address`, `server.port`, `url.scheme`, `url.full`
+/// without userinfo, query or fragment), `tenant` and `request.id`; at the end
+/// `http.response.status_code`, `error.type` (the error kind, or the status of a 4xx/5xx) and
+/// `http.request.resend_count`; and `trace_id`/`span_id` of the `traceparent` sent, when an
+/// interceptor set one.
+fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
+    let span = tracing::info_span!(
+        "http.client.request",
+        otel.kind = "client",
+        otel.name = req.method.as_str(),
+        http.request.method = req.method.as_str(),
+        server.address = call.labels.host.as_str(),
+        server.port = url.port_or_known_default(),
+        url.scheme = call.labels.scheme,
+        url.full = Unset,
+        tenant = Unset,
+        request.id = call.labels.id,
+        http.response.status_code = Unset,
+        error.type = Unset,
+        http.request.resend_count = Unset,
+        trace_id = Unset,
+        span_id = Unset,
+    );
+    // Only for a subscriber that wants the span: these allocate.
+    if !span.is_disabled() {
+        span.record("url.full", shown_url(url));
+        if let Some(tenant) = &req.tenant {
+            span.record("tenant", tenant.as_str());
+        }
+    }
+    span
+}
+
+/// Records how a call or an attempt ended on its span.
+fn record_outcome(span: &Span, outcome: &Outcome, attempts: u32) {
+    if span.is_disabled() {
+        return;
+    }
+    match outcome {
+        Outcome::Response(status) => {
+            span.record("http.response.status_code", status.as_u16());
+            if status.as_u16() >= 400 {
+                span.record("error.type", status.as_str());
+            }
+        }
+        Outcome::Error(kind) => {
+            span.record("error.type", kind.label());
+        }
+    }
+    if attempts > 1 {
+        span.record("http.request.resend_count", attempts - 1);
+    }
+}
+
+/// Records the trace the request is sent in (its `traceparent`, W3C: `00-<trace>-<span>-<flags>`)
+/// on the current span, so that a log of the span can be found from the upstream's trace.
+fn record_trace(req: &NetRequest) {
+    let span = Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    let Some(tp) = req.headers.get("traceparent").and_then(|v| v.to_str().ok()) else {
+        return;
+    };
+    let mut parts = tp.split('-');
+    if let (Some(_version), Some(trace), Some(parent)) = (parts.next(), parts.next(), parts.next())
+    {
+        span.record("trace_id", trace);
+        span.record("span_id", parent);
     }
 }
 
