@@ -1,7 +1,7 @@
 //! `IdempotencyKey`: a stable `Idempotency-Key` for idempotent POST/PATCH, and a dedup window.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     fmt,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -23,6 +23,12 @@ use crate::hex;
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
+/// Default of [`IdempotencyKey::dedup_max_entries`].
+const DEFAULT_MAX_ENTRIES: usize = 100_000;
+
+/// Default of [`IdempotencyKey::dedup_max_bytes`]: 64 MiB.
+const DEFAULT_MAX_BYTES: usize = 64 << 20;
+
 /// Adds an `Idempotency-Key` to idempotent POST and PATCH requests
 /// ([`NetRequest::idempotent`]) that carry none.
 ///
@@ -39,6 +45,12 @@ const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// for the window; a 5xx or an error is handed to the calls already waiting and then
 /// forgotten, so a later call is sent again.
 ///
+/// The window is bounded by [entries](IdempotencyKey::dedup_max_entries) (default 100 000)
+/// and [bytes](IdempotencyKey::dedup_max_bytes) (default 64 MiB). Each call looks its key up
+/// in a hash map and drops the entries whose window has ended from the front of a queue kept
+/// in finishing order, so its cost does not grow with the number of entries. When the window
+/// is full, the oldest finished entries are dropped first; calls in flight are never dropped.
+///
 /// # Examples
 /// ```
 /// use soulbase_net_core::{Interceptor, NetRequest};
@@ -53,6 +65,7 @@ const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// ```
 pub struct IdempotencyKey {
     mode: Mode,
+    limits: Limits,
     dedup: Option<Arc<Dedup>>,
 }
 
@@ -62,12 +75,49 @@ enum Mode {
     Derived { bucket: Duration },
 }
 
+/// The size of the dedup window.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    window: Option<Duration>,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+/// The tenant and the key of a call.
+type Key = (String, String);
+
 /// The calls seen inside the dedup window, by (tenant, key).
 struct Dedup {
     window: Duration,
-    entries: Mutex<HashMap<(String, String), Entry>>,
+    max_entries: usize,
+    max_bytes: usize,
+    table: Mutex<Table>,
     drops: AtomicU64,
     next_id: AtomicU64,
+}
+
+/// The entries of the window. Invariant: `kept` holds one record per `Entry::Done`.
+#[derive(Default)]
+struct Table {
+    entries: HashMap<Arc<Key>, Entry>,
+    /// The finished entries, oldest first. The window is the same for all of them, so this
+    /// is also the order in which they expire: expiry and eviction pop from the front.
+    kept: VecDeque<Kept>,
+    /// Bytes held by all entries ([`key_cost`], plus [`Stored::cost`] once finished).
+    bytes: usize,
+    /// The part of `bytes` held by finished entries.
+    kept_bytes: usize,
+    /// Records popped from `kept`: what expiry and eviction examined.
+    #[cfg(test)]
+    visited: u64,
+}
+
+/// A finished entry's place in the expiry order.
+struct Kept {
+    /// `None` when the window reaches past what an `Instant` can hold.
+    expires: Option<Instant>,
+    id: u64,
+    key: Arc<Key>,
 }
 
 enum Entry {
@@ -76,7 +126,9 @@ enum Entry {
         tx: watch::Sender<Option<Arc<Outcome>>>,
     },
     Done {
-        at: Instant,
+        id: u64,
+        /// Bytes counted for this entry in `Table::bytes`.
+        cost: usize,
         outcome: Arc<Outcome>,
     },
 }
@@ -109,7 +161,7 @@ enum Role {
 /// another interceptor), so followers stop waiting.
 struct LeaderGuard {
     dedup: Arc<Dedup>,
-    key: (String, String),
+    key: Arc<Key>,
     id: u64,
 }
 
@@ -118,18 +170,24 @@ struct LeaderGuard {
 impl IdempotencyKey {
     /// Random keys, no dedup window.
     pub fn random() -> Self {
-        IdempotencyKey {
-            mode: Mode::Random,
-            dedup: None,
-        }
+        IdempotencyKey::with_mode(Mode::Random)
     }
 
     /// Keys derived from the tenant, method, URL, body and the time bucket of `bucket`
     /// length (a zero bucket is taken as one second); no dedup window.
     pub fn derived(bucket: Duration) -> Self {
+        IdempotencyKey::with_mode(Mode::Derived {
+            bucket: bucket.max(Duration::from_secs(1)),
+        })
+    }
+
+    fn with_mode(mode: Mode) -> Self {
         IdempotencyKey {
-            mode: Mode::Derived {
-                bucket: bucket.max(Duration::from_secs(1)),
+            mode,
+            limits: Limits {
+                window: None,
+                max_entries: DEFAULT_MAX_ENTRIES,
+                max_bytes: DEFAULT_MAX_BYTES,
             },
             dedup: None,
         }
@@ -137,14 +195,34 @@ impl IdempotencyKey {
 
     /// Answers a second call with the same tenant and key within `window` with the first
     /// call's outcome instead of sending it. Default is no window.
+    ///
+    /// The window of an entry starts when its first call finishes.
     pub fn dedup_window(mut self, window: Duration) -> Self {
-        self.dedup = Some(Arc::new(Dedup {
-            window,
-            entries: Mutex::new(HashMap::new()),
-            drops: AtomicU64::new(0),
-            next_id: AtomicU64::new(0),
-        }));
-        self
+        self.limits.window = Some(window);
+        self.rebuild()
+    }
+
+    /// At most `n` calls are held in the dedup window at once, in flight or finished
+    /// (default 100 000).
+    ///
+    /// When a new call needs room, the oldest finished entries are dropped first. Calls in
+    /// flight are never dropped: when they alone fill the window, a new call is sent without
+    /// dedup (a later call with its key is sent too) and its outcome is not kept.
+    pub fn dedup_max_entries(mut self, n: usize) -> Self {
+        self.limits.max_entries = n;
+        self.rebuild()
+    }
+
+    /// At most `bytes` are held by the dedup window (default 64 MiB): each entry counts its
+    /// tenant and key, and once finished the body, headers and URL of its response.
+    ///
+    /// The oldest finished entries are dropped first to make room. A response that does not
+    /// fit even with every finished entry dropped is handed to the calls waiting for it and
+    /// not kept, as a 5xx is: a later call with its key is sent again. A call in flight is
+    /// never dropped (see [`dedup_max_entries`](IdempotencyKey::dedup_max_entries)).
+    pub fn dedup_max_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_bytes = bytes;
+        self.rebuild()
     }
 
     /// Calls answered from the dedup window instead of being sent.
@@ -152,6 +230,21 @@ impl IdempotencyKey {
         self.dedup
             .as_ref()
             .map_or(0, |d| d.drops.load(Ordering::Relaxed))
+    }
+
+    /// A fresh (empty) window with the current limits; builder methods come before use.
+    fn rebuild(mut self) -> Self {
+        self.dedup = self.limits.window.map(|window| {
+            Arc::new(Dedup {
+                window,
+                max_entries: self.limits.max_entries,
+                max_bytes: self.limits.max_bytes,
+                table: Mutex::new(Table::default()),
+                drops: AtomicU64::new(0),
+                next_id: AtomicU64::new(0),
+            })
+        });
+        self
     }
 
     fn key_for(&self, req: &NetRequest) -> Result<String, NetError> {
@@ -170,7 +263,9 @@ impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyKey")
             .field("mode", &self.mode)
-            .field("dedup_window", &self.dedup.as_ref().map(|d| d.window))
+            .field("dedup_window", &self.limits.window)
+            .field("dedup_max_entries", &self.limits.max_entries)
+            .field("dedup_max_bytes", &self.limits.max_bytes)
             .field("dedup_drops", &self.dedup_drops())
             .finish()
     }
@@ -227,8 +322,9 @@ impl Interceptor for IdempotencyKey {
             req.tenant.clone().unwrap_or_default(),
             String::from_utf8_lossy(key).into_owned(),
         );
-        let role = dedup.claim(key);
-        req.extensions.insert(role);
+        if let Some(role) = dedup.claim(key) {
+            req.extensions.insert(role);
+        }
         Ok(())
     }
 
@@ -303,34 +399,99 @@ async fn collect(body: RespBody) -> Result<Bytes, NetError> {
     tmp.bytes().await
 }
 
+/// Bytes an entry holds for its key: the tenant and the key.
+fn key_cost(key: &Key) -> usize {
+    key.0.len().saturating_add(key.1.len())
+}
+
 // === impl Dedup ===
 
 impl Dedup {
-    /// Registers a call with `key`: the leader if no live entry exists, else a follower.
-    fn claim(self: &Arc<Self>, key: (String, String)) -> Role {
-        let now = Instant::now();
-        let mut entries = self.entries.lock();
-        entries.retain(|_, e| match e {
-            Entry::Done { at, .. } => now.saturating_duration_since(*at) < self.window,
-            Entry::InFlight { .. } => true,
-        });
-        match entries.get(&key) {
+    /// Registers a call with `key`: the leader if no live entry exists, else a follower;
+    /// `None` (not tracked) when calls in flight alone fill the window.
+    fn claim(self: &Arc<Self>, key: Key) -> Option<Role> {
+        let mut table = self.table.lock();
+        // Read under the lock, so `kept` is pushed in time order.
+        table.expire(Instant::now());
+        match table.entries.get(&key) {
             Some(Entry::Done { outcome, .. }) => {
                 let (_tx, rx) = watch::channel(Some(outcome.clone()));
-                Role::Follower(rx)
+                return Some(Role::Follower(rx));
             }
-            Some(Entry::InFlight { tx, .. }) => Role::Follower(tx.subscribe()),
-            None => {
-                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                let (tx, _rx) = watch::channel(None);
-                entries.insert(key.clone(), Entry::InFlight { id, tx });
-                Role::Leader(Arc::new(LeaderGuard {
-                    dedup: self.clone(),
-                    key,
-                    id,
-                }))
+            Some(Entry::InFlight { tx, .. }) => return Some(Role::Follower(tx.subscribe())),
+            None => {}
+        }
+        let cost = key_cost(&key);
+        if !table.make_room(1, cost, self) {
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, _rx) = watch::channel(None);
+        let key = Arc::new(key);
+        table
+            .entries
+            .insert(key.clone(), Entry::InFlight { id, tx });
+        table.bytes = table.bytes.saturating_add(cost);
+        Some(Role::Leader(Arc::new(LeaderGuard {
+            dedup: self.clone(),
+            key,
+            id,
+        })))
+    }
+}
+
+// === impl Table ===
+
+impl Table {
+    /// Drops the finished entries whose window has ended at `now`.
+    fn expire(&mut self, now: Instant) {
+        while self
+            .kept
+            .front()
+            .is_some_and(|k| k.expires.is_some_and(|at| at <= now))
+        {
+            self.pop_oldest();
+        }
+    }
+
+    /// Drops the oldest finished entry; false if there is none.
+    fn pop_oldest(&mut self) -> bool {
+        let Some(kept) = self.kept.pop_front() else {
+            return false;
+        };
+        #[cfg(test)]
+        {
+            self.visited += 1;
+        }
+        if let Some(&Entry::Done { id, cost, .. }) = self.entries.get(&*kept.key) {
+            if id == kept.id {
+                self.entries.remove(&*kept.key);
+                self.bytes = self.bytes.saturating_sub(cost);
+                self.kept_bytes = self.kept_bytes.saturating_sub(cost);
             }
         }
+        true
+    }
+
+    /// Drops finished entries, oldest first, until `entries` more entries and `bytes` more
+    /// bytes fit in `limits`. False, with nothing dropped, when they would not fit even with
+    /// every finished entry dropped.
+    fn make_room(&mut self, entries: usize, bytes: usize, limits: &Dedup) -> bool {
+        let in_flight = self.entries.len().saturating_sub(self.kept.len());
+        let in_flight_bytes = self.bytes.saturating_sub(self.kept_bytes);
+        if in_flight.saturating_add(entries) > limits.max_entries
+            || in_flight_bytes.saturating_add(bytes) > limits.max_bytes
+        {
+            return false;
+        }
+        while self.entries.len().saturating_add(entries) > limits.max_entries
+            || self.bytes.saturating_add(bytes) > limits.max_bytes
+        {
+            if !self.pop_oldest() {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -338,28 +499,53 @@ impl Dedup {
 
 impl LeaderGuard {
     /// Hands `outcome` to the waiting calls; keeps it for the window if it is a response
-    /// below 500.
+    /// below 500 that fits in the window's bytes.
     fn finish(&self, outcome: Outcome) {
-        let mut entries = self.dedup.entries.lock();
-        let Some(Entry::InFlight { id, .. }) = entries.get(&self.key) else {
-            return;
-        };
-        if *id != self.id {
+        let dedup = &self.dedup;
+        let mut table = dedup.table.lock();
+        let now = Instant::now();
+        table.expire(now);
+        if !matches!(table.entries.get(&*self.key), Some(Entry::InFlight { id, .. }) if *id == self.id)
+        {
             return;
         }
-        let keep = matches!(&outcome, Outcome::Response(s) if !s.status.is_server_error());
-        let outcome = Arc::new(outcome);
-        let previous = if keep {
-            entries.insert(
-                self.key.clone(),
-                Entry::Done {
-                    at: Instant::now(),
-                    outcome: outcome.clone(),
-                },
-            )
-        } else {
-            entries.remove(&self.key)
+        let key_cost = key_cost(&self.key);
+        let mut keep = match &outcome {
+            Outcome::Response(s) if !s.status.is_server_error() => Some(s.cost()),
+            _ => None,
         };
+        if let Some(extra) = keep {
+            // The entry is already counted, with its key's bytes.
+            if !table.make_room(0, extra, dedup) {
+                keep = None;
+            }
+        }
+        let outcome = Arc::new(outcome);
+        let previous = match keep {
+            Some(extra) => {
+                let cost = key_cost.saturating_add(extra);
+                table.bytes = table.bytes.saturating_add(extra);
+                table.kept_bytes = table.kept_bytes.saturating_add(cost);
+                table.kept.push_back(Kept {
+                    expires: now.checked_add(dedup.window),
+                    id: self.id,
+                    key: self.key.clone(),
+                });
+                table.entries.insert(
+                    self.key.clone(),
+                    Entry::Done {
+                        id: self.id,
+                        cost,
+                        outcome: outcome.clone(),
+                    },
+                )
+            }
+            None => {
+                table.bytes = table.bytes.saturating_sub(key_cost);
+                table.entries.remove(&*self.key)
+            }
+        };
+        drop(table);
         if let Some(Entry::InFlight { tx, .. }) = previous {
             tx.send_replace(Some(outcome));
         }
@@ -368,10 +554,28 @@ impl LeaderGuard {
 
 impl Drop for LeaderGuard {
     fn drop(&mut self) {
-        let mut entries = self.dedup.entries.lock();
-        if matches!(entries.get(&self.key), Some(Entry::InFlight { id, .. }) if *id == self.id) {
-            entries.remove(&self.key);
+        let mut table = self.dedup.table.lock();
+        if matches!(table.entries.get(&*self.key), Some(Entry::InFlight { id, .. }) if *id == self.id)
+        {
+            table.entries.remove(&*self.key);
+            table.bytes = table.bytes.saturating_sub(key_cost(&self.key));
         }
+    }
+}
+
+// === impl Stored ===
+
+impl Stored {
+    /// Bytes a kept response holds: body, headers, content type and URL.
+    fn cost(&self) -> usize {
+        let headers = self.headers.iter().fold(0usize, |n, (k, v)| {
+            n.saturating_add(k.as_str().len() + v.len())
+        });
+        self.body
+            .len()
+            .saturating_add(headers)
+            .saturating_add(self.content_type.as_ref().map_or(0, String::len))
+            .saturating_add(self.url.len())
     }
 }
 
@@ -396,6 +600,24 @@ impl Outcome {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl Dedup {
+    /// Entries held, in flight or finished.
+    fn len(&self) -> usize {
+        self.table.lock().entries.len()
+    }
+
+    /// Records expiry and eviction have examined so far.
+    fn visited(&self) -> u64 {
+        self.table.lock().visited
+    }
+
+    /// Bytes held, as counted.
+    fn bytes(&self) -> usize {
+        self.table.lock().bytes
     }
 }
 
@@ -454,5 +676,156 @@ mod tests {
         drop(first);
         assert!(keys.respond(&second).await.is_none());
         assert_eq!(keys.dedup_drops(), 0);
+    }
+
+    fn dedup(keys: &IdempotencyKey) -> &Dedup {
+        keys.dedup.as_deref().unwrap()
+    }
+
+    /// A call with `key` (tenant `t`) through `before`.
+    async fn call(keys: &IdempotencyKey, key: &str) -> NetRequest {
+        let mut req = NetRequest::post("https://h.example/o")
+            .idempotent(true)
+            .tenant("t")
+            .header("idempotency-key", key);
+        keys.before(&mut req).await.unwrap();
+        req
+    }
+
+    /// Whether the call is the first with its key (sent, not answered from the window).
+    fn leads(req: &NetRequest) -> bool {
+        matches!(req.extensions.get::<Role>(), Some(Role::Leader(_)))
+    }
+
+    /// A first call with `key` that ends with a 200 carrying `body`.
+    async fn settle(keys: &IdempotencyKey, key: &str, body: &'static [u8]) {
+        let req = call(keys, key).await;
+        assert!(leads(&req), "{key} leads");
+        let mut res = NetResponse::from_bytes(StatusCode::OK, Bytes::from_static(body));
+        keys.after(&req, &mut res).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_does_not_scan_the_window() {
+        let keys = IdempotencyKey::random()
+            .dedup_window(Duration::from_secs(60))
+            .dedup_max_entries(100_000);
+        for i in 0..100_000 {
+            let before = dedup(&keys).visited();
+            settle(&keys, &format!("k{i}"), b"ok").await;
+            let visited = dedup(&keys).visited() - before;
+            assert!(visited <= 1, "call {i} examined {visited} stored entries");
+        }
+        assert_eq!(dedup(&keys).len(), 100_000);
+        let before = dedup(&keys).visited();
+        assert!(!leads(&call(&keys, "k0").await));
+        assert_eq!(dedup(&keys).visited(), before, "a hit examines nothing");
+        // A new key at the bound examines the one entry it evicts, the oldest.
+        assert!(leads(&call(&keys, "new").await));
+        assert_eq!(dedup(&keys).visited(), before + 1);
+        assert!(leads(&call(&keys, "k0").await));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_entry_bound_evicts_the_oldest_first() {
+        let keys = IdempotencyKey::random()
+            .dedup_window(Duration::from_secs(60))
+            .dedup_max_entries(4);
+        for i in 0..6 {
+            settle(&keys, &format!("k{i}"), b"ok").await;
+        }
+        assert_eq!(dedup(&keys).len(), 4);
+        for i in (2..6).rev() {
+            assert!(!leads(&call(&keys, &format!("k{i}")).await), "k{i} is kept");
+        }
+        for i in 0..2 {
+            assert!(
+                leads(&call(&keys, &format!("k{i}")).await),
+                "k{i} was evicted"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_byte_bound_evicts_the_oldest_first() {
+        // Each entry holds 103 bytes: tenant `t`, key `kN`, a 100-byte body.
+        let keys = IdempotencyKey::random()
+            .dedup_window(Duration::from_secs(60))
+            .dedup_max_bytes(350);
+        for i in 0..5 {
+            settle(&keys, &format!("k{i}"), &[b'x'; 100]).await;
+        }
+        assert_eq!(dedup(&keys).len(), 3);
+        assert_eq!(dedup(&keys).bytes(), 309);
+        for i in (2..5).rev() {
+            assert!(!leads(&call(&keys, &format!("k{i}")).await), "k{i} is kept");
+        }
+        for i in 0..2 {
+            assert!(
+                leads(&call(&keys, &format!("k{i}")).await),
+                "k{i} was evicted"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_expire_after_the_window_each_examined_once() {
+        let keys = IdempotencyKey::random().dedup_window(Duration::from_secs(60));
+        for i in 0..1000 {
+            settle(&keys, &format!("a{i}"), b"ok").await;
+        }
+        tokio::time::advance(Duration::from_secs(30)).await;
+        settle(&keys, "b", b"ok").await;
+        tokio::time::advance(Duration::from_secs(30)).await;
+        // The a* are 60 s old: gone; b is 30 s old: kept.
+        assert!(!leads(&call(&keys, "b").await));
+        assert_eq!(dedup(&keys).len(), 1);
+        assert!(leads(&call(&keys, "a0").await));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert!(leads(&call(&keys, "b").await));
+        assert_eq!(dedup(&keys).len(), 0);
+        assert_eq!(dedup(&keys).bytes(), 0);
+        // Each stored entry was examined once, when it expired.
+        assert_eq!(dedup(&keys).visited(), 1001);
+    }
+
+    #[tokio::test]
+    async fn a_response_too_large_to_keep_reaches_waiting_calls_and_is_forgotten() {
+        let keys = IdempotencyKey::random()
+            .dedup_window(Duration::from_secs(60))
+            .dedup_max_bytes(50);
+        settle(&keys, "s", b"ok").await;
+        let first = call(&keys, "big").await;
+        let waiting = call(&keys, "big").await;
+        assert!(leads(&first) && !leads(&waiting));
+        let mut res = NetResponse::from_bytes(StatusCode::OK, Bytes::from_static(&[b'x'; 100]));
+        keys.after(&first, &mut res).await.unwrap();
+        let replayed = keys.respond(&waiting).await.unwrap().unwrap();
+        assert_eq!(replayed.bytes().await.unwrap().len(), 100);
+        assert_eq!(keys.dedup_drops(), 1);
+        // Not kept, and nothing was dropped to try to make room for it.
+        assert!(leads(&call(&keys, "big").await));
+        assert!(!leads(&call(&keys, "s").await));
+        assert_eq!(dedup(&keys).len(), 1);
+        assert_eq!(dedup(&keys).bytes(), 4);
+    }
+
+    #[tokio::test]
+    async fn calls_in_flight_are_never_evicted() {
+        let keys = IdempotencyKey::random()
+            .dedup_window(Duration::from_secs(60))
+            .dedup_max_entries(2);
+        settle(&keys, "done", b"ok").await;
+        let a = call(&keys, "a").await;
+        let b = call(&keys, "b").await;
+        assert!(leads(&a) && leads(&b), "the finished entry made room");
+        // Both in flight fill the window: a third key is sent without dedup.
+        let c = call(&keys, "c").await;
+        assert!(c.extensions.get::<Role>().is_none());
+        assert!(!leads(&call(&keys, "a").await), "a is still tracked");
+        assert!(!leads(&call(&keys, "b").await), "b is still tracked");
+        drop((a, b));
+        assert_eq!(dedup(&keys).len(), 0);
+        assert!(leads(&call(&keys, "c").await));
     }
 }

@@ -94,6 +94,35 @@ async fn a_repeat_in_flight_joins_the_first() {
     srv.join().await;
 }
 
+#[tokio::test]
+async fn a_full_window_drops_its_oldest_entry() {
+    let srv = FaultServer::http1()
+        .route("/o", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let keys = Arc::new(
+        IdempotencyKey::random()
+            .dedup_window(Duration::from_secs(60))
+            .dedup_max_entries(1),
+    );
+    let c = client(vec![keys.clone()]);
+    let req = |key: &str| {
+        NetRequest::post(srv.url("/o"))
+            .idempotent(true)
+            .header("idempotency-key", key)
+            .body(key.to_owned())
+    };
+    c.send(req("a")).await.unwrap();
+    let b = c.send(req("b")).await.unwrap().text().await.unwrap();
+    // b took a's place: b is answered from the window, a is sent again.
+    assert_eq!(c.send(req("b")).await.unwrap().text().await.unwrap(), b);
+    assert_eq!((srv.hits("/o"), keys.dedup_drops()), (2, 1));
+    c.send(req("a")).await.unwrap();
+    assert_eq!((srv.hits("/o"), keys.dedup_drops()), (3, 1));
+    srv.join().await;
+}
+
 #[cfg(feature = "trace")]
 #[tokio::test]
 async fn request_id_and_key_constant_while_span_changes() {
