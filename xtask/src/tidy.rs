@@ -10,8 +10,10 @@ use std::{
 
 use serde_json::Value;
 
-/// The crate layering of DESIGN.md §1: what each library crate may depend on (normal and
-/// build dependencies). `xtask` may depend on everything; nothing may depend on `xtask`.
+/// The crate layering: what each library crate may depend on (normal and build
+/// dependencies). `xtask` may depend on everything; nothing may depend on `xtask`.
+/// `docs/architecture.md` states the same in its `layering` block, and
+/// [`check_architecture`] keeps the two equal.
 const LAYERS: &[(&str, &[&str])] = &[
     ("soulbase-net-core", &[]),
     ("soulbase-net-policy", &["soulbase-net-core"]),
@@ -27,7 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("soulbase-net-testkit", &["soulbase-net-core"]),
 ];
 
-/// Crates that must never be in the dependency tree (DEPS.md trap 1: one crypto provider).
+/// Crates that must never be in the dependency tree (one crypto provider: ring).
 const FORBIDDEN_PACKAGES: &[&str] = &["aws-lc-rs", "aws-lc-sys", "aws-lc-fips-sys"];
 
 /// The only file allowed to call rustls' `dangerous()` (certificate pinning).
@@ -35,6 +37,19 @@ const DANGEROUS_ALLOWED: &str = "soulbase-net-runtime/src/tls/pin.rs";
 
 /// The call the rule looks for, spelled so that this file does not match itself.
 const DANGEROUS_CALL: &str = concat!(".danger", "ous()");
+
+/// The repository's architecture document, checked by [`check_architecture`].
+const ARCHITECTURE: &str = "docs/architecture.md";
+
+/// The opening line of the fenced block in [`ARCHITECTURE`] that states the layering.
+const LAYERING_FENCE: &str = "```layering";
+
+/// The crate prefix the layering block leaves out (`runtime` is `soulbase-net-runtime`).
+const CRATE_PREFIX: &str = "soulbase-net-";
+
+/// What a path named in backticks in [`ARCHITECTURE`] may end with: a file of one of these
+/// kinds, or `/` for a directory. Anything else in backticks (`gzip/br`) is not a path.
+const PATH_ENDINGS: &[&str] = &[".rs", ".md", ".toml", ".json", "/"];
 
 /// Runs every rule; `Err` lists every problem found.
 pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
@@ -54,6 +69,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
         check_source(root, &file, &mut problems);
     }
     check_error_codes(&mut problems);
+    check_architecture(root, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -133,7 +149,7 @@ fn check_layering(meta: &Value, problems: &mut Vec<String>) {
             let allowed = layers.get(name).copied().unwrap_or(&[]);
             if !allowed.contains(&dep_name) {
                 problems.push(format!(
-                    "{manifest}: depends on `{dep_name}`, which the layering of DESIGN.md §1 forbids (allowed: {allowed:?})"
+                    "{manifest}: depends on `{dep_name}`, which the layering of {ARCHITECTURE} forbids (allowed: {allowed:?})"
                 ));
             }
         }
@@ -145,7 +161,7 @@ fn check_forbidden_packages(meta: &Value, problems: &mut Vec<String>) {
         let name = pkg["name"].as_str().unwrap_or_default();
         if FORBIDDEN_PACKAGES.contains(&name) {
             problems.push(format!(
-                "Cargo.lock: `{name}` is in the dependency tree; ring is the only crypto provider (DEPS.md trap 1)"
+                "Cargo.lock: `{name}` is in the dependency tree; ring is the only crypto provider ({ARCHITECTURE})"
             ));
         }
     }
@@ -315,6 +331,165 @@ fn check_error_codes(problems: &mut Vec<String>) {
     }
 }
 
+/// `docs/architecture.md` must state the layering tidy enforces, in its `layering` block, and
+/// every path it names in backticks must exist in the repository, so the document cannot go
+/// stale without tidy saying so.
+fn check_architecture(root: &Path, problems: &mut Vec<String>) {
+    match fs::read_to_string(root.join(ARCHITECTURE)) {
+        Ok(text) => check_architecture_text(&text, &|path| root.join(path).exists(), problems),
+        Err(e) => problems.push(format!("{ARCHITECTURE}: cannot be read: {e}")),
+    }
+}
+
+/// The layering as tidy enforces it, in the block's terms: short crate names, and `*` for
+/// "everything" (xtask).
+fn enforced_layering() -> BTreeMap<String, BTreeSet<String>> {
+    let short = |name: &str| name.strip_prefix(CRATE_PREFIX).unwrap_or(name).to_owned();
+    LAYERS
+        .iter()
+        .map(|(name, deps)| (short(name), deps.iter().map(|d| short(d)).collect()))
+        .chain(std::iter::once((
+            "xtask".to_owned(),
+            BTreeSet::from(["*".to_owned()]),
+        )))
+        .collect()
+}
+
+/// The checks of [`check_architecture`] on the document's `text`; `exists` answers for a path
+/// relative to the repository root.
+fn check_architecture_text(text: &str, exists: &dyn Fn(&str) -> bool, problems: &mut Vec<String>) {
+    check_layering_block(text, problems);
+    let mut fenced = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // The odd pieces between backticks are code spans.
+        for span in line.split('`').skip(1).step_by(2) {
+            if !is_path(span) {
+                continue;
+            }
+            let line_no = n + 1;
+            if span.starts_with('/') || span.split('/').any(|seg| seg == "..") {
+                problems.push(format!(
+                    "{ARCHITECTURE}:{line_no}: `{span}` is outside the repository; name files in it"
+                ));
+            } else if !exists(span.trim_end_matches('/')) {
+                problems.push(format!(
+                    "{ARCHITECTURE}:{line_no}: names `{span}`, which does not exist"
+                ));
+            }
+        }
+    }
+}
+
+/// Whether a code span is a path (`soulbase-net-runtime/src/pool.rs`, `docs/`): no spaces,
+/// a `/`, and a file kind of [`PATH_ENDINGS`].
+fn is_path(span: &str) -> bool {
+    span.contains('/')
+        && span
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        && PATH_ENDINGS.iter().any(|end| span.ends_with(end))
+}
+
+/// Compares the document's `layering` block (`crate -> dep, dep`, `#` comments) with
+/// [`enforced_layering`].
+fn check_layering_block(text: &str, problems: &mut Vec<String>) {
+    let lines: Vec<&str> = text.lines().collect();
+    let starts: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == LAYERING_FENCE)
+        .map(|(i, _)| i)
+        .collect();
+    let start = match starts.as_slice() {
+        [start] => *start,
+        [] => {
+            problems.push(format!(
+                "{ARCHITECTURE}: has no {LAYERING_FENCE} block stating the crate layering"
+            ));
+            return;
+        }
+        [_, second, ..] => {
+            problems.push(format!(
+                "{ARCHITECTURE}:{}: a second {LAYERING_FENCE} block; state the layering once",
+                second + 1
+            ));
+            return;
+        }
+    };
+    let mut stated: BTreeMap<String, (usize, BTreeSet<String>)> = BTreeMap::new();
+    let mut closed = false;
+    for (i, raw) in lines.iter().enumerate().skip(start + 1) {
+        let line_no = i + 1;
+        if raw.trim_start().starts_with("```") {
+            closed = true;
+            break;
+        }
+        let line = raw.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((name, deps)) = line.split_once("->") else {
+            problems.push(format!(
+                "{ARCHITECTURE}:{line_no}: `{line}` is not of the form `crate -> crate, crate`"
+            ));
+            continue;
+        };
+        let deps: BTreeSet<String> = deps
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if stated
+            .insert(name.trim().to_owned(), (line_no, deps))
+            .is_some()
+        {
+            problems.push(format!(
+                "{ARCHITECTURE}:{line_no}: `{}` is stated twice in the layering",
+                name.trim()
+            ));
+        }
+    }
+    if !closed {
+        problems.push(format!(
+            "{ARCHITECTURE}:{}: the {LAYERING_FENCE} block is not closed",
+            start + 1
+        ));
+        return;
+    }
+    let show = |deps: &BTreeSet<String>| deps.iter().cloned().collect::<Vec<_>>().join(", ");
+    let enforced = enforced_layering();
+    for (name, deps) in &enforced {
+        match stated.get(name) {
+            None => problems.push(format!(
+                "{ARCHITECTURE}:{}: the layering has no line for `{name}`; tidy enforces `{name} -> {}`",
+                start + 1,
+                show(deps)
+            )),
+            Some((line_no, said)) if said != deps => problems.push(format!(
+                "{ARCHITECTURE}:{line_no}: states `{name} -> {}`; tidy enforces `{name} -> {}`",
+                show(said),
+                show(deps)
+            )),
+            Some(_) => {}
+        }
+    }
+    for (name, (line_no, _)) in &stated {
+        if !enforced.contains_key(name) {
+            problems.push(format!(
+                "{ARCHITECTURE}:{line_no}: states a layer for `{name}`, a crate tidy does not know"
+            ));
+        }
+    }
+}
+
 fn rel(root: &Path, path: &Path) -> String {
     path.strip_prefix(root)
         .unwrap_or(path)
@@ -360,6 +535,93 @@ mod tests {
         );
         // runtime -> testkit as a dev-dependency is how runtime tests reach real servers.
         assert!(!text.contains("soulbase-net-runtime/Cargo.toml"), "{text}");
+    }
+
+    /// A document with `layering` in its block, naming `soulbase-net-runtime/src/pool.rs`
+    /// before it and `extra` after it (on the last line).
+    fn architecture_doc(layering: &str, extra: &str) -> String {
+        format!(
+            "The pool: `soulbase-net-runtime/src/pool.rs`.\n\n{LAYERING_FENCE}\n{layering}```\n\n{extra}\n"
+        )
+    }
+
+    fn enforced_block() -> String {
+        enforced_layering()
+            .iter()
+            .map(|(name, deps)| {
+                let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+                format!("{name} -> {}   # a comment\n", deps.join(", "))
+            })
+            .collect()
+    }
+
+    fn architecture_problems(text: &str) -> Vec<String> {
+        let exists = |path: &str| {
+            [
+                "soulbase-net-runtime/src/pool.rs",
+                "soulbase-net-runtime/src",
+            ]
+            .contains(&path)
+        };
+        let mut problems = Vec::new();
+        check_architecture_text(text, &exists, &mut problems);
+        problems
+    }
+
+    #[test]
+    fn tidy_architecture_doc_that_matches_passes() {
+        let extra = "Code in `soulbase-net-runtime/src/` and `Call::view`; `gzip/br` is no path.\n\
+                     ```\n`missing/in/a/block.rs`\n```";
+        let problems = architecture_problems(&architecture_doc(&enforced_block(), extra));
+        assert!(problems.is_empty(), "{problems:?}");
+    }
+
+    #[test]
+    fn tidy_architecture_doc_naming_a_missing_file_fails() {
+        let extra = "Moved: `soulbase-net-runtime/src/client/gone.rs`, `../shared/DESIGN.md`.";
+        let text = architecture_doc(&enforced_block(), extra);
+        let problems = architecture_problems(&text).join("\n");
+        let line = text.lines().count();
+        assert!(
+            problems.contains(&format!(
+                "docs/architecture.md:{line}: names `soulbase-net-runtime/src/client/gone.rs`, which does not exist"
+            )),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("`../shared/DESIGN.md` is outside the repository"),
+            "{problems}"
+        );
+    }
+
+    #[test]
+    fn tidy_architecture_doc_with_another_layering_fails() {
+        // observe gains policy, testkit is left out, and a crate tidy does not know appears.
+        let layering = enforced_block()
+            .replace("observe -> core", "observe -> core, policy")
+            .lines()
+            .filter(|l| !l.starts_with("testkit"))
+            .chain(["outbox -> core, policy"])
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n";
+        let problems = architecture_problems(&architecture_doc(&layering, "")).join("\n");
+        assert!(
+            problems.contains("states `observe -> core, policy`; tidy enforces `observe -> core`"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains(
+                "the layering has no line for `testkit`; tidy enforces `testkit -> core`"
+            ),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("states a layer for `outbox`, a crate tidy does not know"),
+            "{problems}"
+        );
+        let none = architecture_problems("no block here\n").join("\n");
+        assert!(none.contains("has no ```layering block"), "{none}");
     }
 
     #[test]
