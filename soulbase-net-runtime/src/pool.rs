@@ -53,10 +53,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{
-    client::ReqBody,
-    connect::{Conn, Connector},
-};
+use crate::connect::{Conn, Connector};
 
 /// How a transport's pool behaves; from the client builder and the policy.
 #[derive(Debug, Clone)]
@@ -100,6 +97,11 @@ struct Origins {
     http: HashMap<Box<str>, Arc<Origin>>,
     https: HashMap<Box<str>, Arc<Origin>>,
 }
+
+/// The request body the pool sends: any body of bytes, boxed (the pool owns this type; the
+/// client builds its bodies to it).
+pub(crate) type ReqBody =
+    http_body_util::combinators::UnsyncBoxBody<Bytes, soulbase_net_core::BoxError>;
 
 /// Origins without connections are pruned once a map holds this many.
 const MAX_ORIGINS: usize = 4096;

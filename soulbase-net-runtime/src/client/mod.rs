@@ -7,8 +7,6 @@ mod learn;
 mod send;
 mod transport;
 
-pub(crate) use self::transport::ReqBody;
-
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::HeaderValue;

@@ -30,11 +30,11 @@ use url::Url;
 
 use super::{
     body::{MeteredBody, OwnedInfo, Progress, SendBody},
-    transport::ReqBody,
     Inner,
 };
 use crate::{
     body::{check_content_length, decode, LimitedBody},
+    pool::ReqBody,
     redirect::{Action, Redirect, RedirectState},
     resilience::{
         breaker_key, budget_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule,

@@ -15,11 +15,9 @@ use std::{
 
 use foldhash::{HashMap, HashMapExt};
 
-use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
-use soulbase_net_core::{BoxError, NetError, Observer};
+use soulbase_net_core::{NetError, Observer};
 use soulbase_net_policy::{AddressGuard, NetPolicy};
 
 use hyper_util::client::proxy::matcher::Matcher;
@@ -29,9 +27,6 @@ use crate::{
     dns::DnsResolver,
     pool::{Pool, PoolConfig},
 };
-
-/// The request body type sent through hyper.
-pub(crate) type ReqBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// What every transport of a client shares.
 pub(crate) struct Settings {
