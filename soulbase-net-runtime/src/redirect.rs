@@ -25,7 +25,6 @@
 //! [`ErrorKind::RedirectLimit`]. Targets must be `http`/`https` without userinfo, an
 //! `https` → `http` hop is always refused, and with `redirect.allow_cross_origin = false` any
 //! change of origin is: these are [`ErrorKind::Blocked`].
-#![allow(dead_code, reason = "wired into the client in the next step")]
 
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use soulbase_net_core::{ErrorKind, NetError};
@@ -113,6 +112,7 @@ impl RedirectState {
 
     /// Whether any hop so far changed the origin: credentials are then never sent again in
     /// this call.
+    #[cfg(test)]
     pub(crate) fn crossed_origin(&self) -> bool {
         self.crossed
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use soulbase_net_core::{BreakerState, ErrorKind, Outcome, Phase};
+use soulbase_net_core::{ErrorKind, Outcome, Phase};
 use soulbase_net_policy::{CbKey, CircuitBreakerPolicy};
 use tokio::time::Instant;
 
@@ -109,22 +109,18 @@ impl Breakers {
     }
 
     /// The state of `key`'s circuit at `now` (`Closed` for a key without one).
-    pub(crate) fn state(&self, key: &str, now: Instant) -> BreakerState {
+    #[cfg(test)]
+    pub(crate) fn state(&self, key: &str, now: Instant) -> soulbase_net_core::BreakerState {
         self.shared
             .circuits
             .lock()
             .get(key)
-            .map_or(BreakerState::Closed, |c| c.state(now))
+            .map_or(soulbase_net_core::BreakerState::Closed, |c| c.state(now))
     }
 
     /// How many circuits are held.
     pub(crate) fn len(&self) -> usize {
         self.shared.circuits.lock().len()
-    }
-
-    /// Drops closed circuits idle for the idle period.
-    pub(crate) fn sweep(&self, now: Instant) {
-        self.shared.circuits.lock().sweep(now);
     }
 }
 

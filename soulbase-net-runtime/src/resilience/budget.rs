@@ -101,6 +101,7 @@ impl RetryBudgets {
     }
 
     /// How many keys are held.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
     }

@@ -9,8 +9,6 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::random::{shuffle, Random};
-
 /// Frozen endpoints (base URLs as `String`, or `IpAddr`s) and when each thaws.
 ///
 /// Holds at most `max` frozen entries: thawed ones are dropped first, then those that thaw
@@ -54,6 +52,7 @@ impl<K: Eq + Hash + Clone> Freezer<K> {
     }
 
     /// Whether `key` is frozen at `now`; a thawed entry is dropped.
+    #[cfg(test)]
     pub(crate) fn is_frozen(&self, key: &K, now: Instant) -> bool {
         let mut frozen = self.frozen.lock();
         match frozen.get(key) {
@@ -64,11 +63,6 @@ impl<K: Eq + Hash + Clone> Freezer<K> {
             }
             None => false,
         }
-    }
-
-    /// Thaws everything (seed 004 `unfreeze_urls`).
-    pub(crate) fn unfreeze_all(&self) {
-        self.frozen.lock().clear();
     }
 
     /// The candidates to try at `now`, in their given order: the unfrozen ones, or — when all
@@ -92,20 +86,8 @@ impl<K: Eq + Hash + Clone> Freezer<K> {
             .collect()
     }
 
-    /// Like [`choose`](Self::choose), with the unfrozen candidates shuffled by `rng` so load
-    /// spreads over them (seed 004 shuffles resolved addresses).
-    pub(crate) fn choose_shuffled(
-        &self,
-        candidates: &[K],
-        now: Instant,
-        rng: &mut dyn Random,
-    ) -> Vec<K> {
-        let mut chosen = self.choose(candidates, now);
-        shuffle(&mut chosen, rng);
-        chosen
-    }
-
     /// How many entries are frozen or not yet dropped.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.frozen.lock().len()
     }

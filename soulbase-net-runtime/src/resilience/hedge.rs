@@ -34,11 +34,6 @@ impl HedgeSchedule {
         })
     }
 
-    /// The wait between one copy and the next.
-    pub(crate) fn delay(&self) -> Duration {
-        self.delay
-    }
-
     /// When hedge `n` (from 1) starts, after the first attempt's start; `None` past
     /// `max_hedges`.
     pub(crate) fn start_of(&self, n: u32) -> Option<Duration> {
@@ -87,7 +82,7 @@ mod tests {
     #[test]
     fn copies_start_every_delay_up_to_max_hedges() {
         let s = HedgeSchedule::new(&policy(3), true, None).unwrap();
-        assert_eq!(s.delay(), 50 * MS);
+        assert_eq!(s.delay, 50 * MS);
         let starts: Vec<_> = (0..=4).map(|n| s.start_of(n)).collect();
         assert_eq!(
             starts,
@@ -100,7 +95,7 @@ mod tests {
         let s = HedgeSchedule::new(&policy(1), true, Some(120 * MS)).unwrap();
         assert_eq!(s.start_of(1), Some(120 * MS));
         let s = HedgeSchedule::new(&policy(1), true, Some(Duration::ZERO)).unwrap();
-        assert_eq!(s.delay(), MS);
+        assert_eq!(s.delay, MS);
     }
 
     #[test]

@@ -63,17 +63,13 @@ impl<V: Evictable> BoundedMap<V> {
         self.entries.len()
     }
 
-    /// The most keys held at once.
-    pub(crate) fn capacity(&self) -> usize {
-        self.max
-    }
-
     /// Every key and entry, in no particular order, without marking them used.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
         self.entries.iter().map(|(k, s)| (&**k, &s.value))
     }
 
     /// The entry for `key`, without marking it used.
+    #[cfg(test)]
     pub(crate) fn get(&self, key: &str) -> Option<&V> {
         self.entries.get(key).map(|s| &s.value)
     }

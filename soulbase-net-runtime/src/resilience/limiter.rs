@@ -183,6 +183,7 @@ impl Limiter {
     }
 
     /// The gauges of `host`, if it has an entry.
+    #[cfg(test)]
     pub(crate) fn gauges(&self, host: &str) -> Option<LimitGauges> {
         let entry = self.hosts.lock().get(host).cloned()?;
         Some(entry.gauges())
@@ -230,6 +231,7 @@ impl Limiter {
     }
 
     /// How many host entries are held.
+    #[cfg(test)]
     pub(crate) fn hosts_len(&self) -> usize {
         self.hosts.lock().len()
     }

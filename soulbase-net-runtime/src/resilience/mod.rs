@@ -11,12 +11,12 @@
 //! 2. The budget records the request once: [`RetryBudgets::deposit`] for the [`budget_key`].
 //! 3. For each attempt:
 //!    - [`Breakers::admit`] for the [`breaker_key`] → `CircuitOpen` with the rest of the
-//!      cooldown ([`Rejected::into_error`]);
-//!    - choose the endpoint: [`Freezer::choose`] over the base URLs (and
-//!      [`Freezer::choose_shuffled`] over the resolved addresses);
+//!      cooldown ([`Rejected::into_error`](breaker::Rejected::into_error));
+//!    - choose the endpoint: [`Freezer::choose`] over the base URLs, and over the resolved
+//!      addresses (which the resolver has shuffled already when the DNS policy says so);
 //!    - the attempt runs with [`attempt_timeout`] (the dynamic timeout, learnt from a
 //!      [`LatencyWindow`]) and, when hedged, extra copies at [`HedgeSchedule::start_of`];
-//!    - record: [`BreakerPermit::record`] with [`is_failure`], [`LimitPermit::record`] for
+//!    - record: [`BreakerPermit::record`](breaker::BreakerPermit::record) with [`is_failure`], [`LimitPermit::record`] for
 //!      AIMD, the latency into the window, and [`Freezer::freeze`] on a connect/DNS error;
 //!    - [`decide`] → [`RetryDecision::Retry`] or [`RetryDecision::Stop`] (emit
 //!      `RetryScheduled` with the delay and reason);
@@ -28,17 +28,11 @@
 //! Cancellation needs no support here: dropping the request future drops the permits, which
 //! give their slots back, and no further attempt is scheduled.
 //!
-//! Random draws (jitter, shuffling) come from a [`Random`] source: [`FastRand`] in
+//! Random draws (jitter) come from a [`Random`](random::Random) source: [`FastRand`] in
 //! production, fixed draws in tests.
 //!
 //! The limiter's and budgets' gauges reach metrics through the client's `GaugeSource`
 //! ([`Limiter::read_gauges`], [`RetryBudgets::read_gauges`]), read at scrape time.
-
-#![allow(
-    dead_code,
-    unused_imports,
-    reason = "per-key state inspection (breaker state, one host's gauges, key counts), lower-level entry points and address shuffling are used by the unit tests only"
-)]
 
 mod backoff;
 mod breaker;
@@ -54,18 +48,15 @@ mod retry;
 mod window;
 
 pub(crate) use self::backoff::backoff_delay;
-pub(crate) use self::breaker::{
-    breaker_key, is_failure, BreakerPermit, Breakers, Listener, Rejected, Transition,
-};
+pub(crate) use self::breaker::{breaker_key, is_failure, Breakers, Listener, Transition};
 pub(crate) use self::budget::{budget_key, RetryBudgets};
 pub(crate) use self::dynamic::attempt_timeout;
 pub(crate) use self::freeze::Freezer;
 pub(crate) use self::hedge::HedgeSchedule;
-pub(crate) use self::keymap::scoped_key;
 pub(crate) use self::latency::LatencyWindow;
-pub(crate) use self::limiter::{LimitGauges, LimitPermit, Limiter};
-pub(crate) use self::random::{FastRand, Random};
-pub(crate) use self::retry::{decide, is_retryable, AttemptEnd, RetryDecision, StopReason};
+pub(crate) use self::limiter::{LimitPermit, Limiter};
+pub(crate) use self::random::FastRand;
+pub(crate) use self::retry::{decide, AttemptEnd, RetryDecision};
 
 #[cfg(test)]
 mod tests;

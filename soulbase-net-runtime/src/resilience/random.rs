@@ -1,4 +1,4 @@
-//! The injected random source behind jitter and shuffling, so tests can fix the draws.
+//! The injected random source behind jitter, so tests can fix the draws.
 
 /// A source of numbers uniform in `[0, 1)`.
 ///
@@ -36,20 +36,6 @@ pub(crate) fn unit(rng: &mut dyn Random) -> f64 {
     }
 }
 
-/// An index uniform in `0..n` (`n ≥ 1`), never out of range whatever the source returns.
-pub(crate) fn index(rng: &mut dyn Random, n: usize) -> usize {
-    let i = (unit(rng) * n as f64) as usize;
-    i.min(n.saturating_sub(1))
-}
-
-/// Fisher–Yates shuffle driven by `rng`.
-pub(crate) fn shuffle<T>(items: &mut [T], rng: &mut dyn Random) {
-    for i in (1..items.len()).rev() {
-        let j = index(rng, i + 1);
-        items.swap(i, j);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,16 +45,6 @@ mod tests {
         for bad in [f64::NAN, -1.0, 1.0, 7.5, f64::INFINITY] {
             let mut src = move || bad;
             assert!((0.0..=1.0).contains(&unit(&mut src)));
-            assert!(index(&mut src, 3) < 3);
         }
-    }
-
-    #[test]
-    fn shuffle_is_a_permutation() {
-        let mut v: Vec<u32> = (0..50).collect();
-        shuffle(&mut v, &mut FastRand);
-        let mut sorted = v.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, (0..50).collect::<Vec<_>>());
     }
 }

@@ -7,6 +7,7 @@ use soulbase_net_core::Outcome;
 use soulbase_net_policy::{CircuitBreakerPolicy, RetryPolicy};
 use tokio::time::Instant;
 
+use super::keymap::scoped_key;
 use super::*;
 
 const ATTEMPT: Duration = Duration::from_secs(9);

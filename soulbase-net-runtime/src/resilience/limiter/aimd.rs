@@ -169,11 +169,6 @@ impl Aimd {
         self.freed.notify_waiters();
     }
 
-    /// The current limit.
-    pub(crate) fn limit(&self, p: &AimdPolicy) -> u32 {
-        self.state.lock().window.limit(p)
-    }
-
     /// The limit as last computed, once a call has entered the window (the gauge).
     pub(crate) fn gauge(&self) -> Option<u32> {
         let s = self.state.lock();
@@ -255,7 +250,7 @@ mod tests {
         drop(a);
         assert!(aimd.try_acquire(&p).is_some());
         aimd.record(&p, Signal::Success);
-        assert_eq!(aimd.limit(&p), 3);
+        assert_eq!(aimd.state.lock().window.limit(&p), 3);
         assert_eq!(aimd.gauge(), Some(3));
         aimd.record(&p, Signal::Overload);
         assert_eq!(aimd.gauge(), Some(1));

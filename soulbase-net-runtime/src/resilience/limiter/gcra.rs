@@ -43,6 +43,7 @@ impl Gcra {
     }
 
     /// Admits a call at `now`, or says how long until one would be admitted.
+    #[cfg(test)]
     pub(crate) fn check(&mut self, now: Instant) -> Result<(), Duration> {
         self.reserve(now, Duration::ZERO).map(|_| ())
     }
