@@ -65,7 +65,7 @@ pub use crate::policy::dns::DnsPolicy;
 pub use crate::policy::endpoints::EndpointPolicy;
 pub use crate::policy::hedge::HedgePolicy;
 pub use crate::policy::limits::{AimdPolicy, AimdScope, LimitsPolicy};
-pub use crate::policy::proxy::ProxyPolicy;
+pub use crate::policy::proxy::{ProxyPolicy, ProxyResolve};
 pub use crate::policy::redirect::RedirectPolicy;
 pub use crate::policy::retry::{BackoffCfg, JitterMode, RetryBudget, RetryOn, RetryPolicy};
 pub use crate::policy::security::{SandboxGrants, SecurityPolicy};

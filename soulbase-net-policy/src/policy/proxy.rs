@@ -11,7 +11,8 @@ use crate::validate::Checker;
 /// proxy, verified against the policy's trust roots; a CONNECT tunnel then carries the
 /// target's own TLS inside it). Hosts matching `no_proxy` (curl's `NO_PROXY` rules: host names, `.domain`
 /// suffixes, IPs, CIDRs, `*`) connect directly. Through a proxy, literal IP targets and the
-/// host allow-list are still checked locally; name-to-address checks become the proxy's job.
+/// host allow-list are always checked locally; who resolves names, and so who checks the
+/// addresses they resolve to, is [`resolve`](Self::resolve).
 ///
 /// Default: no proxy, environment ignored (`NetPolicy::proxy` is `None` by default).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +32,27 @@ pub struct ProxyPolicy {
     /// Also read `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY` from the environment; explicit
     /// fields win. Default is `false`.
     pub from_env: bool,
+    /// Who resolves target names. Default is [`ProxyResolve::Proxy`].
+    pub resolve: ProxyResolve,
+}
+
+/// Who resolves a target's name when a call goes through a proxy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ProxyResolve {
+    /// The proxy: the name goes to it as written (CONNECT `name:port`, or an absolute-form
+    /// URL), and the address guard cannot see what it resolves to — a name that resolves to
+    /// 10.0.0.1 reaches 10.0.0.1 unless the proxy itself refuses private addresses. Use it
+    /// when the proxy is the egress control (Smokescreen, a filtering squid) or when only the
+    /// proxy can resolve the names. The default, as every HTTP client does it.
+    #[default]
+    Proxy,
+    /// The client: it resolves the name itself, runs the address guard on the answer and has
+    /// the proxy connect to the checked address (`CONNECT ip:port`, for `http` targets too,
+    /// with the request inside the tunnel); the TLS server name and `Host` stay the name. A
+    /// name that resolves to a denied address is `Blocked` and the proxy never hears of it.
+    Local,
 }
 
 impl ProxyPolicy {

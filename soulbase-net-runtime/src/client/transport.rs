@@ -44,7 +44,9 @@ pub(crate) struct Settings {
 /// The connection pool of one connection policy.
 pub(crate) struct Transport {
     pub(crate) pool: Pool,
-    /// The proxy rules, to add proxy credentials to absolute-form requests.
+    /// The proxy rules, to add proxy credentials to absolute-form requests; `None` when no
+    /// request goes in absolute form (no proxy, or names resolved locally: every proxied
+    /// request then goes through a CONNECT tunnel, whose credentials the CONNECT carried).
     pub(crate) proxy: Option<Arc<Matcher>>,
 }
 
@@ -202,6 +204,10 @@ impl Transports {
             NetError::invalid_request(format!("invalid security policy: {e}")).with_source(e)
         })?;
         let proxy = policy.proxy.as_ref().map(|p| Arc::new(proxy_matcher(p)));
+        let resolves_locally = policy
+            .proxy
+            .as_ref()
+            .is_some_and(|p| p.resolve == soulbase_net_policy::ProxyResolve::Local);
         let connector = Connector::new(ConnectorConfig {
             guard,
             tls: crate::tls::client_config(&policy.tls, &s.extra_roots)?,
@@ -222,6 +228,7 @@ impl Transports {
                 .then_some(policy.dns.happy_eyeballs_delay),
             opened: self.opened.clone(),
             proxy: proxy.clone(),
+            proxy_resolves_locally: resolves_locally,
             freeze_addresses: policy
                 .endpoints
                 .freeze
@@ -243,7 +250,11 @@ impl Transports {
                 max_head_bytes: s.max_response_head_bytes,
             },
         );
-        Ok(Transport { pool, proxy })
+        let absolute_form = !resolves_locally;
+        Ok(Transport {
+            pool,
+            proxy: proxy.filter(|_| absolute_form),
+        })
     }
 }
 

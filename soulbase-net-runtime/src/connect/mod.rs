@@ -61,6 +61,9 @@ pub(crate) struct ConnectorConfig {
     pub(crate) freeze_addresses: Option<Duration>,
     /// Which requests go through a proxy; `None` when the policy has no proxy.
     pub(crate) proxy: Option<Arc<Matcher>>,
+    /// `proxy.resolve = "local"`: names are resolved and guarded here, and the proxy is sent
+    /// the checked address.
+    pub(crate) proxy_resolves_locally: bool,
     /// Counts connections opened.
     pub(crate) opened: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -179,10 +182,26 @@ impl Inner {
         port: u16,
         permit: OwnedSemaphorePermit,
     ) -> Result<Conn, NetError> {
-        // The proxy resolves names; literal targets are still checked here.
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            self.cfg.guard.check_addr(host, ip)?;
-        }
+        // Literal targets are always checked here. A name is the proxy's to resolve, unless
+        // the policy resolves locally: then it is resolved and guarded here, and the proxy
+        // is asked for the checked address, through a tunnel for `http` targets too.
+        let target: Option<IpAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => {
+                self.cfg.guard.check_addr(host, ip)?;
+                None
+            }
+            Err(_) if self.cfg.proxy_resolves_locally => {
+                let addrs = self.addresses(host).await?;
+                let allowed = self.cfg.guard.filter_addrs(host, &addrs)?;
+                let first = allowed.first().copied().ok_or_else(|| {
+                    NetError::new(ErrorKind::Dns).with_message(format!("{host} has no address"))
+                })?;
+                Some(first)
+            }
+            Err(_) => None,
+        };
+        let tunnel_to = target.map(|ip| ip.to_string());
+        let tunnel_to = tunnel_to.as_deref().unwrap_or(host);
         let proxy_uri = intercept.uri();
         let proxy_tls = match proxy_uri.scheme_str() {
             Some("http") => None,
@@ -222,11 +241,17 @@ impl Inner {
                 .with_source(e)
         })?;
         let auth = intercept.basic_auth();
+        // Absolute-form requests name the target; resolving locally, every target goes in a
+        // tunnel (to its checked address, or its literal).
+        let absolute_form = !https && !self.cfg.proxy_resolves_locally;
         let Some(proxy_tls) = proxy_tls else {
-            if !https {
+            if absolute_form {
                 return Ok(self.finish(MaybeTls::Plain(tcp), remote, permit, true));
             }
-            proxy::tunnel(&mut tcp, host, port, auth).await?;
+            proxy::tunnel(&mut tcp, tunnel_to, port, auth).await?;
+            if !https {
+                return Ok(self.finish(MaybeTls::Plain(tcp), remote, permit, false));
+            }
             let tls = handshake(&self.cfg.tls, tcp, host).await?;
             return Ok(self.finish(MaybeTls::Tls(Box::new(tls)), remote, permit, false));
         };
@@ -239,10 +264,13 @@ impl Inner {
                 ))
                 .with_source(e)
         })?;
-        if !https {
+        if absolute_form {
             return Ok(self.finish(MaybeTls::Tls(Box::new(to_proxy)), remote, permit, true));
         }
-        proxy::tunnel(&mut to_proxy, host, port, auth).await?;
+        proxy::tunnel(&mut to_proxy, tunnel_to, port, auth).await?;
+        if !https {
+            return Ok(self.finish(MaybeTls::Tls(Box::new(to_proxy)), remote, permit, false));
+        }
         let tls = handshake(&self.cfg.tls, to_proxy, host).await?;
         Ok(self.finish(MaybeTls::TlsInTls(Box::new(tls)), remote, permit, false))
     }

@@ -8,10 +8,12 @@
 //! the proxy only: in the CONNECT request, or on an absolute-form request (which the proxy
 //! consumes); never on a request to an origin.
 //!
-//! Through a proxy, the proxy resolves the target's name, so the address guard can only check
-//! what is visible here: the host allow-list and IP-literal targets. Name-to-address checks
-//! are then the proxy's job. The proxy's own address is operator configuration and is not
-//! subject to the guard.
+//! Through a proxy, the host allow-list and IP-literal targets are always checked here. With
+//! `proxy.resolve = "proxy"` (the default) the proxy resolves the target's name, so checking
+//! the address it resolves to is the proxy's job. With `"local"` the connector resolves the
+//! name, guards the answer and asks the proxy for the checked address (a CONNECT tunnel for
+//! `http` targets too; TLS server name and `Host` stay the name). The proxy's own address is
+//! operator configuration and is not subject to the guard.
 
 use hyper_util::client::proxy::matcher::Matcher;
 use soulbase_net_core::{ErrorKind, NetError};

@@ -2,9 +2,13 @@
 //! absolute-form forwarding, 407, no_proxy, proxy faults, an untrusted proxy certificate, and
 //! the guard still applied to literal targets.
 
+use std::net::IpAddr;
+
 use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
-use soulbase_net_policy::{NetPolicy, ProxyPolicy};
-use soulbase_net_testkit::{CertKit, ConnectProxy, FaultServer, ProxyFault, ProxyOutcome, Reply};
+use soulbase_net_policy::{NetPolicy, ProxyPolicy, ProxyResolve};
+use soulbase_net_testkit::{
+    CertKit, ConnectProxy, FaultServer, MockDns, ProxyFault, ProxyOutcome, Reply,
+};
 
 use crate::support::{harness, harness_with, loopback_policy};
 
@@ -238,4 +242,115 @@ async fn a_tls_proxy_with_an_untrusted_certificate_is_a_proxy_error() {
     assert!(proxy.requests().is_empty());
     assert_eq!(srv.hits("/t"), 0);
     srv.join().await;
+}
+
+/// `via(proxy)` with names resolved by `dns` and, when `local`, by the client.
+fn via_resolving(
+    proxy: &ConnectProxy,
+    creds: Option<&str>,
+    dns: &MockDns,
+    local: bool,
+) -> NetPolicy {
+    let mut p = via(proxy, creds);
+    p.dns.nameservers = vec![dns.addr()];
+    p.dns.prefetch.clear();
+    if let Some(pp) = p.proxy.as_mut() {
+        pp.resolve = if local {
+            ProxyResolve::Local
+        } else {
+            ProxyResolve::Proxy
+        };
+    }
+    p
+}
+
+#[tokio::test]
+async fn a_name_resolving_to_a_private_address_never_reaches_the_proxy_when_resolved_locally() {
+    let dns = MockDns::start().await.unwrap();
+    dns.set_ips("internal.test", &[IpAddr::from([10, 0, 0, 1])], 60);
+    for local in [false, true] {
+        let proxy = ConnectProxy::builder().start().await.unwrap();
+        let h = harness(via_resolving(&proxy, None, &dns, local));
+        for url in ["http://internal.test:8080/", "https://internal.test:8443/"] {
+            let result = h.client.send(NetRequest::get(url)).await;
+            let asked: Vec<String> = proxy.requests().into_iter().map(|r| r.target).collect();
+            if local {
+                // Resolved here, guarded here: refused before the proxy was dialled.
+                let err = result.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::Blocked, "{url}: {err}");
+                assert_eq!(err.code(), ErrorCode::AuthForbidden);
+                assert!(asked.is_empty(), "{asked:?}");
+                assert_eq!(proxy.connections(), 0);
+            } else {
+                // The proxy resolves: the client could not see the address and asked for the
+                // name (this proxy refuses non-loopback targets itself: a 502 to an
+                // absolute-form request, a refused CONNECT).
+                match result {
+                    Ok(res) => assert_eq!(res.status, 502, "{url}"),
+                    Err(e) => assert_eq!(e.kind(), ErrorKind::Proxy, "{url}: {e}"),
+                }
+                assert!(
+                    asked.iter().any(|t| t.contains("internal.test")),
+                    "{asked:?}"
+                );
+            }
+        }
+        assert!(h.dialer.non_loopback().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn local_resolution_sends_the_proxy_the_checked_address_and_keeps_the_name() {
+    let kit = CertKit::new().unwrap();
+    let plain = FaultServer::http1()
+        .route("/x", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let tls = FaultServer::builder()
+        .tls(kit.leaf(&["svc.test"]).unwrap().server_config().unwrap())
+        .route("/x", Reply::echo())
+        .start()
+        .await
+        .unwrap();
+    let dns = MockDns::start().await.unwrap();
+    dns.set_ips("svc.test", &[IpAddr::from([127, 0, 0, 1])], 60);
+    let proxy = ConnectProxy::builder()
+        .basic_auth("u", "pw")
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(via_resolving(&proxy, Some("u:pw"), &dns, true), |b| {
+        b.add_root_certificate(kit.root_der())
+    });
+    for srv in [&plain, &tls] {
+        let port = srv.addr().port();
+        let scheme = if std::ptr::eq(srv, &tls) {
+            "https"
+        } else {
+            "http"
+        };
+        let url = format!("{scheme}://svc.test:{port}/x");
+        let res = h.client.send(NetRequest::get(url.as_str())).await.unwrap();
+        assert_eq!(res.status, 200, "{url}");
+        // The proxy was asked for the address the client checked, in a tunnel, with its
+        // credentials on the CONNECT; the origin saw the name and no proxy credentials.
+        let last = proxy.requests().pop().unwrap();
+        assert_eq!(
+            (last.method.as_str(), last.target.as_str()),
+            ("CONNECT", format!("127.0.0.1:{port}").as_str()),
+            "{url}"
+        );
+        assert!(last.authorized);
+        let seen = srv.requests("/x");
+        // HTTP/1.1 says it in Host, HTTP/2 (over TLS here) in the authority.
+        let authority = seen[0]
+            .header("host")
+            .map(str::to_owned)
+            .or_else(|| seen[0].uri.authority().map(ToString::to_string));
+        assert_eq!(authority, Some(format!("svc.test:{port}")), "{url}");
+        assert_eq!(seen[0].header("proxy-authorization"), None);
+    }
+    plain.join().await;
+    tls.join().await;
 }
