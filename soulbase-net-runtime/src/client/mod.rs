@@ -1,9 +1,14 @@
 //! The client: [`ClientBuilder`] → [`Client`], which implements `NetClient`.
 
+mod attempt;
 mod body;
 mod chain;
+mod follow;
 mod gauges;
+mod hedged;
+mod intercept;
 mod learn;
+mod retries;
 mod send;
 mod transport;
 

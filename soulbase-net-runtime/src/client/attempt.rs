@@ -1,0 +1,319 @@
+//! One attempt: its span and events, the exchange on a pooled connection with the first-byte
+//! timeout, the response body's limits and decoding, and the hyper request it sends.
+
+use std::{
+    future::Future,
+    sync::{atomic::Ordering, Arc},
+    task::Poll,
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request};
+use http_body_util::{BodyExt, Empty, Full};
+use soulbase_net_core::{
+    recent::{recall, Recent},
+    Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
+    Phase, RespBody,
+};
+use tokio::time::Instant;
+use tracing::{field::Empty as Unset, Instrument};
+use url::Url;
+
+use super::send::{record_outcome, Call};
+use super::{
+    body::{MeteredBody, Progress, SendBody},
+    Inner,
+};
+use crate::{
+    body::{check_content_length, decode, LimitedBody},
+    pool::ReqBody,
+};
+
+impl Inner {
+    /// One attempt: connect (or reuse), write, wait for the head, hand over the body; `limit`
+    /// bounds the attempt (the policy's attempt timeout, or the one learnt from latencies).
+    pub(super) async fn attempt(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: &Call<'_>,
+        limit: Duration,
+        attempt: u32,
+        hedge: bool,
+    ) -> Result<NetResponse, NetError> {
+        let began = Instant::now();
+        let span = tracing::info_span!(
+            "http.client.attempt",
+            attempt,
+            hedge,
+            http.request.resend_count = Unset,
+            http.response.status_code = Unset,
+            error.type = Unset,
+        );
+        if attempt > 1 {
+            span.record("http.request.resend_count", attempt - 1);
+        }
+        span.in_scope(|| {
+            self.observer.on_event(&NetEvent::AttemptStarted {
+                req: call.info(),
+                attempt,
+                hedge,
+            });
+        });
+        let result = self
+            .exchange(req, url, call, limit, began)
+            .instrument(span.clone())
+            .await;
+        let result = result.map(|mut res| {
+            res.attempts = attempt;
+            res
+        });
+        let result = result.map_err(|e| {
+            if let ErrorKind::Timeout(phase) = e.kind() {
+                self.observer.on_event(&NetEvent::TimedOut {
+                    req: call.info(),
+                    phase,
+                });
+            }
+            if e.kind() == ErrorKind::Blocked {
+                let denied = e.find_source::<soulbase_net_policy::Denied>();
+                self.observer.on_event(&NetEvent::Blocked {
+                    req: call.info(),
+                    addr: denied.and_then(|d| d.addr),
+                    rule: denied.map_or("address_guard", |d| d.rule.as_str()),
+                });
+            }
+            e.at(&call.labels.method, url.as_str())
+                .with_attempts(attempt)
+        });
+        let (outcome, elapsed) = match &result {
+            Ok(res) => (Outcome::Response(res.status), res.elapsed),
+            Err(e) => (
+                Outcome::Error(e.kind()),
+                Elapsed {
+                    total: began.elapsed(),
+                    ..Elapsed::default()
+                },
+            ),
+        };
+        record_outcome(&span, &outcome, 1);
+        let _inside = span.enter();
+        self.observer.on_event(&NetEvent::AttemptFinished {
+            req: call.info(),
+            attempt,
+            outcome,
+            elapsed,
+        });
+        result
+    }
+
+    pub(super) async fn exchange(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: &Call<'_>,
+        limit: Duration,
+        began: Instant,
+    ) -> Result<NetResponse, NetError> {
+        let timeouts = call.timeouts;
+        let transport = self.transports.get(call.policy)?;
+        let progress = Arc::new(Progress::new(began));
+        let limits = (
+            call.policy.security.max_req_bytes.as_u64(),
+            timeouts.write,
+            progress.clone(),
+        );
+        let mut http_req = self.http_request(req, url, limits)?;
+        let decoding = call.decoding.load(Ordering::Relaxed);
+        if let Some(auth) = proxy_auth(&transport, http_req.uri()) {
+            http_req
+                .headers_mut()
+                .insert(header::PROXY_AUTHORIZATION, auth);
+        }
+        let request = transport.pool.send(http_req);
+        tokio::pin!(request);
+        // The first-byte clock starts when the connection takes the request (the body tells,
+        // see `Progress`); until then only the total deadline applies (the connector bounds
+        // connecting by itself). One timer: set to the earliest moment the first-byte phase
+        // could end, and when it fires, either that is a timeout or it is set again — to the
+        // phase's real end once the request was taken, else one first-byte timeout later.
+        // Nothing on the connection's side has to wake this task.
+        let ttfb_from = |taken: Instant| {
+            let left_in_attempt = limit.saturating_sub(taken.saturating_duration_since(began));
+            call.phase_deadline(Phase::Ttfb, taken, timeouts.ttfb.min(left_in_attempt))
+        };
+        let timer = tokio::time::sleep_until(ttfb_from(began).0);
+        tokio::pin!(timer);
+        let (res, connect) = std::future::poll_fn(|cx| {
+            if let Poll::Ready(res) = request.as_mut().poll(cx) {
+                return Poll::Ready(res);
+            }
+            loop {
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                let now = Instant::now();
+                let (at, phase) = match progress.taken_at() {
+                    Some(taken) => ttfb_from(taken),
+                    // Not taken yet, so no first-byte timeout has begun (this `at` is in the
+                    // future unless it is the total deadline): look again one timeout later.
+                    None => {
+                        let recheck = timeouts.ttfb.max(RECHECK_MIN);
+                        call.phase_deadline(Phase::Ttfb, now, recheck)
+                    }
+                };
+                if now >= at {
+                    return Poll::Ready(Err(NetError::timeout(phase)));
+                }
+                timer.as_mut().reset(at);
+            }
+        })
+        .await?;
+        let head_at = Instant::now();
+        let ttfb = head_at.saturating_duration_since(began);
+        let (mut parts, body) = res.into_parts();
+        let max = call.policy.security.max_resp_bytes.as_u64();
+        check_content_length(&parts.headers, max)?;
+        let limited = LimitedBody::new(body, max)
+            .read_timeout(timeouts.read)
+            .deadline(call.deadline);
+        // Body bytes only: a request without a body reports none.
+        let sent = progress.sent();
+        if sent > 0 {
+            self.observer.on_event(&NetEvent::Bytes {
+                req: call.info(),
+                dir: Direction::Out,
+                bytes: sent,
+            });
+        }
+        // The byte meter wraps whatever the body is, unboxed: one box per response.
+        let (observer, labels) = (&self.observer, &call.labels);
+        let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
+            let decoded = decode(limited, &mut parts.headers, max, decoding)?;
+            if self.observed {
+                MeteredBody::new(decoded, observer.clone(), labels.clone()).boxed_unsync()
+            } else {
+                decoded
+            }
+        } else if self.observed {
+            MeteredBody::new(limited, observer.clone(), labels.clone()).boxed_unsync()
+        } else {
+            limited.boxed_unsync()
+        };
+        Ok(NetResponse {
+            status: parts.status,
+            content_type: parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            headers: parts.headers,
+            body: RespBody::Stream(body),
+            elapsed: Elapsed {
+                connect,
+                ttfb,
+                total: head_at.saturating_duration_since(call.started),
+            },
+            bytes_in: 0,
+            attempts: 1,
+            url: url.as_str().to_owned(),
+        })
+    }
+
+    /// The client's own headers, set once per call on the request (so every attempt's copy of
+    /// the headers has them without growing): the `User-Agent` when the request has none, and
+    /// `Accept-Encoding` when the client decompresses and the request asks for no encoding
+    /// itself. Returns whether responses are to be decoded (the client offered the encodings).
+    pub(super) fn default_headers(&self, req: &mut NetRequest) -> bool {
+        req.headers
+            .entry(header::USER_AGENT)
+            .or_insert_with(|| self.user_agent.clone());
+        let decoding = self.decompress && !req.headers.contains_key(header::ACCEPT_ENCODING);
+        if decoding {
+            req.headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static(ACCEPT_ENCODING),
+            );
+        }
+        decoding
+    }
+
+    /// The hyper request for one attempt.
+    pub(super) fn http_request(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        limits: (u64, Duration, Arc<Progress>),
+    ) -> Result<Request<ReqBody>, NetError> {
+        let uri = request_uri(url).map_err(|e| {
+            NetError::invalid_request("url is not a valid request target").with_source(e)
+        })?;
+        let (max, write_timeout, progress) = limits;
+        // Every body goes through `SendBody`, which tells the attempt when the connection
+        // took the request; boxed once.
+        let body: ReqBody = match &req.body {
+            Body::Bytes(b) => send_body(Full::new(b.clone()), max, write_timeout, progress),
+            Body::Json(_) | Body::Stream(_) => match std::mem::take(&mut req.body) {
+                Body::Stream(s) => send_body(s.into_inner(), max, write_timeout, progress),
+                other => {
+                    let bytes = other.to_bytes()?.unwrap_or_default();
+                    req.body = Body::Bytes(bytes.clone());
+                    send_body(Full::new(bytes), max, write_timeout, progress)
+                }
+            },
+            _ => send_body(Empty::new(), max, write_timeout, progress),
+        };
+        // Built in place: the builder would check again what `validate` and the parse of
+        // `uri` already did.
+        let mut http_req = Request::new(body);
+        *http_req.method_mut() = req.method.clone();
+        *http_req.uri_mut() = uri;
+        *http_req.headers_mut() = req.headers.clone();
+        // Proxy credentials come from the proxy policy and go to the proxy only; one set on
+        // the request would otherwise reach the origin.
+        http_req.headers_mut().remove(header::PROXY_AUTHORIZATION);
+        Ok(http_req)
+    }
+}
+
+/// The proxy credentials for an `http` request that goes to a proxy in absolute form; the
+/// proxy consumes them. `https` requests carry none (the tunnel was authorised by CONNECT).
+fn proxy_auth(transport: &super::transport::Transport, uri: &http::Uri) -> Option<HeaderValue> {
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    transport
+        .proxy
+        .as_ref()?
+        .intercept(uri)?
+        .basic_auth()
+        .cloned()
+}
+
+/// The request target of `url`, remembered per thread for the last few URLs (a hit is a
+/// compare and a few reference counts instead of a parse and a copy).
+fn request_uri(url: &Url) -> Result<http::Uri, http::uri::InvalidUri> {
+    recall(&RECENT_URIS, 8, url.as_str(), str::parse)
+}
+
+/// `body` as sent for one attempt (see `SendBody`), boxed.
+fn send_body<B>(body: B, max: u64, write_timeout: Duration, progress: Arc<Progress>) -> ReqBody
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<soulbase_net_core::BoxError>,
+{
+    SendBody::new(body, max, write_timeout, progress).boxed_unsync()
+}
+
+thread_local! {
+    /// The last URLs this thread turned into request targets.
+    static RECENT_URIS: Recent<http::Uri> = const { Recent::new(Vec::new()) };
+}
+
+/// The least time before a first-byte timer that fired while the connection had not taken
+/// the request yet looks again (a zero first-byte timeout would otherwise spin).
+const RECHECK_MIN: Duration = Duration::from_millis(1);
+
+/// The encodings the client decodes when it offers them itself.
+const ACCEPT_ENCODING: &str = "gzip, br, zstd";

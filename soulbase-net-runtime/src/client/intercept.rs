@@ -1,0 +1,125 @@
+//! Before the attempts: the `before` interceptors, the request's final checks (its body
+//! serialised once, its size, its `Idempotency-Key`), `respond` interceptors that answer
+//! without a request, a resend asked for by `should_resend`, and `after` / `on_error`.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method};
+use soulbase_net_core::{Body, NetError, NetRequest, NetResponse};
+use url::Url;
+
+use super::send::{record_trace, Attempts, Call};
+use super::Inner;
+
+impl Inner {
+    /// Interceptors and the attempt; `after` or `on_error` at the end.
+    pub(super) async fn run(
+        &self,
+        req: &mut NetRequest,
+        url: Url,
+        call: &Call<'_>,
+    ) -> Result<NetResponse, NetError> {
+        // What `before` may change that the parsed URL depends on; without interceptors
+        // nothing can, and the URL parsed by `send` stands.
+        let target =
+            (!self.interceptors.before.is_empty()).then(|| (req.url.clone(), req.query.clone()));
+        for interceptor in &self.interceptors.before {
+            if let Err(e) = interceptor.before(req).await {
+                return Err(self.after_error(req, e).await);
+            }
+        }
+        record_trace(req);
+        let prepared = prepare_body(req).and_then(|()| {
+            let url = match target {
+                Some((u, q)) if u != req.url || q != req.query => req.validate(u64::MAX)?,
+                Some(_) => {
+                    req.check_headers()?;
+                    url
+                }
+                None => url,
+            };
+            req.check_body_size(call.policy.security.max_req_bytes.as_u64())?;
+            ensure_idempotency_key(req)?;
+            Ok(url)
+        });
+        let url = match prepared {
+            Ok(url) => url,
+            Err(e) => return Err(self.after_error(req, e).await),
+        };
+        let decoding = self.default_headers(req);
+        call.decoding.store(decoding, Ordering::Relaxed);
+        for interceptor in &self.interceptors.respond {
+            if let Some(answer) = interceptor.respond(req).await {
+                return answer;
+            }
+        }
+        let mut attempts = Attempts::default();
+        // A resend starts from the request as the caller built it (after `before`), not from
+        // the last redirect hop's (which may have turned a POST into a GET, dropped the body
+        // or stripped credentials): kept only when an interceptor may ask for a resend.
+        let original = if self.interceptors.should_resend.is_empty() {
+            None
+        } else {
+            req.try_clone()
+        };
+        let mut result = self.follow(req, url.clone(), call, &mut attempts).await;
+        if let (Ok(res), Some(mut original)) = (&mut result, original) {
+            let mut resend = false;
+            for interceptor in &self.interceptors.should_resend {
+                if interceptor.should_resend(&mut original, res).await {
+                    resend = true;
+                    break;
+                }
+            }
+            if resend {
+                drop(result);
+                *req = original;
+                attempts.this_send = 0;
+                result = self.follow(req, url, call, &mut attempts).await;
+            }
+        }
+        match result {
+            Ok(mut res) => {
+                for interceptor in self.interceptors.after.iter().rev() {
+                    if let Err(e) = interceptor.after(req, &mut res).await {
+                        return Err(self.after_error(req, e).await);
+                    }
+                }
+                Ok(res)
+            }
+            Err(e) => Err(self.after_error(req, e).await),
+        }
+    }
+}
+
+/// Gives an idempotent POST or PATCH an `Idempotency-Key` when it has none, so that every
+/// copy of the call (retries, hedges, a resend) carries the same key and the server can drop
+/// duplicates — whatever the retry setting: hedged copies are copies too. The key comes from
+/// the OS CSPRNG ([`soulbase_net_core::new_idempotency_key`]).
+fn ensure_idempotency_key(req: &mut NetRequest) -> Result<(), NetError> {
+    const IDEMPOTENCY_KEY: &str = "idempotency-key";
+    let wants_key = req.idempotent && matches!(req.method, Method::POST | Method::PATCH);
+    if !wants_key || req.headers.contains_key(IDEMPOTENCY_KEY) {
+        return Ok(());
+    }
+    let key = soulbase_net_core::new_idempotency_key()?;
+    // 32 hex digits: always a valid header value.
+    if let Ok(value) = HeaderValue::from_str(&key) {
+        req.headers.insert(IDEMPOTENCY_KEY, value);
+    }
+    Ok(())
+}
+
+/// Serialises a JSON body once (so every attempt sends the same bytes) and sets its
+/// `Content-Type` when the request has none.
+fn prepare_body(req: &mut NetRequest) -> Result<(), NetError> {
+    if let Body::Json(_) = &req.body {
+        let bytes: Bytes = req.body.to_bytes()?.unwrap_or_default();
+        req.headers
+            .entry(header::CONTENT_TYPE)
+            .or_insert(HeaderValue::from_static("application/json"));
+        req.body = Body::Bytes(bytes);
+    }
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Between two attempts: breaker admission, the retry decision (outcome, replayable request,
+//! attempts left, `Retry-After`, deadline), the retry budget, and the wait.
+
+use std::borrow::Cow;
+
+use http::header;
+use soulbase_net_core::{
+    parse_retry_after, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
+};
+use tokio::time::Instant;
+use url::Url;
+
+use super::send::{Attempts, Call};
+use super::Inner;
+use crate::resilience::{
+    breaker_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule, RetryDecision,
+};
+
+impl Inner {
+    /// Attempts to `url` until one succeeds or the policy stops retrying: breaker admission
+    /// before each, the retry decision (retryable outcome, replayable request, attempts left,
+    /// `Retry-After`, deadline) and the retry budget after each.
+    pub(super) async fn with_retries(
+        &self,
+        req: &mut NetRequest,
+        url: &Url,
+        call: &Call<'_>,
+        budget: &str,
+        attempts: &mut Attempts,
+    ) -> Result<NetResponse, NetError> {
+        let policy = call.policy;
+        let replayable = req.is_replayable();
+        let breaker = if policy.cbreaker.enabled {
+            breaker_key(&policy.cbreaker, call.host(), call.labels.tenant.as_deref())
+        } else {
+            Cow::Borrowed("")
+        };
+        loop {
+            let now = Instant::now();
+            let permit = match self.breakers.admit(&breaker, &policy.cbreaker, now) {
+                Ok(permit) => permit,
+                Err(rejected) => {
+                    self.observer
+                        .on_event(&NetEvent::BreakerRejected { req: call.info() });
+                    return Err(rejected
+                        .into_error()
+                        .with_message(format!("circuit for {breaker} is open"))
+                        .at(&call.labels.method, url.as_str())
+                        .with_attempts(attempts.made));
+                }
+            };
+            let target = self.endpoints.target(url, &policy.endpoints, now);
+            let learnt =
+                self.latencies
+                    .timeout(call.host(), &policy.timeout.dynamic, call.timeouts.attempt);
+            let began = now;
+            let schedule = HedgeSchedule::new(&policy.hedge, replayable, None);
+            let result = match schedule {
+                // Boxed: a rare path whose future would otherwise enlarge every call's.
+                Some(schedule) => {
+                    Box::pin(self.hedged(req, &target, call, learnt, attempts, schedule, budget))
+                        .await
+                }
+                None => {
+                    let n = attempts.next();
+                    for interceptor in &self.interceptors.on_attempt {
+                        interceptor.on_attempt(req, n);
+                    }
+                    self.attempt(req, &target, call, learnt, n, false).await
+                }
+            };
+            match &result {
+                Ok(res) if res.status.as_u16() < 500 && policy.timeout.dynamic.enabled => {
+                    self.latencies.record(call.host(), res.elapsed.ttfb);
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Connect | ErrorKind::Dns) => {
+                    self.endpoints
+                        .fail(&target, &policy.endpoints, Instant::now());
+                }
+                _ => {}
+            }
+            let outcome = match &result {
+                Ok(res) => Outcome::Response(res.status),
+                Err(e) => Outcome::Error(e.kind()),
+            };
+            let failure = is_failure(outcome, policy.cbreaker.count_5xx);
+            let ended = Instant::now();
+            permit.record(failure, ended.saturating_duration_since(began), ended);
+            let end = AttemptEnd {
+                attempt: attempts.this_send,
+                outcome,
+                // Looked for only on an answer that may be retried; the wall clock is read
+                // only for one that names a time.
+                retry_after: result
+                    .as_ref()
+                    .ok()
+                    .filter(|_| !outcome.is_success())
+                    .and_then(|r| r.headers.get(header::RETRY_AFTER))
+                    .and_then(|v| parse_retry_after(v, std::time::SystemTime::now())),
+                time_left: call
+                    .deadline
+                    .saturating_duration_since(ended)
+                    .saturating_sub(call.timeouts.margin),
+                attempt_timeout: learnt,
+            };
+            let delay = match decide(&policy.retry, replayable, &end, &mut FastRand) {
+                RetryDecision::Stop(_) => return result,
+                RetryDecision::Retry { delay, .. } => delay,
+            };
+            if !self
+                .budgets
+                .try_withdraw(budget, &policy.retry.budget, Instant::now())
+            {
+                self.observer.on_event(&NetEvent::RetryBudgetExhausted {
+                    req: call.info(),
+                    reason: outcome,
+                });
+                return result;
+            }
+            self.observer.on_event(&NetEvent::RetryScheduled {
+                req: call.info(),
+                attempt: attempts.made,
+                reason: outcome,
+                delay,
+            });
+            drop(result);
+            // Boxed: waiting to retry is rare, and a timer would enlarge every call's future.
+            Box::pin(tokio::time::sleep(delay)).await;
+        }
+    }
+}
