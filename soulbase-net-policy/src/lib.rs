@@ -62,7 +62,7 @@ pub use crate::host::{normalize_host, HostPattern, HostPatternError, HostPattern
 pub use crate::policy::breaker::{CbKey, CircuitBreakerPolicy, SlowCallCfg};
 pub use crate::policy::cache::CacheHookPolicy;
 pub use crate::policy::dns::DnsPolicy;
-pub use crate::policy::endpoints::EndpointPolicy;
+pub use crate::policy::endpoints::{EndpointPolicy, FreezeOn};
 pub use crate::policy::hedge::HedgePolicy;
 pub use crate::policy::limits::{AimdPolicy, AimdScope, LimitsPolicy};
 pub use crate::policy::proxy::{ProxyPolicy, ProxyResolve};

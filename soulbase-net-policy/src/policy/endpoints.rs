@@ -8,11 +8,15 @@ use crate::validate::Checker;
 
 /// Alternate endpoints and endpoint freezing (seed 004 DomainsManager).
 ///
-/// A base URL whose attempt failed (connect error, timeout, 5xx) is frozen for
-/// `frozen_duration`; the next attempts use the other `urls`. When every one is frozen, the one
-/// that unfreezes first is tried.
+/// A base URL whose attempt failed in one of the ways `freeze_on` lists (by default: DNS or
+/// connect error, timeout, 5xx) is frozen for `frozen_duration`; the next attempts use the
+/// other `urls`. When every one is frozen, the one that thaws first is tried. Independently,
+/// with `freeze_addresses`, an IP address of a name that failed to connect is skipped for
+/// `frozen_duration` among the name's other addresses (when all are frozen, the one that thaws
+/// first is dialled).
 ///
-/// Default: freezing on for 10m (seed 004 `url_frozen_duration`), no alternate URLs.
+/// Default: freezing on for 10m (seed 004 `url_frozen_duration`) on every failure kind, per
+/// address too, no alternate URLs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
@@ -25,6 +29,35 @@ pub struct EndpointPolicy {
     /// Alternate base URLs (scheme + authority, e.g. `https://eu.api.example.com`) for the
     /// request's origin; empty means only the request's own. Default is empty.
     pub urls: Vec<String>,
+    /// Which failures of an attempt freeze its base URL. Default is all of them: `dns`,
+    /// `connect`, `timeout`, `status_5xx`.
+    pub freeze_on: Vec<FreezeOn>,
+    /// Freeze single IP addresses of a name that failed to connect (skipped among the name's
+    /// other addresses while frozen). Default is `true`.
+    pub freeze_addresses: bool,
+}
+
+/// A kind of failure that freezes a base URL (`endpoints.freeze_on`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FreezeOn {
+    /// The name did not resolve.
+    Dns,
+    /// No connection could be opened (refused, unreachable, TLS handshake failed).
+    Connect,
+    /// A phase timeout of the attempt (connect, first byte, read, write).
+    Timeout,
+    /// A 5xx answer.
+    #[serde(rename = "status_5xx")]
+    Status5xx,
+}
+
+impl EndpointPolicy {
+    /// Whether a failure of kind `on` freezes a base URL under this policy.
+    pub fn freezes_on(&self, on: FreezeOn) -> bool {
+        self.freeze && self.freeze_on.contains(&on)
+    }
 }
 
 impl Default for EndpointPolicy {
@@ -33,6 +66,13 @@ impl Default for EndpointPolicy {
             freeze: true,
             frozen_duration: Duration::from_secs(600),
             urls: Vec::new(),
+            freeze_on: vec![
+                FreezeOn::Dns,
+                FreezeOn::Connect,
+                FreezeOn::Timeout,
+                FreezeOn::Status5xx,
+            ],
+            freeze_addresses: true,
         }
     }
 }

@@ -1,12 +1,17 @@
 //! What the client learns from its own traffic: recent latencies per host (for the dynamic
 //! timeout of seed 001) and frozen endpoints (seed 004's DomainsManager).
 
-use std::{borrow::Cow, time::Duration};
+use std::{
+    borrow::Cow,
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
 
 use foldhash::HashMap;
 
 use parking_lot::Mutex;
-use soulbase_net_policy::{DynamicTimeout, EndpointPolicy};
+use soulbase_net_core::NetError;
+use soulbase_net_policy::{DynamicTimeout, EndpointPolicy, FreezeOn};
 use tokio::time::Instant;
 use url::Url;
 
@@ -53,21 +58,45 @@ impl Latencies {
     }
 }
 
-/// Origins that failed to connect, frozen for `endpoints.frozen_duration`.
+/// Base URLs (origins) frozen after a failure or by hand, for `endpoints.frozen_duration`;
+/// saved to a file when the client persists them.
 #[derive(Debug)]
 pub(crate) struct Endpoints {
     frozen: Freezer<String>,
+    /// Where the frozen origins are saved (next to the DNS cache file), if anywhere.
+    file: Option<PathBuf>,
 }
 
 impl Default for Endpoints {
     fn default() -> Self {
         Endpoints {
             frozen: Freezer::new(MAX_HOSTS),
+            file: None,
         }
     }
 }
 
 impl Endpoints {
+    /// Frozen origins saved to (and first loaded from) `file`. Entries already thawed, or
+    /// that cannot be read, are left out; an unreadable file is an error.
+    pub(crate) fn persisted(file: PathBuf) -> Result<Self, NetError> {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let this = Endpoints {
+            frozen: Freezer::new(MAX_HOSTS),
+            file: None,
+        };
+        for (origin, thaws) in crate::dns::load_frozen(&file)? {
+            if let Ok(left) = thaws.duration_since(wall) {
+                this.frozen.freeze(&origin, left, now);
+            }
+        }
+        Ok(Endpoints {
+            file: Some(file),
+            ..this
+        })
+    }
+
     /// The URL to use for this attempt: `url` itself, or — when the policy lists alternative
     /// origins (`endpoints.urls`) — the same path on the first origin that is not frozen (when
     /// all are frozen, the one that thaws first).
@@ -99,11 +128,52 @@ impl Endpoints {
         }
     }
 
-    /// Freezes the origin of `url` after a connect or DNS failure, when the policy freezes.
-    pub(crate) fn fail(&self, url: &Url, p: &EndpointPolicy, now: Instant) {
-        if p.freeze && !p.urls.is_empty() {
+    /// Freezes the origin of `url` after a failure of kind `on`, when the policy freezes on
+    /// it and has alternatives to move to. Returns whether it froze something (then the
+    /// frozen set may be saved: [`Endpoints::save`]).
+    pub(crate) fn fail(&self, url: &Url, p: &EndpointPolicy, on: FreezeOn, now: Instant) -> bool {
+        if p.freezes_on(on) && !p.urls.is_empty() {
             self.frozen.freeze(&origin(url), p.frozen_duration, now);
+            return true;
         }
+        false
+    }
+
+    /// Freezes the origin of `url` for `duration`, whatever the policy (by hand).
+    pub(crate) fn freeze(&self, url: &Url, duration: Duration, now: Instant) {
+        self.frozen.freeze(&origin(url), duration, now);
+    }
+
+    /// Thaws the origin of `url`. Returns whether it was frozen.
+    pub(crate) fn unfreeze(&self, url: &Url) -> bool {
+        self.frozen.unfreeze(&origin(url))
+    }
+
+    /// The frozen origins and how long each stays frozen from `now`.
+    pub(crate) fn frozen(&self, now: Instant) -> Vec<(String, Duration)> {
+        let mut out: Vec<(String, Duration)> = self
+            .frozen
+            .entries(now)
+            .into_iter()
+            .map(|(o, t)| (o, t.saturating_duration_since(now)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// A job that saves the frozen set to the client's file (blocking: run it off the async
+    /// threads), or `None` when the client does not persist.
+    pub(crate) fn save(&self) -> Option<impl FnOnce() -> Result<(), NetError> + Send + 'static> {
+        let file = self.file.clone()?;
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let entries: Vec<(String, SystemTime)> = self
+            .frozen
+            .entries(now)
+            .into_iter()
+            .map(|(o, t)| (o, wall + t.saturating_duration_since(now)))
+            .collect();
+        Some(move || crate::dns::save_frozen(&file, &entries))
     }
 }
 
@@ -137,11 +207,11 @@ mod tests {
             e.target(&url, &p, now).as_str(),
             "https://a.example/v1/x?q=1"
         );
-        e.fail(&url, &p, now);
+        e.fail(&url, &p, FreezeOn::Connect, now);
         let moved = e.target(&url, &p, now);
         assert_eq!(moved.as_str(), "https://b.example:8443/v1/x?q=1");
         // Both frozen: the one that thaws first (a) is tried.
-        e.fail(&moved, &p, now + Duration::from_secs(1));
+        e.fail(&moved, &p, FreezeOn::Connect, now + Duration::from_secs(1));
         assert_eq!(
             e.target(&url, &p, now + Duration::from_secs(2)).host_str(),
             Some("a.example")
@@ -156,7 +226,7 @@ mod tests {
         let e = Endpoints::default();
         let p = EndpointPolicy::default();
         let url = Url::parse("http://a.example/").unwrap();
-        e.fail(&url, &p, Instant::now());
+        e.fail(&url, &p, FreezeOn::Connect, Instant::now());
         assert_eq!(*e.target(&url, &p, Instant::now()), url);
     }
 }

@@ -258,6 +258,11 @@ impl ClientBuilder {
         if !default_policy.dns.prefetch.is_empty() {
             transports.warm_dns(&default_policy)?;
         }
+        // Frozen base URLs survive a restart next to the DNS cache file, when there is one.
+        let endpoints = match &default_policy.dns.persist_file {
+            Some(file) => learn::Endpoints::persisted(crate::dns::frozen_path(file))?,
+            None => learn::Endpoints::default(),
+        };
         let events = self.observer.clone();
         let listener: crate::resilience::Listener = Box::new(move |key: &str, t: Transition| {
             events.on_event(&soulbase_net_core::NetEvent::BreakerTransition {
@@ -296,7 +301,7 @@ impl ClientBuilder {
                 limiter,
                 gauges,
                 latencies: learn::Latencies::default(),
-                endpoints: learn::Endpoints::default(),
+                endpoints,
             }),
         })
     }
@@ -350,11 +355,59 @@ impl Client {
         self.inner.transports.live().len()
     }
 
+    /// Freezes the base URL (scheme, host, port) of `url` for `duration`: while frozen, calls
+    /// to it go to the policy's alternative `endpoints.urls` (when all are frozen, to the one
+    /// that thaws first). For an operator draining an origin; saved like failures' freezes
+    /// when the client persists them (see `endpoints` in the policy reference).
+    ///
+    /// # Errors
+    /// `InvalidRequest` for a `url` that does not parse; `Io` when the frozen set cannot be
+    /// saved (the freeze holds all the same).
+    pub fn freeze_endpoint(&self, url: &str, duration: Duration) -> Result<(), NetError> {
+        let url = parse_endpoint(url)?;
+        self.inner
+            .endpoints
+            .freeze(&url, duration, tokio::time::Instant::now());
+        self.save_endpoints()
+    }
+
+    /// Thaws the base URL of `url` at once. Returns whether it was frozen.
+    ///
+    /// # Errors
+    /// As [`freeze_endpoint`](Self::freeze_endpoint).
+    pub fn unfreeze_endpoint(&self, url: &str) -> Result<bool, NetError> {
+        let url = parse_endpoint(url)?;
+        let was = self.inner.endpoints.unfreeze(&url);
+        self.save_endpoints()?;
+        Ok(was)
+    }
+
+    /// The frozen base URLs (`scheme://host:port` as origins serialise) and how long each
+    /// stays frozen, sorted.
+    pub fn frozen_endpoints(&self) -> Vec<(String, Duration)> {
+        self.inner.endpoints.frozen(tokio::time::Instant::now())
+    }
+
+    /// Saves the frozen set now (a small synchronous write), when the client persists it.
+    fn save_endpoints(&self) -> Result<(), NetError> {
+        match self.inner.endpoints.save() {
+            Some(save) => save(),
+            None => Ok(()),
+        }
+    }
+
     /// The number of DNS resolvers (caches, with their background tasks) the client keeps:
     /// one per distinct DNS policy in use, plus the one warmed when the client was built.
     pub fn live_dns_resolvers(&self) -> usize {
         self.inner.transports.live_resolvers()
     }
+}
+
+/// The URL whose base is frozen or thawed by hand.
+fn parse_endpoint(url: &str) -> Result<url::Url, NetError> {
+    url::Url::parse(url).map_err(|e| {
+        NetError::invalid_request(format!("`{url}` is not an absolute URL")).with_source(e)
+    })
 }
 
 impl fmt::Debug for Client {

@@ -7,6 +7,7 @@ use http::header;
 use soulbase_net_core::{
     parse_retry_after, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
 };
+use soulbase_net_policy::FreezeOn;
 use tokio::time::Instant;
 use url::Url;
 
@@ -69,15 +70,34 @@ impl Inner {
                     self.attempt(req, &target, call, learnt, n, false).await
                 }
             };
-            match &result {
-                Ok(res) if res.status.as_u16() < 500 && policy.timeout.dynamic.enabled => {
+            if let Ok(res) = &result {
+                if res.status.as_u16() < 500 && policy.timeout.dynamic.enabled {
                     self.latencies.record(call.host(), res.elapsed.ttfb);
                 }
-                Err(e) if matches!(e.kind(), ErrorKind::Connect | ErrorKind::Dns) => {
-                    self.endpoints
-                        .fail(&target, &policy.endpoints, Instant::now());
+            }
+            // The failures that freeze a base URL (`endpoints.freeze_on`); a change of the
+            // frozen set is saved before the next attempt when the client persists it.
+            let freeze_on = match &result {
+                Ok(res) if res.status.is_server_error() => Some(FreezeOn::Status5xx),
+                Err(e) => match e.kind() {
+                    ErrorKind::Dns => Some(FreezeOn::Dns),
+                    ErrorKind::Connect | ErrorKind::Tls => Some(FreezeOn::Connect),
+                    ErrorKind::Timeout(_) => Some(FreezeOn::Timeout),
+                    _ => None,
+                },
+                Ok(_) => None,
+            };
+            if let Some(on) = freeze_on {
+                if self
+                    .endpoints
+                    .fail(&target, &policy.endpoints, on, Instant::now())
+                {
+                    if let Some(save) = self.endpoints.save() {
+                        if let Ok(Err(e)) = tokio::task::spawn_blocking(save).await {
+                            tracing::warn!(error = %e, "frozen endpoints not saved");
+                        }
+                    }
                 }
-                _ => {}
             }
             let outcome = match &result {
                 Ok(res) => Outcome::Response(res.status),

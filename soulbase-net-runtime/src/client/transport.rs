@@ -229,9 +229,7 @@ impl Transports {
             opened: self.opened.clone(),
             proxy: proxy.clone(),
             proxy_resolves_locally: resolves_locally,
-            freeze_addresses: policy
-                .endpoints
-                .freeze
+            freeze_addresses: (policy.endpoints.freeze && policy.endpoints.freeze_addresses)
                 .then_some(policy.endpoints.frozen_duration),
         });
         let pool = Pool::new(

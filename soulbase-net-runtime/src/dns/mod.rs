@@ -6,6 +6,8 @@ mod background;
 pub(crate) mod cache;
 mod order;
 mod persist;
+
+pub(crate) use persist::{frozen_path, load_frozen, save_frozen};
 mod upstream;
 
 use std::collections::HashMap;

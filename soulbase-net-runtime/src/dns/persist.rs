@@ -143,6 +143,93 @@ pub(crate) fn load(path: &Path) -> Result<Vec<Saved>, NetError> {
         .collect())
 }
 
+/// The frozen base URLs on disk, next to the DNS cache: origin + wall-clock thaw time.
+///
+/// ```json
+/// {"version":1,"frozen":[{"origin":"https://a.example.com","thaws_unix_ms":1767225600000}]}
+/// ```
+#[derive(Debug, Serialize, Deserialize)]
+struct FrozenFile {
+    version: u32,
+    frozen: Vec<FrozenEntry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct FrozenEntry {
+    origin: String,
+    thaws_unix_ms: u64,
+}
+
+fn frozen_io_error(what: &str, path: &Path, e: io::Error) -> NetError {
+    NetError::new(ErrorKind::Io)
+        .with_message(format!(
+            "cannot {what} the frozen endpoints file {}",
+            path.display()
+        ))
+        .with_source(e)
+}
+
+/// Where the frozen base URLs are kept for a DNS cache file: `<file>.frozen`.
+pub(crate) fn frozen_path(dns_file: &Path) -> PathBuf {
+    let mut name = dns_file.as_os_str().to_owned();
+    name.push(".frozen");
+    PathBuf::from(name)
+}
+
+/// Writes the frozen origins to `path` atomically. Blocking.
+///
+/// # Errors
+/// `Io` when the file cannot be written.
+pub(crate) fn save_frozen(path: &Path, entries: &[(String, SystemTime)]) -> Result<(), NetError> {
+    let file = FrozenFile {
+        version: VERSION,
+        frozen: entries
+            .iter()
+            .map(|(origin, thaws)| FrozenEntry {
+                origin: origin.clone(),
+                thaws_unix_ms: to_unix_ms(*thaws),
+            })
+            .collect(),
+    };
+    let json = serde_json::to_vec(&file).map_err(|e| {
+        NetError::new(ErrorKind::Io)
+            .with_message("cannot encode the frozen endpoints")
+            .with_source(e)
+    })?;
+    let tmp = temp_path(path);
+    let written = write_synced(&tmp, &json).and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(frozen_io_error("write", path, e));
+    }
+    Ok(())
+}
+
+/// Reads the frozen origins saved in `path`. A missing file is none.
+///
+/// # Errors
+/// `Io` when the file exists but cannot be read or is not a frozen-endpoints file.
+pub(crate) fn load_frozen(path: &Path) -> Result<Vec<(String, SystemTime)>, NetError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(frozen_io_error("read", path, e)),
+    };
+    let file: FrozenFile = serde_json::from_slice(&bytes).map_err(|e| {
+        NetError::new(ErrorKind::Io)
+            .with_message(format!(
+                "the frozen endpoints file {} is not valid",
+                path.display()
+            ))
+            .with_source(e)
+    })?;
+    Ok(file
+        .frozen
+        .into_iter()
+        .map(|e| (e.origin, from_unix_ms(e.thaws_unix_ms)))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,18 @@ impl<K: Eq + Hash + Clone> Freezer<K> {
         *t = (*t).max(until);
     }
 
+    /// Thaws `key` at once. Returns whether it was frozen.
+    pub(crate) fn unfreeze(&self, key: &K) -> bool {
+        self.frozen.lock().remove(key).is_some()
+    }
+
+    /// The entries still frozen at `now`, with when each thaws.
+    pub(crate) fn entries(&self, now: Instant) -> Vec<(K, Instant)> {
+        let mut frozen = self.frozen.lock();
+        frozen.retain(|_, t| *t > now);
+        frozen.iter().map(|(k, t)| (k.clone(), *t)).collect()
+    }
+
     /// Whether `key` is frozen at `now`; a thawed entry is dropped.
     #[cfg(test)]
     pub(crate) fn is_frozen(&self, key: &K, now: Instant) -> bool {

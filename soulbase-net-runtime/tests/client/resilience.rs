@@ -445,6 +445,140 @@ async fn a_failing_origin_is_frozen_and_the_alternative_serves() {
 }
 
 #[tokio::test]
+async fn a_5xx_or_a_timeout_freezes_the_origin_as_freeze_on_says() {
+    use soulbase_net_policy::FreezeOn;
+    for (case, freeze_on) in [
+        ("5xx", vec![FreezeOn::Status5xx]),
+        ("timeout", vec![FreezeOn::Timeout]),
+        ("connect only", vec![FreezeOn::Connect]),
+    ] {
+        let bad_reply = if case == "timeout" {
+            Reply::ok("late").delay(Duration::from_secs(2))
+        } else {
+            Reply::status(503)
+        };
+        let mut bad = FaultServer::http1()
+            .route("/v1/x", bad_reply)
+            .start()
+            .await
+            .unwrap();
+        let good = FaultServer::http1()
+            .route("/v1/x", Reply::ok("alt"))
+            .start()
+            .await
+            .unwrap();
+        let mut p = quick(loopback_policy());
+        p.endpoints.urls = vec![good.origin().to_owned()];
+        p.endpoints.freeze_on = freeze_on;
+        p.timeout.ttfb = Duration::from_millis(150);
+        let h = harness(p);
+        let url = bad.url("/v1/x");
+        let res = h.client.send(NetRequest::get(url.as_str())).await;
+        if case == "connect only" {
+            // A 503 does not freeze under this policy: every retry goes to the same origin.
+            assert_eq!(res.unwrap().status, 503, "{case}");
+            assert_eq!((bad.hits("/v1/x"), good.hits("/v1/x")), (3, 0), "{case}");
+            assert!(h.client.frozen_endpoints().is_empty());
+        } else {
+            // The first attempt fails and freezes the origin; the retry and the next call go
+            // to the alternative.
+            let res = res.unwrap();
+            assert_eq!((res.status.as_u16(), res.attempts), (200, 2), "{case}");
+            let res = h.client.send(NetRequest::get(url.as_str())).await.unwrap();
+            assert_eq!((res.status.as_u16(), res.attempts), (200, 1), "{case}");
+            assert_eq!((bad.hits("/v1/x"), good.hits("/v1/x")), (1, 2), "{case}");
+            let frozen = h.client.frozen_endpoints();
+            assert_eq!(frozen.len(), 1, "{case}: {frozen:?}");
+            assert_eq!(frozen[0].0, bad.origin(), "{case}");
+        }
+        bad.shutdown().await;
+        good.join().await;
+    }
+}
+
+#[tokio::test]
+async fn when_every_origin_is_frozen_the_one_that_thaws_first_is_tried() {
+    let a = FaultServer::http1()
+        .route("/v1/x", Reply::ok("a"))
+        .start()
+        .await
+        .unwrap();
+    let b = FaultServer::http1()
+        .route("/v1/x", Reply::ok("b"))
+        .start()
+        .await
+        .unwrap();
+    let mut p = quick(loopback_policy());
+    p.endpoints.urls = vec![b.origin().to_owned()];
+    let h = harness(p);
+    // Both frozen by hand: b thaws first, so it serves calls to a.
+    h.client
+        .freeze_endpoint(&a.url("/"), Duration::from_secs(20))
+        .unwrap();
+    h.client
+        .freeze_endpoint(&b.url("/"), Duration::from_secs(10))
+        .unwrap();
+    let res = h
+        .client
+        .send(NetRequest::get(a.url("/v1/x")))
+        .await
+        .unwrap();
+    assert_eq!(res.text().await.unwrap(), "b");
+    assert_eq!(h.client.frozen_endpoints().len(), 2);
+    // Thawed by hand, a serves again.
+    assert!(h.client.unfreeze_endpoint(&a.url("/")).unwrap());
+    assert!(!h.client.unfreeze_endpoint(&a.url("/")).unwrap());
+    let res = h
+        .client
+        .send(NetRequest::get(a.url("/v1/x")))
+        .await
+        .unwrap();
+    assert_eq!(res.text().await.unwrap(), "a");
+    assert_eq!((a.hits("/v1/x"), b.hits("/v1/x")), (1, 1));
+    assert!(h
+        .client
+        .freeze_endpoint("not a url", Duration::from_secs(1))
+        .is_err());
+    a.join().await;
+    b.join().await;
+}
+
+#[tokio::test]
+async fn frozen_origins_survive_a_restart_next_to_the_dns_cache_file() {
+    let dir = std::env::temp_dir().join(format!("soulbase-frozen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dead = soulbase_net_testkit::refused_addr().await.unwrap();
+    let good = FaultServer::http1()
+        .route("/v1/x", Reply::ok("alt"))
+        .start()
+        .await
+        .unwrap();
+    let mut p = quick(loopback_policy());
+    p.endpoints.urls = vec![good.origin().to_owned()];
+    p.dns.persist_file = Some(dir.join("dns.json"));
+    p.dns.persist_interval = None;
+    let url = format!("http://{dead}/v1/x");
+    {
+        let h = harness(p.clone());
+        let res = h.client.send(NetRequest::get(&url)).await.unwrap();
+        assert_eq!(res.attempts, 2, "the refused origin was tried, then frozen");
+    }
+    assert!(dir.join("dns.json.frozen").exists());
+    // A new client (a restart): the origin is still frozen, and not dialled.
+    let h = harness(p);
+    let frozen = h.client.frozen_endpoints();
+    assert_eq!(frozen.len(), 1, "{frozen:?}");
+    assert!(frozen[0].1 > Duration::from_secs(500), "{frozen:?}");
+    let res = h.client.send(NetRequest::get(&url)).await.unwrap();
+    assert_eq!(res.attempts, 1);
+    assert!(h.dialer.dialled.lock().iter().all(|a| *a != dead));
+    assert_eq!(good.hits("/v1/x"), 2);
+    good.join().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
 async fn the_dynamic_timeout_learns_from_recent_latency() {
     let mut srv = FaultServer::http1()
         .route("/fast", Reply::ok("f"))
