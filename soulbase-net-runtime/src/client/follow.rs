@@ -4,7 +4,7 @@
 use std::{borrow::Cow, sync::Arc};
 
 use http::header;
-use soulbase_net_core::{Body, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome};
+use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse, Outcome};
 use soulbase_net_policy::NetPolicy;
 use url::Url;
 
@@ -127,17 +127,15 @@ impl Inner {
         attempts: &mut Attempts,
     ) -> Result<NetResponse, NetError> {
         let host = call.host();
-        let permit = match self.slot(host, None, &call.policy.limits).await {
+        let permit = match self
+            .slot(host, None, &call.policy.limits, call.deadline)
+            .await
+        {
             Ok(permit) => permit,
-            Err(scope) => {
-                self.observer.on_event(&NetEvent::RateLimited {
-                    req: call.info(),
-                    scope,
-                });
-                return Err(NetError::new(ErrorKind::RateLimited)
-                    .with_message(format!(
-                        "{scope:?} limit of the redirect target {host} reached"
-                    ))
+            Err(no) => {
+                let what = format!("the redirect target {host}");
+                return Err(self
+                    .no_slot(&call, no, &what)
                     .at(&call.labels.method, url.as_str())
                     .with_attempts(attempts.made));
             }

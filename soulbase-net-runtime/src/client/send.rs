@@ -25,6 +25,14 @@ use url::Url;
 use super::{body::OwnedInfo, Inner};
 use crate::resilience::LimitPermit;
 
+/// Why a call or a hop got no slot under its limits.
+pub(super) enum NoSlot {
+    /// A limit refused it (at once, or after `limits.max_wait`).
+    Limited(LimitScope),
+    /// The call's deadline came while it waited.
+    Deadline,
+}
+
 /// What stays fixed for one request: its number, labels, timeouts and deadlines.
 pub(super) struct Call<'a> {
     pub(super) labels: Arc<OwnedInfo>,
@@ -180,7 +188,7 @@ impl Inner {
             let token = req.extensions.get::<CancellationToken>().cloned();
             let work = async {
                 let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
-                match self.slot(host, tenant, &policy.limits).await {
+                match self.slot(host, tenant, &policy.limits, call.deadline).await {
                     Ok(permit) => {
                         // Inline, not boxed: the call's future is boxed once as a whole by
                         // `NetClient::send`, and measured, a second box here cost more (an
@@ -192,13 +200,9 @@ impl Inner {
                         });
                         result
                     }
-                    Err(scope) => {
-                        self.observer.on_event(&NetEvent::RateLimited {
-                            req: call.info(),
-                            scope,
-                        });
-                        let err = NetError::new(ErrorKind::RateLimited)
-                            .with_message(format!("{scope:?} limit reached"))
+                    Err(no) => {
+                        let err = self
+                            .no_slot(&call, no, host)
                             .at(&call.labels.method, &req.url);
                         Err(self.after_error(&req, err).await)
                     }
@@ -281,16 +285,48 @@ impl Inner {
 
     /// A slot under `limits` for `host` (and `tenant`'s, when given): at once when one is
     /// free, else after a wait bounded by `limits.max_wait`.
+    ///
+    /// The wait never outlasts the call: past `deadline` it ends with [`NoSlot::Deadline`].
     pub(super) async fn slot(
         &self,
         host: &str,
         tenant: Option<&str>,
         limits: &soulbase_net_policy::LimitsPolicy,
-    ) -> Result<LimitPermit, LimitScope> {
+        deadline: Instant,
+    ) -> Result<LimitPermit, NoSlot> {
         match self.limiter.acquire_now(host, tenant, limits) {
-            Some(acquired) => acquired,
+            Some(acquired) => acquired.map_err(NoSlot::Limited),
             // Boxed: waiting is rare, and its future would enlarge every call's.
-            None => Box::pin(self.limiter.acquire(host, tenant, limits)).await,
+            None => {
+                let wait = Box::pin(self.limiter.acquire(host, tenant, limits));
+                match tokio::time::timeout_at(deadline, wait).await {
+                    Ok(acquired) => acquired.map_err(NoSlot::Limited),
+                    Err(_) => Err(NoSlot::Deadline),
+                }
+            }
+        }
+    }
+
+    /// The error (and events) for a call or hop that got no slot.
+    pub(super) fn no_slot(&self, call: &Call<'_>, no: NoSlot, what: &str) -> NetError {
+        match no {
+            NoSlot::Limited(scope) => {
+                self.observer.on_event(&NetEvent::RateLimited {
+                    req: call.info(),
+                    scope,
+                });
+                NetError::new(ErrorKind::RateLimited)
+                    .with_message(format!("{scope:?} limit of {what} reached"))
+            }
+            NoSlot::Deadline => {
+                self.observer.on_event(&NetEvent::TimedOut {
+                    req: call.info(),
+                    phase: Phase::Total,
+                });
+                NetError::timeout(Phase::Total).with_message(format!(
+                    "no slot under the limits of {what} before the call's deadline"
+                ))
+            }
         }
     }
 

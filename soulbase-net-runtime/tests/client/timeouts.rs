@@ -210,3 +210,40 @@ async fn a_request_total_shorter_than_the_retry_schedule_is_clamped_and_says_so(
     assert!(seen[0].contains("total: 300ms"), "{seen:?}");
     srv.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_wait_for_a_slot_ends_at_the_calls_deadline() {
+    let gate = soulbase_net_testkit::Gate::new();
+    let srv = FaultServer::http1()
+        .route("/held", Reply::ok("x").after(&gate))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.limits.per_host_concurrency = 1;
+    p.limits.max_wait = Duration::from_secs(10);
+    let h = harness(p);
+    let client = std::sync::Arc::new(h.client);
+    let first = {
+        let (client, url) = (client.clone(), srv.url("/held"));
+        tokio::spawn(async move { client.send(NetRequest::get(url)).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/held", 1))
+        .await
+        .unwrap();
+    // The only slot is held; this call may wait 10 s for one, but its own deadline is 300 ms.
+    let started = tokio::time::Instant::now();
+    let err = client
+        .send(NetRequest::get(srv.url("/held")).total_timeout(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Timeout(Phase::Total), "{err}");
+    assert_eq!(err.code(), ErrorCode::ProviderTimeout);
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert_eq!(srv.hits("/held"), 1);
+    gate.open();
+    assert_eq!(first.await.unwrap().unwrap().status, 200);
+    srv.join().await;
+}
