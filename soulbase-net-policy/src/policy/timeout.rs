@@ -33,7 +33,8 @@ pub struct TimeoutPolicy {
     /// Longest time to write the request (head and body). Default is 8s.
     #[serde(with = "humantime_serde")]
     pub write: Duration,
-    /// One whole attempt, connect to last body byte. Default is 9s.
+    /// One attempt, from its start (connect included) to the response head — the part that
+    /// can be retried; the body that follows is bounded by `read` and `total`. Default is 9s.
     #[serde(with = "humantime_serde")]
     pub attempt: Duration,
     /// The whole call, all attempts and backoff included. Default is 30s.
