@@ -361,6 +361,18 @@ pub enum NetEvent<'a> {
         /// The longest the policy's schedule could take with the request's timeouts.
         worst_case: Duration,
     },
+    /// An interceptor's `respond` hook answered the call, so nothing was sent: a fresh cache
+    /// entry, or a duplicate inside a dedup window. `RequestFinished` follows with the
+    /// answer, as for any other call.
+    Answered {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The answering interceptor's [`Interceptor::name`](crate::Interceptor::name):
+        /// `"idempotency_key"` for a duplicate answered from `IdempotencyKey`'s dedup window,
+        /// `"cache_hook"` for a `CacheHook` hit. Names are static, so they make bounded
+        /// labels.
+        by: &'static str,
+    },
     /// A request ended.
     RequestFinished {
         /// The request.

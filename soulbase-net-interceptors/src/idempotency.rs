@@ -41,7 +41,10 @@ const DEFAULT_MAX_BYTES: usize = 64 << 20;
 /// With a [dedup window](IdempotencyKey::dedup_window), a second call with the same tenant and
 /// key inside the window is not sent: it gets the first call's response (a buffered copy) or,
 /// while the first is still in flight, waits for it and gets its outcome. Each such answer
-/// counts as a dedup drop ([`IdempotencyKey::dedup_drops`]). Only responses below 500 are kept
+/// counts as a dedup drop ([`IdempotencyKey::dedup_drops`]), and the client reports it as
+/// `NetEvent::Answered` with `by: "idempotency_key"` (this interceptor's name), from which
+/// `soulbase-net-observe`'s `Metrics` computes the dedup drop rate SLI and
+/// `net_answered_total{by="idempotency_key"}`. Only responses below 500 are kept
 /// for the window; a 5xx or an error is handed to the calls already waiting and then
 /// forgotten, so a later call is sent again.
 ///
@@ -225,7 +228,8 @@ impl IdempotencyKey {
         self.rebuild()
     }
 
-    /// Calls answered from the dedup window instead of being sent.
+    /// Calls answered from the dedup window instead of being sent. The client reports each
+    /// one to its observer too (`NetEvent::Answered`), so metrics need not read this.
     pub fn dedup_drops(&self) -> u64 {
         self.dedup
             .as_ref()

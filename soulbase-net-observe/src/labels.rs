@@ -163,6 +163,12 @@ pub(crate) struct SourceLabels {
     pub(crate) source: &'static str,
 }
 
+/// An interceptor's name: static strings, so as many values as the program has interceptors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ByLabels {
+    pub(crate) by: &'static str,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ use crate::{
     gauges::{GaugeCollector, GaugeState},
     hot,
     labels::{
-        method_label, scheme_label, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
+        method_label, scheme_label, ByLabels, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
         LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels, OTHER,
     },
     sli::{SliCollector, SliState, Slis},
@@ -34,6 +34,10 @@ pub const LATENCY_BUCKETS_MS: [f64; 13] = [
 /// How many distinct `rule` labels `net_blocked_total` keeps before using `"_other"`.
 const MAX_RULES: usize = 64;
 
+/// The [`Interceptor::name`](soulbase_net_core::Interceptor::name) of `IdempotencyKey`, whose
+/// answers are duplicates dropped by its dedup window.
+const IDEMPOTENCY_KEY: &str = "idempotency_key";
+
 /// Turns [`NetEvent`]s into Prometheus metrics and [`Slis`]. Cheap to share: wrap it in an
 /// [`Arc`] and hand the same value to the client and to the scrape endpoint.
 ///
@@ -45,6 +49,8 @@ const MAX_RULES: usize = 64;
 /// | `net_latency_ms` (histogram, [`LATENCY_BUCKETS_MS`]) | `phase = connect, ttfb, total` | `connect`: attempts that opened a connection; `ttfb`: attempts that got a response; `total`: `RequestFinished` |
 /// | `net_bytes_total` | `dir, tenant, host` | `Bytes` |
 /// | `net_retry_total` | `reason` | `RetryScheduled`; the failed attempt's outcome label |
+/// | `net_hedge_total` | `host` | `AttemptStarted` of a hedged copy (`hedge: true`) |
+/// | `net_answered_total` | `by` (the interceptor's name) | `Answered`: calls an interceptor answered without sending, e.g. `by="cache_hook"` for cache hits, `by="idempotency_key"` for duplicates dropped by the dedup window |
 /// | `net_circuit_open_total` | `host` (the breaker key) | `BreakerTransition` to open |
 /// | `net_breaker_state` (gauge: 0 closed, 1 half-open, 2 open) | `key` | `BreakerTransition` |
 /// | `net_breaker_rejected_total` | `host` | `BreakerRejected` |
@@ -54,7 +60,7 @@ const MAX_RULES: usize = 64;
 /// | `net_blocked_total` | `rule` | `Blocked` |
 /// | `net_timeouts_total` | `phase` | `TimedOut` |
 /// | `net_dns_lookups_total` | `source` | `DnsResolved` |
-/// | `net_sli_*` (gauges) | — | see [`Slis`], computed at scrape time |
+/// | `net_sli_*` (gauges) | — | see [`Slis`], computed at scrape time; `net_sli_dup_drop_rate` counts `Answered` by `idempotency_key` (and [`MetricsBuilder::dedup_by`]) |
 /// | `net_limiter_in_flight` (gauge) | `host` | calls holding the host's concurrency slot, read from the client at scrape time |
 /// | `net_limiter_tenant_in_flight` (gauge) | `tenant` | calls holding one of the tenant's concurrency slots (all hosts), at scrape time |
 /// | `net_limiter_queued` (gauge) | `host` | calls waiting for a place under the host's limits (bounded `max_wait` only), at scrape time |
@@ -67,7 +73,8 @@ const MAX_RULES: usize = 64;
 /// A request without a tenant has `tenant=""`. Label values are bounded: past
 /// [`MetricsBuilder::max_hosts`] distinct hosts (and breaker keys), [`MetricsBuilder::max_tenants`]
 /// tenants and 64 block rules, new values are counted under `"_other"`; extension methods and
-/// schemes other than `http`/`https` are `"_other"` too.
+/// schemes other than `http`/`https` are `"_other"` too. The `by` of `net_answered_total` is an
+/// interceptor's static name, so it has as many values as the program has interceptors.
 ///
 /// The limiter and budget gauges come from each client that was given these metrics as its
 /// observer ([`Observer::on_gauges`]; through a [`Fanout`](crate::Fanout) too). Values that
@@ -106,6 +113,10 @@ pub struct Metrics {
     latency: Family<PhaseLabels, Histogram, fn() -> Histogram>,
     bytes: Family<BytesLabels, Counter>,
     retries: Family<ReasonLabels, Counter>,
+    hedges: Family<HostLabels, Counter>,
+    answered: Family<ByLabels, Counter>,
+    /// The interceptors whose answers are dedup drops.
+    dedup_by: Vec<&'static str>,
     circuit_open: Family<HostLabels, Counter>,
     breaker_state: Family<KeyLabels, Gauge>,
     breaker_rejected: Family<HostLabels, Counter>,
@@ -132,6 +143,7 @@ pub struct MetricsBuilder {
     max_hosts: usize,
     max_tenants: usize,
     latency_window: usize,
+    dedup_by: Vec<&'static str>,
     registry: Option<Registry>,
 }
 
@@ -156,6 +168,17 @@ impl MetricsBuilder {
     /// `0` turns the sample off (percentiles stay `0.0`). Default is 10 000.
     pub fn latency_window(mut self, len: usize) -> Self {
         self.latency_window = len;
+        self
+    }
+
+    /// Counts the calls answered by the interceptor named `name` (its
+    /// [`Interceptor::name`](soulbase_net_core::Interceptor::name)) as duplicates dropped, in
+    /// [`Slis::dup_drop_rate`], besides `IdempotencyKey`'s (`"idempotency_key"`), which always
+    /// are. For a service with a dedup interceptor of its own.
+    pub fn dedup_by(mut self, name: &'static str) -> Self {
+        if !self.dedup_by.contains(&name) {
+            self.dedup_by.push(name);
+        }
         self
     }
 
@@ -185,6 +208,9 @@ impl MetricsBuilder {
             latency: Family::new_with_constructor(new_histogram),
             bytes: Family::default(),
             retries: Family::default(),
+            hedges: Family::default(),
+            answered: Family::default(),
+            dedup_by: self.dedup_by,
             circuit_open: Family::default(),
             breaker_state: Family::default(),
             breaker_rejected: Family::default(),
@@ -219,6 +245,12 @@ impl MetricsBuilder {
             "net_retry",
             "Retries scheduled, by the failed attempt's outcome",
             metrics.retries.clone(),
+        );
+        r.register("net_hedge", "Hedged copies started", metrics.hedges.clone());
+        r.register(
+            "net_answered",
+            "Calls an interceptor answered without sending, by interceptor",
+            metrics.answered.clone(),
         );
         r.register(
             "net_circuit_open",
@@ -288,6 +320,7 @@ impl Metrics {
             max_hosts: 1_000,
             max_tenants: 100,
             latency_window: 10_000,
+            dedup_by: vec![IDEMPOTENCY_KEY],
             registry: None,
         }
     }
@@ -312,15 +345,9 @@ impl Metrics {
         text
     }
 
-    /// The SLIs of seed 001 §X as of now.
+    /// The SLIs of seed 001 §X (and the hedge rate of §IX) as of now.
     pub fn slis(&self) -> Slis {
         self.sli.snapshot()
-    }
-
-    /// Adds `drops` duplicate requests dropped by a dedup window out of `consumed` requests
-    /// seen; this feeds [`Slis::dup_drop_rate`], which stays `None` until `consumed` is non-zero.
-    pub fn record_dedup(&self, drops: u64, consumed: u64) {
-        self.sli.on_dedup(drops, consumed);
     }
 
     fn host(&self, req: &RequestInfo<'_>) -> Label {
@@ -398,6 +425,22 @@ impl Observer for Metrics {
                 ..
             } => {
                 self.on_finished(&req, &outcome, elapsed.total);
+            }
+            NetEvent::AttemptStarted {
+                req, hedge: true, ..
+            } => {
+                self.hedges
+                    .get_or_create(&HostLabels {
+                        host: self.host(&req),
+                    })
+                    .inc();
+                self.sli.on_hedge();
+            }
+            NetEvent::Answered { by, .. } => {
+                self.answered.get_or_create(&ByLabels { by }).inc();
+                if self.dedup_by.contains(&by) {
+                    self.sli.on_dedup_drop();
+                }
             }
             NetEvent::AttemptFinished {
                 outcome, elapsed, ..

@@ -1,8 +1,9 @@
 //! The SLIs of seed 001 §X (retry rate, timeout rate, error ratio, dedup drop rate, p50 / p99
-//! latency), computed from the same events as the metrics.
+//! latency) and the hedge rate (§IX), computed from the same events as the metrics.
 //!
 //! Rates are over the lifetime of the [`Metrics`](crate::Metrics) (the seed's
-//! `retries_total / requests_total`); percentiles are over a sliding sample of the most recent
+//! `retries_total / requests_total`), all with finished requests as the denominator;
+//! percentiles are over a sliding sample of the most recent
 //! request latencies, so they follow the current behaviour of the dependency.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,9 +29,18 @@ pub struct Slis {
     pub timeout_rate: f64,
     /// Share of finished requests that ended in an error or a 5xx response.
     pub error_ratio: f64,
-    /// Share of consumed requests dropped as duplicates (`dedup_drops / consumed_total`); `None`
-    /// until [`Metrics::record_dedup`](crate::Metrics::record_dedup) reported something consumed.
-    pub dup_drop_rate: Option<f64>,
+    /// Share of finished requests dropped as duplicates: answered from a dedup window
+    /// instead of being sent. A drop is a [`NetEvent::Answered`] whose `by` is
+    /// `"idempotency_key"` (`IdempotencyKey`'s window) or a name given to
+    /// [`MetricsBuilder::dedup_by`](crate::MetricsBuilder::dedup_by); other answers, such as
+    /// cache hits, are not drops. A dropped call still finishes, so it counts among the
+    /// requests too: two identical calls, the second dropped, make `0.5`.
+    ///
+    /// [`NetEvent::Answered`]: soulbase_net_core::NetEvent::Answered
+    pub dup_drop_rate: f64,
+    /// Hedged copies started per finished request (`AttemptStarted` with `hedge`, seed 001
+    /// §IX): the extra load hedging puts on the dependencies.
+    pub hedge_rate: f64,
     /// Median total latency of the sampled requests, in milliseconds.
     pub p50_ms: f64,
     /// 99th percentile total latency of the sampled requests, in milliseconds.
@@ -45,7 +55,7 @@ pub(crate) struct SliState {
     timeouts: AtomicU64,
     errors: AtomicU64,
     dedup_drops: AtomicU64,
-    consumed: AtomicU64,
+    hedges: AtomicU64,
     window: usize,
     /// The last `window` total latencies (ms, as `f64` bits), a ring filled without a lock:
     /// `written` counts every sample, and sample `n` goes to slot `n % window`. A reader may
@@ -63,7 +73,7 @@ impl SliState {
             timeouts: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             dedup_drops: AtomicU64::new(0),
-            consumed: AtomicU64::new(0),
+            hedges: AtomicU64::new(0),
             window,
             latencies_ms: (0..window).map(|_| AtomicU64::new(0)).collect(),
             written: AtomicU64::new(0),
@@ -98,9 +108,12 @@ impl SliState {
         }
     }
 
-    pub(crate) fn on_dedup(&self, drops: u64, consumed: u64) {
-        self.dedup_drops.fetch_add(drops, Ordering::Relaxed);
-        self.consumed.fetch_add(consumed, Ordering::Relaxed);
+    pub(crate) fn on_dedup_drop(&self) {
+        self.dedup_drops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn on_hedge(&self) {
+        self.hedges.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> Slis {
@@ -112,9 +125,6 @@ impl SliState {
                 n.load(Ordering::Relaxed) as f64 / requests as f64
             }
         };
-        let consumed = self.consumed.load(Ordering::Relaxed);
-        let dup_drop_rate = (consumed > 0)
-            .then(|| self.dedup_drops.load(Ordering::Relaxed) as f64 / consumed as f64);
         let filled = usize::try_from(self.written.load(Ordering::Relaxed))
             .unwrap_or(usize::MAX)
             .min(self.window);
@@ -128,7 +138,8 @@ impl SliState {
             retry_rate: ratio(&self.retries),
             timeout_rate: ratio(&self.timeouts),
             error_ratio: ratio(&self.errors),
-            dup_drop_rate,
+            dup_drop_rate: ratio(&self.dedup_drops),
+            hedge_rate: ratio(&self.hedges),
             p50_ms: percentile(&sorted, 0.50),
             p99_ms: percentile(&sorted, 0.99),
         }
@@ -152,7 +163,7 @@ pub(crate) struct SliCollector(pub(crate) std::sync::Arc<SliState>);
 impl Collector for SliCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let s = self.0.snapshot();
-        let mut gauges = vec![
+        let gauges = [
             (
                 "net_sli_retry_rate",
                 "Retries scheduled per finished request.",
@@ -169,6 +180,16 @@ impl Collector for SliCollector {
                 s.error_ratio,
             ),
             (
+                "net_sli_dup_drop_rate",
+                "Share of finished requests answered from a dedup window.",
+                s.dup_drop_rate,
+            ),
+            (
+                "net_sli_hedge_rate",
+                "Hedged copies started per finished request.",
+                s.hedge_rate,
+            ),
+            (
                 "net_sli_p50_latency_ms",
                 "Median total latency of recent requests, in ms.",
                 s.p50_ms,
@@ -179,13 +200,6 @@ impl Collector for SliCollector {
                 s.p99_ms,
             ),
         ];
-        if let Some(rate) = s.dup_drop_rate {
-            gauges.push((
-                "net_sli_dup_drop_rate",
-                "Share of consumed requests dropped as duplicates.",
-                rate,
-            ));
-        }
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value);
             let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
@@ -219,6 +233,6 @@ mod tests {
         assert_eq!(s.requests, 4);
         assert_eq!(s.p99_ms, 3.0);
         assert_eq!(s.p50_ms, 2.0);
-        assert_eq!(s.dup_drop_rate, None);
+        assert_eq!((s.dup_drop_rate, s.hedge_rate), (0.0, 0.0));
     }
 }

@@ -6,7 +6,8 @@
 //! names; see the runtime's `Client`), so logs from the call — interceptors, observers, the
 //! connection code — nest under them. An observer sees events only after they happened and
 //! could only build spans beside the call, never around it. What this observer adds is the
-//! things spans do not say: retries scheduled, redirects, timeouts, refusals.
+//! things spans do not say: retries scheduled, redirects, timeouts, refusals, calls answered
+//! without sending.
 
 use std::fmt;
 
@@ -20,7 +21,9 @@ use soulbase_net_core::{NetEvent, Observer};
 /// - `timed out` (`phase`), `circuit breaker open`, `rate limited` (`scope`),
 ///   `destination blocked` (`rule`);
 /// - `deadline clamped` (`total_ms`, `worst_case_ms`): the request's own total cuts the
-///   policy's retry schedule short.
+///   policy's retry schedule short;
+/// - `answered without sending` (`by`: the interceptor, e.g. `cache_hook` for a cache hit,
+///   `idempotency_key` for a duplicate dropped by the dedup window).
 ///
 /// The events carry no headers, bodies, query strings or credentials, so neither do the logs.
 ///
@@ -84,6 +87,7 @@ impl Observer for TracingObserver {
             NetEvent::BreakerRejected { .. } => tracing::info!("circuit breaker open"),
             NetEvent::RateLimited { scope, .. } => tracing::info!(scope = ?scope, "rate limited"),
             NetEvent::Blocked { rule, .. } => tracing::info!(rule, "destination blocked"),
+            NetEvent::Answered { by, .. } => tracing::info!(by, "answered without sending"),
             NetEvent::DeadlineClamped {
                 total, worst_case, ..
             } => {

@@ -35,7 +35,8 @@ pub use self::store::{CacheStore, CachedResponse, MemoryStore};
 ///   says it was made, whichever is more (RFC 9111 §4.2.3) — and responses served from the
 ///   cache carry their current `Age`.
 /// - Fresh (younger than its lifetime): answered by [`respond`](Interceptor::respond) without
-///   a request (`attempts` is 0).
+///   a request (`attempts` is 0). The client reports the hit as `NetEvent::Answered` with
+///   `by: "cache_hook"` (`net_answered_total{by="cache_hook"}` in `soulbase-net-observe`).
 /// - `Vary`: each combination of the named request headers is its own variant, kept beside
 ///   the others; a response with `Vary: *` is never stored nor served.
 /// - Stale with a validator: `before` adds `If-None-Match` / `If-Modified-Since`, and a `304`

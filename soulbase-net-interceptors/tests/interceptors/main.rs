@@ -13,6 +13,8 @@ mod cache;
 mod idempotency;
 #[cfg(feature = "crypto")]
 mod jws;
+#[cfg(feature = "idempotency")]
+mod observe;
 #[cfg(feature = "qos")]
 mod qos;
 #[cfg(feature = "sandbox")]

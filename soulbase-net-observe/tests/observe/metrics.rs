@@ -171,7 +171,8 @@ fn scripted_scenario_gives_exact_counters_and_buckets() {
     assert_sample(&s, "net_sli_error_ratio", 0.4);
     assert_sample(&s, "net_sli_p50_latency_ms", 60.0);
     assert_sample(&s, "net_sli_p99_latency_ms", 1000.0);
-    assert!(!s.contains_key("net_sli_dup_drop_rate"), "{text}");
+    assert_sample(&s, "net_sli_dup_drop_rate", 0.0);
+    assert_sample(&s, "net_sli_hedge_rate", 0.0);
 }
 
 #[test]

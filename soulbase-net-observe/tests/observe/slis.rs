@@ -28,19 +28,49 @@ fn slis_on_a_known_sequence() {
                 delay: ms(1),
             });
         }
+        // Two duplicates answered from IdempotencyKey's window, one cache hit (not a drop),
+        // three hedged copies.
+        let by = match id {
+            20 | 21 => Some("idempotency_key"),
+            22 => Some("cache_hook"),
+            _ => None,
+        };
+        if let Some(by) = by {
+            m.on_event(&NetEvent::Answered { req: r, by });
+        }
+        if (30..33).contains(&id) {
+            m.on_event(&NetEvent::AttemptStarted {
+                req: r,
+                attempt: 2,
+                hedge: true,
+            });
+        }
         simple(&m, r, outcome, id);
     }
-    m.record_dedup(1, 50);
     let s = m.slis();
     assert_eq!(s.requests, 100);
     assert_eq!(s.retry_rate, 0.1);
     assert_eq!(s.timeout_rate, 0.03);
     assert_eq!(s.error_ratio, 0.12);
-    assert_eq!(s.dup_drop_rate, Some(0.02));
+    assert_eq!(s.dup_drop_rate, 0.02);
+    assert_eq!(s.hedge_rate, 0.03);
     assert_eq!(s.p50_ms, 50.0);
     assert_eq!(s.p99_ms, 99.0);
     let text = m.encode();
     assert!(text.contains("\nnet_sli_dup_drop_rate 0.02\n"), "{text}");
+    assert!(text.contains("\nnet_sli_hedge_rate 0.03\n"), "{text}");
+    assert!(
+        text.contains("\nnet_answered_total{by=\"idempotency_key\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nnet_answered_total{by=\"cache_hook\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nnet_hedge_total{host=\"a.example\"} 3\n"),
+        "{text}"
+    );
     assert!(text.contains("\nnet_sli_p99_latency_ms 99.0\n"), "{text}");
 }
 
@@ -56,4 +86,22 @@ fn percentiles_follow_the_sliding_window() {
     let s = m.slis();
     assert_eq!(s.requests, 20);
     assert_eq!((s.p50_ms, s.p99_ms), (5.0, 10.0));
+}
+
+#[test]
+fn another_dedup_interceptor_can_be_named() {
+    let m = Metrics::builder().dedup_by("my_dedup").build();
+    for (id, by) in [
+        (1, "my_dedup"),
+        (2, "idempotency_key"),
+        (3, "cache_hook"),
+        (4, ""),
+    ] {
+        let r = req(id, "a.example", None);
+        if !by.is_empty() {
+            m.on_event(&NetEvent::Answered { req: r, by });
+        }
+        simple(&m, r, ok(), 1);
+    }
+    assert_eq!(m.slis().dup_drop_rate, 0.5);
 }

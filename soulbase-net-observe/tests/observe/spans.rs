@@ -42,6 +42,10 @@ fn events_land_in_the_current_span_with_their_fields() {
             total: ms(300),
             worst_case: ms(6400),
         });
+        obs.on_event(&NetEvent::Answered {
+            req: r,
+            by: "cache_hook",
+        });
         // Events the spans already say (starts and ends) are not logged again.
         obs.on_event(&NetEvent::RequestStarted { req: r });
     });
@@ -59,7 +63,8 @@ fn events_land_in_the_current_span_with_their_fields() {
             "redirected",
             "timed out",
             "rate limited",
-            "deadline clamped"
+            "deadline clamped",
+            "answered without sending"
         ]
     );
     assert!(events.iter().all(|e| e.parent == Some(call)), "{events:?}");
@@ -67,4 +72,5 @@ fn events_land_in_the_current_span_with_their_fields() {
     assert_eq!(events[1].fields["http.response.status_code"], "302");
     assert_eq!(events[2].fields["phase"], "ttfb");
     assert_eq!(events[4].fields["worst_case_ms"], "6400");
+    assert_eq!(events[5].fields["by"], "cache_hook");
 }

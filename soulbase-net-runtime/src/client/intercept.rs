@@ -1,12 +1,13 @@
 //! Before the attempts: the `before` interceptors, the request's final checks (its body
 //! serialised once, its size, its `Idempotency-Key`), `respond` interceptors that answer
-//! without a request, a resend asked for by `should_resend`, and `after` / `on_error`.
+//! without a request (reported as `NetEvent::Answered`), a resend asked for by
+//! `should_resend`, and `after` / `on_error`.
 
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method};
-use soulbase_net_core::{Body, NetError, NetRequest, NetResponse};
+use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse};
 use url::Url;
 
 use super::send::{record_trace, Attempts, Call};
@@ -51,6 +52,12 @@ impl Inner {
         call.decoding.store(decoding, Ordering::Relaxed);
         for interceptor in &self.interceptors.respond {
             if let Some(answer) = interceptor.respond(req).await {
+                // Observers learn who answered (a cache hit, a dedup drop) from here, not
+                // from a call of their own to each interceptor.
+                self.observer.on_event(&NetEvent::Answered {
+                    req: call.info(),
+                    by: interceptor.name(),
+                });
                 return answer;
             }
         }

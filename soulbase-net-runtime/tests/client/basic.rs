@@ -304,6 +304,13 @@ async fn interceptors_can_answer_without_sending_and_ask_for_one_resend() {
         .unwrap();
     assert_eq!(res.text().await.unwrap(), "from the hook");
     assert_eq!(srv.hits("/cached"), 0);
+    // Observers learn which interceptor answered (its name; by default its type's), then
+    // that the call finished.
+    let seen = h.events.seen.lock().clone();
+    let answered = seen.iter().position(|e| e.starts_with("Answered"));
+    let finished = seen.iter().position(|e| e.starts_with("finish ok"));
+    assert!(answered.is_some() && answered < finished, "{seen:?}");
+    assert!(seen[answered.unwrap()].contains("Hooks\""), "{seen:?}");
 
     let res = h
         .client

@@ -1,9 +1,10 @@
 //! The observe crate's metrics fed by the real client: scripted scenarios and the exact
-//! counter and gauge values they must leave in the exposition.
+//! counter and gauge values they must leave in the exposition, hedges, and the SLIs
+//! (timeout rate, p50 / p99) of calls with known outcomes and delays.
 
 use std::{sync::Arc, time::Duration};
 
-use soulbase_net_core::{NetClient, NetEvent, NetRequest, Observer};
+use soulbase_net_core::{ErrorKind, NetClient, NetEvent, NetRequest, Observer, Phase};
 use soulbase_net_observe::{Fanout, Metrics};
 use soulbase_net_policy::AimdScope;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
@@ -296,4 +297,103 @@ async fn cancelled_calls_free_their_slots_and_a_dropped_client_leaves_no_gauges(
         "{text}"
     );
     drop(srv);
+}
+
+#[tokio::test]
+async fn a_hedged_copy_is_counted() {
+    let srv = FaultServer::http1()
+        .route(
+            "/h",
+            Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
+                .times(1)
+                .then(Reply::ok("fast")),
+        )
+        .start()
+        .await
+        .unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let mut p = loopback_policy();
+    p.hedge.enabled = true;
+    p.hedge.delay = Duration::from_millis(50);
+    p.hedge.max_hedges = 1;
+    let h = harness_with(p, |b| b.observer(metrics.clone()));
+    let res = h.client.send(NetRequest::get(srv.url("/h"))).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "fast");
+    let text = metrics.encode();
+    assert_eq!(
+        sample(&text, r#"net_hedge_total{host="127.0.0.1"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "net_sli_hedge_rate"), Some(1.0), "{text}");
+    let slis = metrics.slis();
+    assert_eq!((slis.requests, slis.hedge_rate), (1, 1.0), "{slis:?}");
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn timeout_rate_is_the_share_of_calls_that_timed_out() {
+    // Late replies come long after the ttfb timeout; nothing waits for them.
+    let srv = FaultServer::http1()
+        .route("/ok", Reply::ok("x"))
+        .route("/late", Reply::ok("late").delay(Duration::from_secs(5)))
+        .start()
+        .await
+        .unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let mut p = loopback_policy();
+    p.retry.enabled = false;
+    p.timeout.ttfb = Duration::from_millis(300);
+    let h = harness_with(p, |b| b.observer(metrics.clone()));
+    let paths = [
+        "/ok", "/late", "/ok", "/ok", "/late", "/ok", "/ok", "/ok", "/late", "/ok",
+    ];
+    for path in paths {
+        match h.client.send(NetRequest::get(srv.url(path))).await {
+            Ok(res) => {
+                assert_eq!((path, res.status.as_u16()), ("/ok", 200));
+                res.bytes().await.unwrap();
+            }
+            Err(e) => assert_eq!((path, e.kind()), ("/late", ErrorKind::Timeout(Phase::Ttfb))),
+        }
+    }
+    let slis = metrics.slis();
+    assert_eq!(slis.requests, 10);
+    assert_eq!(slis.timeout_rate, 3.0 / 10.0, "{slis:?}");
+    assert_eq!(slis.error_ratio, 3.0 / 10.0, "{slis:?}");
+    assert_eq!(slis.retry_rate, 0.0, "{slis:?}");
+    let text = metrics.encode();
+    assert_eq!(
+        sample(&text, r#"net_timeouts_total{phase="ttfb"}"#),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "net_sli_timeout_rate"), Some(0.3), "{text}");
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn latency_percentiles_follow_the_server_delays() {
+    let srv = FaultServer::http1()
+        .route("/fast", Reply::ok("x"))
+        .route("/slow", Reply::ok("x").delay(Duration::from_millis(300)))
+        .start()
+        .await
+        .unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let h = harness_with(loopback_policy(), |b| b.observer(metrics.clone()));
+    // Nine fast calls and one 300 ms late: by nearest rank over ten samples, p99 is the
+    // slowest call and p50 the fifth fastest.
+    for i in 0..10 {
+        let path = if i == 6 { "/slow" } else { "/fast" };
+        let res = h.client.send(NetRequest::get(srv.url(path))).await.unwrap();
+        res.bytes().await.unwrap();
+    }
+    let slis = metrics.slis();
+    assert_eq!(slis.requests, 10);
+    // The bounds are wide for a loaded machine: the server's delay is a floor, and a
+    // loopback reply takes about a millisecond.
+    assert!(slis.p99_ms >= 300.0, "{slis:?}");
+    assert!(slis.p50_ms < 100.0, "{slis:?}");
+    srv.join().await;
 }
