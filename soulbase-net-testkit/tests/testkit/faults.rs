@@ -251,6 +251,11 @@ async fn hang_never_answers() {
             .await
             .is_err()
     );
+    // The request reached the server (awaited: a loaded machine may take longer than the
+    // 200 ms above to deliver it), and got no answer.
+    timeout(Duration::from_secs(5), srv.wait_for_hits("/hang", 1))
+        .await
+        .unwrap();
     assert_eq!(srv.hits("/hang"), 1);
     srv.join().await;
 }
