@@ -197,6 +197,8 @@ pub enum LimitScope {
     Adaptive,
     /// A byte or request quota.
     Quota,
+    /// A rate shared across the fleet (`limits.global`).
+    GlobalRate,
 }
 
 /// Where a DNS answer came from.
@@ -372,6 +374,20 @@ pub enum NetEvent<'a> {
         /// `"cache_hook"` for a `CacheHook` hit. Names are static, so they make bounded
         /// labels.
         by: &'static str,
+    },
+    /// A shared store (a fleet's rate limits, dedup window or cache, e.g. on Redis) failed or
+    /// did not answer in time; what the call got instead follows the policy
+    /// (`on_store_error`).
+    StoreError {
+        /// The request, when the failure happened for one.
+        req: Option<RequestInfo<'a>>,
+        /// Which store: `"rate"`, `"dedup"`, `"cache"`.
+        store: &'static str,
+        /// What was asked of it: `"take"`, `"get"`, `"set"`, …; `"skip"` when it was not
+        /// asked because it failed moments ago (it is asked again after a short back-off).
+        op: &'static str,
+        /// Whether it timed out (else it failed).
+        timed_out: bool,
     },
     /// A request ended.
     RequestFinished {

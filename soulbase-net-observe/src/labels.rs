@@ -169,6 +169,12 @@ pub(crate) struct ByLabels {
     pub(crate) by: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StoreLabels {
+    pub(crate) store: &'static str,
+    pub(crate) op: &'static str,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

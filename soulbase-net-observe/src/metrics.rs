@@ -21,7 +21,8 @@ use crate::{
     hot,
     labels::{
         method_label, scheme_label, ByLabels, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
-        LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels, OTHER,
+        LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels,
+        StoreLabels, OTHER,
     },
     sli::{SliCollector, SliState, Slis},
 };
@@ -50,6 +51,7 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | `net_bytes_total` | `dir, tenant, host` | `Bytes` |
 /// | `net_retry_total` | `reason` | `RetryScheduled`; the failed attempt's outcome label |
 /// | `net_hedge_total` | `host` | `AttemptStarted` of a hedged copy (`hedge: true`) |
+/// | `net_store_errors_total` | `store, op` | `StoreError`: a shared store (`rate`, …) failed, timed out (`op` = what was asked) or was skipped for a moment after failing (`op="skip"`) |
 /// | `net_answered_total` | `by` (the interceptor's name) | `Answered`: calls an interceptor answered without sending, e.g. `by="cache_hook"` for cache hits, `by="idempotency_key"` for duplicates dropped by the dedup window |
 /// | `net_circuit_open_total` | `host` (the breaker key) | `BreakerTransition` to open |
 /// | `net_breaker_state` (gauge: 0 closed, 1 half-open, 2 open) | `key` | `BreakerTransition` |
@@ -115,6 +117,7 @@ pub struct Metrics {
     retries: Family<ReasonLabels, Counter>,
     hedges: Family<HostLabels, Counter>,
     answered: Family<ByLabels, Counter>,
+    store_errors: Family<StoreLabels, Counter>,
     /// The interceptors whose answers are dedup drops.
     dedup_by: Vec<&'static str>,
     circuit_open: Family<HostLabels, Counter>,
@@ -210,6 +213,7 @@ impl MetricsBuilder {
             retries: Family::default(),
             hedges: Family::default(),
             answered: Family::default(),
+            store_errors: Family::default(),
             dedup_by: self.dedup_by,
             circuit_open: Family::default(),
             breaker_state: Family::default(),
@@ -247,6 +251,11 @@ impl MetricsBuilder {
             metrics.retries.clone(),
         );
         r.register("net_hedge", "Hedged copies started", metrics.hedges.clone());
+        r.register(
+            "net_store_errors",
+            "Shared-store calls that failed, timed out or were skipped, by store and operation",
+            metrics.store_errors.clone(),
+        );
         r.register(
             "net_answered",
             "Calls an interceptor answered without sending, by interceptor",
@@ -436,6 +445,11 @@ impl Observer for Metrics {
                     .inc();
                 self.sli.on_hedge();
             }
+            NetEvent::StoreError { store, op, .. } => {
+                self.store_errors
+                    .get_or_create(&StoreLabels { store, op })
+                    .inc();
+            }
             NetEvent::Answered { by, .. } => {
                 self.answered.get_or_create(&ByLabels { by }).inc();
                 if self.dedup_by.contains(&by) {
@@ -558,6 +572,7 @@ fn scope_label(scope: LimitScope) -> &'static str {
         LimitScope::HostRate => "host_rate",
         LimitScope::Adaptive => "adaptive",
         LimitScope::Quota => "quota",
+        LimitScope::GlobalRate => "global_rate",
         _ => OTHER,
     }
 }

@@ -64,7 +64,9 @@ pub use crate::policy::cache::CacheHookPolicy;
 pub use crate::policy::dns::DnsPolicy;
 pub use crate::policy::endpoints::{EndpointPolicy, FreezeOn};
 pub use crate::policy::hedge::HedgePolicy;
-pub use crate::policy::limits::{AimdPolicy, AimdScope, LimitsPolicy};
+pub use crate::policy::limits::{
+    AimdPolicy, AimdScope, GlobalLimit, GlobalScope, LimitsPolicy, OnStoreError,
+};
 pub use crate::policy::proxy::{ProxyPolicy, ProxyResolve};
 pub use crate::policy::redirect::RedirectPolicy;
 pub use crate::policy::retry::{BackoffCfg, JitterMode, RetryBudget, RetryOn, RetryPolicy};

@@ -26,6 +26,7 @@ mod classify;
 mod client;
 mod connect;
 mod dns;
+pub mod fleet;
 mod pool;
 mod redirect;
 mod resilience;

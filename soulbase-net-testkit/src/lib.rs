@@ -14,6 +14,8 @@
 //!   and rebinding names, slow answers, SERVFAIL / NXDOMAIN, truncation and a query log.
 //! - [`ConnectProxy`]: an HTTP forward proxy (CONNECT and absolute-form) with optional
 //!   `Proxy-Authorization`, faults (refuse, hang, 502) and a log of what it was asked to reach.
+//! - [`RedisServer`]: a throwaway `redis-server` on a free loopback port (stopped, paused,
+//!   restarted at will) for tests of state a fleet shares.
 //! - [`trace_init`]: `tracing` output through the test harness.
 //!
 //! It depends on `soulbase-net-core` only, never on the runtime. Everything listens on
@@ -129,6 +131,7 @@
 mod certkit;
 mod dns;
 mod proxy;
+mod redis;
 mod server;
 mod signal;
 mod trace;
@@ -136,6 +139,7 @@ mod trace;
 pub use certkit::{crypto_provider, CertKit, Leaf, LOCAL_NAMES};
 pub use dns::{DnsQuery, MockDns};
 pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
+pub use redis::{RedisServer, REQUIRE_REDIS};
 pub use server::{
     refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Gate, Protocol, RandomFaults,
     Reply, Script,

@@ -45,7 +45,8 @@ const STEPS: &[Step] = &[
     Step {
         title: "tests",
         args: &["test", "--workspace", "--all-features"],
-        env: &[],
+        // Tests of state a fleet shares start their own redis-server; in CI they never skip.
+        env: &[("SOULBASE_REQUIRE_REDIS", "1")],
     },
     Step {
         title: "docs",
@@ -58,6 +59,9 @@ const STEPS: &[Step] = &[
 /// shares.
 const FEATURES_ALONE_AFTER: &str = "clippy";
 
+/// Servers the tests start throwaway instances of (Debian package, program).
+const SERVERS: &[(&str, &str)] = &[("redis-server", "redis-server")];
+
 /// The chaos run of CI: short, with the default seed.
 const CHAOS_ARGS: [&str; 2] = ["--secs", "5"];
 
@@ -68,6 +72,8 @@ pub(crate) fn run() -> Result<(), String> {
     let started = Instant::now();
     step_banner("repository rules");
     tidy::check(&root).map_err(|problems| format!("tidy failed:\n{}", problems.join("\n")))?;
+    step_banner("servers");
+    crate::interop::install::ensure_debs(SERVERS)?;
     for step in STEPS {
         run_cargo(&cargo, &root, step.title, step.args, step.env)?;
         if step.title == FEATURES_ALONE_AFTER {

@@ -8,6 +8,7 @@ mod chaos;
 mod ci;
 mod contract;
 mod demo;
+mod fleet;
 mod interop;
 mod loopback;
 mod table;
@@ -45,6 +46,9 @@ commands:
           seeded random faults (DNS, resets, stalls, 5xx/429, bad certificates, proxies) for
           S seconds (default 10); fails if a call is lost, hangs past its deadline, or a
           non-idempotent request arrives twice, or a denied address is dialled
+  fleet-client --redis URL --url TARGET [--rps N] [--burst N] [--lease N] [--secs S]
+          one instance of a fleet sharing a quota (limits.global) on Redis; prints
+          admitted=… refused=… errors=… store_calls=…
   interop [--json PATH]
           the client against real nginx, httpbin, tinyproxy, squid and dnsmasq, installed
           if missing, run in a network namespace with only loopback
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Some("contract") => contract::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
         Some("interop") => interop::run(&args[1..]),
+        Some("fleet-client") => fleet::run(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");

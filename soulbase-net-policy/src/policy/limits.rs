@@ -34,6 +34,94 @@ pub struct LimitsPolicy {
     pub max_wait: Duration,
     /// Adaptive concurrency. Default is off.
     pub aimd: AimdPolicy,
+    /// A request rate shared by every instance of the service (through the client's rate
+    /// store, e.g. Redis); `None` means none. Default is `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalLimit>,
+}
+
+/// A request rate shared across a fleet: a GCRA token bucket kept in the client's rate store
+/// (Redis for a fleet; in memory, exact for one process, when no store is configured), per
+/// tenant, per host or per tenant + host.
+///
+/// With `lease > 1`, an instance takes up to `lease` tokens from the store in one round trip
+/// and spends them itself, valid for `lease_ttl`: fewer store calls, at the cost of a bound on
+/// the error — over any window, the fleet admits at most `rps × window + burst + instances ×
+/// lease` (leased tokens spent later than the store counted them), and tokens leased but not
+/// spent before `lease_ttl` are lost (fewer admissions, never more).
+///
+/// When the store fails or does not answer within `store_timeout`, `on_store_error` decides.
+///
+/// Default when the section is written: 100 rps, a burst of 100, per tenant, no leasing,
+/// 10ms store timeout, `on_store_error = "local"` with one expected instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct GlobalLimit {
+    /// Requests per second for the whole fleet, per key. Default is 100.
+    pub rps: u32,
+    /// Tokens the bucket holds (requests allowed at once above the rate). Default is 100.
+    pub burst: u32,
+    /// What one bucket is kept per. Default is [`GlobalScope::Tenant`].
+    pub scope: GlobalScope,
+    /// Tokens an instance takes per store call and spends locally; 1 is no leasing. Default is 1.
+    pub lease: u32,
+    /// How long leased tokens stay usable. Default is 1s.
+    #[serde(with = "humantime_serde")]
+    pub lease_ttl: Duration,
+    /// Longest wait for the store's answer. Default is 10ms.
+    #[serde(with = "humantime_serde")]
+    pub store_timeout: Duration,
+    /// What a request gets when the store fails or is too slow. Default is
+    /// [`OnStoreError::Local`].
+    pub on_store_error: OnStoreError,
+    /// Instances sharing the limit, for the `local` fallback (`rps ÷ expected_instances`
+    /// each). Default is 1.
+    pub expected_instances: u32,
+}
+
+/// What one shared bucket is kept per.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum GlobalScope {
+    /// One bucket per tenant (calls without a tenant share the tenant-less bucket). Default.
+    #[default]
+    Tenant,
+    /// One bucket per host.
+    Host,
+    /// One bucket per tenant and host.
+    TenantHost,
+}
+
+/// What a request gets when the shared store fails or is too slow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OnStoreError {
+    /// Admitted: the limit is off while the store is.
+    Allow,
+    /// Refused with `RateLimited`: nothing goes out unaccounted.
+    Deny,
+    /// Held to a local bucket of `rps ÷ expected_instances` (and `burst ÷ expected_instances`),
+    /// so the fleet stays near its quota while the store is away. Default.
+    #[default]
+    Local,
+}
+
+impl Default for GlobalLimit {
+    fn default() -> Self {
+        Self {
+            rps: 100,
+            burst: 100,
+            scope: GlobalScope::Tenant,
+            lease: 1,
+            lease_ttl: Duration::from_secs(1),
+            store_timeout: Duration::from_millis(10),
+            on_store_error: OnStoreError::Local,
+            expected_instances: 1,
+        }
+    }
 }
 
 /// Additive-increase / multiplicative-decrease concurrency window (seed 002): each success
@@ -82,6 +170,7 @@ impl Default for LimitsPolicy {
             rate_burst: None,
             max_wait: Duration::ZERO,
             aimd: AimdPolicy::default(),
+            global: None,
         }
     }
 }
@@ -112,6 +201,15 @@ impl LimitsPolicy {
         c.when(self.rate_burst == Some(0), "rate_burst", || {
             "must be at least 1; leave it out for a burst of one second".to_owned()
         });
+        if let Some(g) = &self.global {
+            let mut c = c.nested("global");
+            c.at_least_one(g.rps.into(), "rps");
+            c.at_least_one(g.burst.into(), "burst");
+            c.at_least_one(g.lease.into(), "lease");
+            c.at_least_one(g.expected_instances.into(), "expected_instances");
+            c.nonzero(g.store_timeout, "store_timeout");
+            c.nonzero(g.lease_ttl, "lease_ttl");
+        }
         let a = &self.aimd;
         let mut c = c.nested("aimd");
         c.at_least_one(a.min.into(), "min");

@@ -146,6 +146,10 @@ fn defaults(structs: &BTreeSet<String>) -> Value {
             "cbreaker.slow_call",
             serde_json::to_value(SlowCallCfg::default()).unwrap(),
         ),
+        (
+            "limits.global",
+            serde_json::to_value(GlobalLimit::default()).unwrap(),
+        ),
     ]
     .into();
     let mut tree = serde_json::to_value(NetPolicy::default()).unwrap();

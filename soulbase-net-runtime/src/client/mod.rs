@@ -57,6 +57,7 @@ pub struct ClientBuilder {
     decompress: bool,
     max_response_headers: usize,
     max_response_head_bytes: usize,
+    rate_store: Option<Arc<dyn crate::fleet::RateStore>>,
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -94,6 +95,8 @@ struct Inner {
     gauges: Arc<dyn GaugeSource>,
     latencies: learn::Latencies,
     endpoints: learn::Endpoints,
+    /// Shared rate limits (`limits.global`), through the rate store.
+    global: crate::fleet::GlobalLimiter,
 }
 
 // === impl ClientBuilder ===
@@ -118,6 +121,7 @@ impl ClientBuilder {
             decompress: true,
             max_response_headers: transport::HYPER_MAX_HEADERS,
             max_response_head_bytes: 64 * 1024,
+            rate_store: None,
         }
     }
 
@@ -153,6 +157,15 @@ impl ClientBuilder {
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = observer;
         self.observed = true;
+        self
+    }
+
+    /// Where shared rate limits (`limits.global`) keep their buckets: a
+    /// [`RedisRateStore`](crate::fleet::RedisRateStore) (feature `redis`) for limits shared
+    /// by a fleet. Default is a [`MemoryRateStore`](crate::fleet::MemoryRateStore): exact for
+    /// this process alone.
+    pub fn rate_store(mut self, store: Arc<dyn crate::fleet::RateStore>) -> Self {
+        self.rate_store = Some(store);
         self
     }
 
@@ -302,6 +315,10 @@ impl ClientBuilder {
                 gauges,
                 latencies: learn::Latencies::default(),
                 endpoints,
+                global: crate::fleet::GlobalLimiter::new(
+                    self.rate_store
+                        .unwrap_or_else(|| Arc::new(crate::fleet::MemoryRateStore::new())),
+                ),
             }),
         })
     }

@@ -190,6 +190,14 @@ impl Inner {
                 let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
                 match self.slot(host, tenant, &policy.limits, call.deadline).await {
                     Ok(permit) => {
+                        if let Some(global) = &policy.limits.global {
+                            // Boxed: a store round trip would enlarge every call's future.
+                            let shared = Box::pin(self.admit_global(global, &call)).await;
+                            if let Err(err) = shared {
+                                let err = err.at(&call.labels.method, &req.url);
+                                return Err(self.after_error(&req, err).await);
+                            }
+                        }
                         // Inline, not boxed: the call's future is boxed once as a whole by
                         // `NetClient::send`, and measured, a second box here cost more (an
                         // allocation per call) than the larger move it saved.
@@ -305,6 +313,42 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// A token under the fleet's shared rate (`limits.global`): from a lease or the rate
+    /// store, or as `on_store_error` says when the store is away.
+    async fn admit_global(
+        &self,
+        global: &soulbase_net_policy::GlobalLimit,
+        call: &Call<'_>,
+    ) -> Result<(), NetError> {
+        let key = crate::fleet::GlobalLimiter::key(
+            global,
+            call.labels.tenant.as_deref(),
+            &call.labels.host,
+        );
+        let refused = match self
+            .global
+            .admit(global, &key, &*self.observer, call.info())
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(refused) => refused,
+        };
+        self.observer.on_event(&NetEvent::RateLimited {
+            req: call.info(),
+            scope: LimitScope::GlobalRate,
+        });
+        let why = if refused.store_down {
+            "the rate store is unavailable and limits.global.on_store_error is deny"
+        } else {
+            "the shared rate (limits.global) is spent"
+        };
+        let err = NetError::new(ErrorKind::RateLimited).with_message(format!("{why} for {key}"));
+        Err(match refused.retry_after {
+            Some(after) if !after.is_zero() => err.with_retry_after(after),
+            _ => err,
+        })
     }
 
     /// The error (and events) for a call or hop that got no slot.

@@ -26,15 +26,16 @@ const DEBS: &[(&str, &str)] = &[
 /// PyPI packages, pinned so every run drives the same peers.
 const PIP: &[&str] = &["httpbin==0.10.4", "gunicorn==27.0.1"];
 
-/// Installs what is missing; returns the virtual environment holding gunicorn and httpbin.
-pub(crate) fn ensure(target_dir: &Path) -> Result<PathBuf, String> {
-    let missing: Vec<&str> = DEBS
+/// Installs the Debian packages of `debs` (package, a program it provides) that are missing,
+/// then checks each program is there.
+pub(crate) fn ensure_debs(debs: &[(&str, &str)]) -> Result<(), String> {
+    let missing: Vec<&str> = debs
         .iter()
         .filter(|(pkg, _)| !deb_installed(pkg))
         .map(|(pkg, _)| *pkg)
         .collect();
     if !missing.is_empty() {
-        eprintln!("interop: installing {}", missing.join(" "));
+        eprintln!("xtask: installing {}", missing.join(" "));
         if apt_install(&missing).is_err() {
             run(
                 Command::new("apt-get").args(["update", "-q"]),
@@ -43,11 +44,17 @@ pub(crate) fn ensure(target_dir: &Path) -> Result<PathBuf, String> {
             apt_install(&missing)?;
         }
     }
-    for (pkg, program) in DEBS {
+    for (pkg, program) in debs {
         if find_program(program).is_none() {
             return Err(format!("{pkg} is installed but `{program}` is not on PATH"));
         }
     }
+    Ok(())
+}
+
+/// Installs what is missing; returns the virtual environment holding gunicorn and httpbin.
+pub(crate) fn ensure(target_dir: &Path) -> Result<PathBuf, String> {
+    ensure_debs(DEBS)?;
     let venv = target_dir.join("interop").join("venv");
     let gunicorn = venv.join("bin").join("gunicorn");
     let ready = gunicorn.exists()

@@ -20,7 +20,7 @@
 
 mod dns;
 mod httpbin;
-mod install;
+pub(crate) mod install;
 mod nginx;
 mod peers;
 mod pki;

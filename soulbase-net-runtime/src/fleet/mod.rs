@@ -1,0 +1,118 @@
+//! State shared by a fleet of instances: the seam ([`RateStore`]) and its implementations —
+//! [`MemoryRateStore`] (the default, exact for one process) and, with the `redis` feature,
+//! [`RedisRateStore`] — plus the client's side of a shared rate limit (`limits.global`):
+//! leases, the store's timeout, and what happens when the store is away.
+//!
+//! Why a store trait rather than Redis everywhere: one process needs nothing installed, and a
+//! test double is one method. Why Redis for a fleet: a GCRA check is one atomic round trip
+//! (one Lua script), exact however many instances ask at once — what Envoy's global rate limit
+//! service and redis-cell do.
+
+mod global;
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+use std::{fmt, future::Future, pin::Pin, time::Duration};
+
+pub(crate) use self::global::GlobalLimiter;
+pub use self::memory::MemoryRateStore;
+#[cfg(feature = "redis")]
+pub use self::redis::RedisRateStore;
+
+/// What a rate store is asked: between `at_least` and `want` tokens from the bucket `key`,
+/// which admits `rps` per second with room for `burst` — or none, with the wait until
+/// `at_least` would fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TakeRequest<'a> {
+    /// The bucket (the limit's scope: tenant, host or both), e.g. `t:acme`.
+    pub key: &'a str,
+    /// Tokens per second.
+    pub rps: u32,
+    /// Tokens the bucket holds.
+    pub burst: u32,
+    /// Tokens wanted (1, or a lease); the store grants at most this.
+    pub want: u32,
+    /// Fewest tokens worth granting (1, or a whole lease): with fewer free, the store grants
+    /// none and says when `at_least` would be.
+    pub at_least: u32,
+}
+
+/// A store's answer: tokens granted now, and when the next would be when none were.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// Tokens granted (0 ..= `want`).
+    pub granted: u32,
+    /// With nothing granted: how long until a token frees up.
+    pub retry_after: Duration,
+}
+
+/// Why a store could not answer.
+#[derive(Debug)]
+pub struct StoreError {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    /// An error saying `message`, caused by `source` when given.
+    pub fn new(
+        message: impl Into<String>,
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The future a [`RateStore`] returns.
+pub type TakeFuture<'a> = Pin<Box<dyn Future<Output = Result<Taken, StoreError>> + Send + 'a>>;
+
+/// Where shared rate limits (`limits.global`) keep their buckets: GCRA token buckets, one per
+/// key, taken from atomically however many clients ask at once.
+///
+/// The client bounds every call with the policy's `store_timeout` and, when the store fails
+/// or is too slow, does what `on_store_error` says; an implementation need not time out by
+/// itself and must not retry for long.
+///
+/// # Examples
+/// A store that grants everything (a test double is one method):
+/// ```
+/// use soulbase_net_runtime::fleet::{RateStore, TakeFuture, TakeRequest, Taken};
+///
+/// #[derive(Debug)]
+/// struct Open;
+///
+/// impl RateStore for Open {
+///     fn take<'a>(&'a self, req: TakeRequest<'a>) -> TakeFuture<'a> {
+///         Box::pin(async move {
+///             Ok(Taken { granted: req.want, retry_after: std::time::Duration::ZERO })
+///         })
+///     }
+/// }
+/// ```
+pub trait RateStore: Send + Sync + fmt::Debug {
+    /// Takes up to `req.want` tokens from bucket `req.key`.
+    fn take<'a>(&'a self, req: TakeRequest<'a>) -> TakeFuture<'a>;
+
+    /// A name for events and metrics (`"memory"`, `"redis"`). Default is `"custom"`.
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+}

@@ -1,0 +1,200 @@
+//! [`RedisServer`]: a throwaway `redis-server` on a free loopback port, for tests of state
+//! shared by a fleet.
+
+use std::{
+    io::{self, Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+/// The environment variable that makes a missing `redis-server` an error instead of a skip
+/// (CI sets it: CI never skips these tests).
+pub const REQUIRE_REDIS: &str = "SOULBASE_REQUIRE_REDIS";
+
+/// A `redis-server` of its own: loopback only, no persistence, a free port; stopped (by its
+/// PID) when dropped, also when the test fails.
+///
+/// # Examples
+/// ```no_run
+/// use soulbase_net_testkit::RedisServer;
+///
+/// let Some(redis) = RedisServer::start_or_skip("my_test") else { return };
+/// let url = redis.url(); // redis://127.0.0.1:<port>/
+/// # let _ = url;
+/// ```
+#[derive(Debug)]
+pub struct RedisServer {
+    addr: SocketAddr,
+    child: Option<Child>,
+    program: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts one, or — when `redis-server` is not installed — prints a line saying that
+    /// `test` is skipped and returns `None`. With [`REQUIRE_REDIS`] set, a missing or failing
+    /// server panics instead (CI never skips).
+    ///
+    /// # Panics
+    /// As said, with [`REQUIRE_REDIS`] set; and when the server is installed but does not
+    /// start (a broken install must not pass as a skip).
+    #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
+    pub fn start_or_skip(test: &str) -> Option<Self> {
+        let Some(program) = find("redis-server") else {
+            if std::env::var_os(REQUIRE_REDIS).is_some() {
+                panic!("{test}: redis-server is not installed and {REQUIRE_REDIS} is set");
+            }
+            eprintln!("SKIPPED {test}: redis-server is not installed (cargo xtask ci installs it)");
+            return None;
+        };
+        match Self::start(program) {
+            Ok(server) => Some(server),
+            Err(e) => panic!("{test}: redis-server did not start: {e}"),
+        }
+    }
+
+    fn start(program: PathBuf) -> io::Result<Self> {
+        let addr = free_port()?;
+        let mut server = Self {
+            addr,
+            child: None,
+            program,
+        };
+        server.restart()?;
+        Ok(server)
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://{}/", self.addr)
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Kills the server (SIGKILL, by PID): connections drop, the port refuses.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty: no persistence), after [`stop`]
+    /// (or stops it first). Returns once it answers `PING`.
+    ///
+    /// # Errors
+    /// The server did not start or answer within 10 s.
+    ///
+    /// [`stop`]: Self::stop
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        let child = Command::new(&self.program)
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &self.addr.port().to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "yes",
+                "--daemonize",
+                "no",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if ping(self.addr).is_ok() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis-server on {} did not answer PING", self.addr),
+                ));
+            }
+            // Polling a process that has no readiness signal of its own.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open and nothing answers — a Redis that
+    /// is slow rather than gone. [`resume`](Self::resume) thaws it.
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    ///
+    /// # Errors
+    /// The signal could not be sent.
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, sig: &str) -> io::Result<()> {
+        let Some(child) = &self.child else {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "not running"));
+        };
+        let status = Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("kill {sig} failed: {status}")))
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A paused server must be thawed to die cleanly; SIGKILL works on stopped ones too.
+        let _ = self.resume();
+        self.stop();
+    }
+}
+
+/// A loopback port free right now.
+fn free_port() -> io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    listener.local_addr()
+}
+
+/// One `PING`, answered `+PONG`.
+fn ping(addr: SocketAddr) -> io::Result<()> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    s.write_all(b"PING\r\n")?;
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf)?;
+    if &buf == b"+PONG\r\n" {
+        Ok(())
+    } else {
+        Err(io::Error::other("unexpected answer to PING"))
+    }
+}
+
+/// `program` on PATH or in the sbin directories.
+fn find(program: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/sbin", "/sbin", "/usr/bin"])
+        .map(|dir| std::path::Path::new(dir).join(program))
+        .find(|p| p.is_file());
+    found
+}

@@ -1,0 +1,188 @@
+//! `cargo xtask fleet-client`: one instance of a fleet sharing a quota on Redis — the process
+//! that the multi-process quota test (`xtask/tests/fleet.rs`) and the demo start several of.
+//!
+//! It sends calls to `--url` as fast as eight callers can for `--secs` seconds under a
+//! `limits.global` of `--rps` per second (burst `--burst`, lease `--lease`) for tenant
+//! `fleet`, kept in the Redis at `--redis`, and prints one line:
+//! `admitted=<n> refused=<n> errors=<n> store_calls=<n>`.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_policy::{GlobalLimit, NetPolicy};
+use soulbase_net_runtime::{
+    fleet::{RateStore, RedisRateStore, TakeFuture, TakeRequest},
+    Client, DialFuture, Dialer, TcpDialer,
+};
+use tokio::time::Instant;
+
+/// What one fleet instance is to do.
+#[derive(Debug)]
+struct Options {
+    redis: String,
+    url: String,
+    rps: u32,
+    burst: u32,
+    lease: u32,
+    secs: f64,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        redis: String::new(),
+        url: String::new(),
+        rps: 200,
+        burst: 10,
+        lease: 1,
+        secs: 10.0,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--redis" => o.redis = value()?,
+            "--url" => o.url = value()?,
+            "--rps" => o.rps = value()?.parse().map_err(|e| format!("--rps: {e}"))?,
+            "--burst" => o.burst = value()?.parse().map_err(|e| format!("--burst: {e}"))?,
+            "--lease" => o.lease = value()?.parse().map_err(|e| format!("--lease: {e}"))?,
+            "--secs" => o.secs = value()?.parse().map_err(|e| format!("--secs: {e}"))?,
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    if o.redis.is_empty() || o.url.is_empty() {
+        return Err("fleet-client needs --redis URL and --url TARGET".to_owned());
+    }
+    Ok(o)
+}
+
+/// Dials loopback only: the target is the test's server.
+#[derive(Debug)]
+struct Loopback;
+
+impl Dialer for Loopback {
+    fn dial(&self, addr: SocketAddr) -> DialFuture {
+        if !addr.ip().is_loopback() {
+            return Box::pin(async move {
+                Err(std::io::Error::other(format!(
+                    "refused {addr}: not loopback"
+                )))
+            });
+        }
+        TcpDialer.dial(addr)
+    }
+}
+
+/// Counts the Redis round trips.
+#[derive(Debug)]
+struct Counting {
+    inner: RedisRateStore,
+    calls: AtomicU64,
+}
+
+impl RateStore for Counting {
+    fn take<'a>(&'a self, req: TakeRequest<'a>) -> TakeFuture<'a> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.take(req)
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+}
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let line = rt.block_on(instance(o))?;
+    #[allow(
+        clippy::print_stdout,
+        reason = "the report is the command's output, read by the process that started it"
+    )]
+    {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+async fn instance(o: Options) -> Result<String, String> {
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?];
+    p.dns.nameservers = vec!["127.0.0.1:9".parse().map_err(|e| format!("{e}"))?];
+    p.dns.prefetch.clear();
+    p.retry.enabled = false;
+    let mut g = GlobalLimit::default();
+    g.rps = o.rps;
+    g.burst = o.burst;
+    g.lease = o.lease;
+    g.store_timeout = Duration::from_millis(200);
+    p.limits.global = Some(g);
+    let store = Arc::new(Counting {
+        inner: RedisRateStore::new(&o.redis).map_err(|e| e.to_string())?,
+        calls: AtomicU64::new(0),
+    });
+    let client = Client::builder()
+        .policy(p)
+        .dialer(Arc::new(Loopback))
+        .rate_store(store.clone())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let until = Instant::now() + Duration::from_secs_f64(o.secs);
+    let (admitted, refused, errors) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (client, url) = (client.clone(), o.url.clone());
+        let (admitted, refused, errors) = (admitted.clone(), refused.clone(), errors.clone());
+        callers.spawn(async move {
+            while Instant::now() < until {
+                match client
+                    .send(NetRequest::get(url.as_str()).tenant("fleet"))
+                    .await
+                {
+                    Ok(res) => {
+                        let _ = res.bytes().await;
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) if e.kind() == ErrorKind::RateLimited => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        // Back off as the refusal says (bounded), as a caller would.
+                        let wait = e
+                            .retry_after()
+                            .unwrap_or(Duration::from_millis(1))
+                            .clamp(Duration::from_millis(1), Duration::from_millis(20));
+                        tokio::time::sleep(wait).await;
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+    while callers.join_next().await.is_some() {}
+    Ok(format!(
+        "admitted={} refused={} errors={} store_calls={}",
+        admitted.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed),
+        store.calls.load(Ordering::Relaxed)
+    ))
+}
