@@ -7,7 +7,6 @@
 //! `admitted=<n> refused=<n> errors=<n> store_calls=<n>`.
 
 use std::{
-    net::SocketAddr,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -18,9 +17,11 @@ use std::{
 use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
 use soulbase_net_policy::{GlobalLimit, NetPolicy};
 use soulbase_net_runtime::{
-    fleet::{RateStore, RedisRateStore, TakeFuture, TakeRequest},
-    Client, DialFuture, Dialer, TcpDialer,
+    fleet::{Counted, RedisRateStore},
+    Client,
 };
+
+use crate::loopback::LoopbackDialer;
 use tokio::time::Instant;
 
 /// What one fleet instance is to do.
@@ -66,41 +67,6 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// Dials loopback only: the target is the test's server.
-#[derive(Debug)]
-struct Loopback;
-
-impl Dialer for Loopback {
-    fn dial(&self, addr: SocketAddr) -> DialFuture {
-        if !addr.ip().is_loopback() {
-            return Box::pin(async move {
-                Err(std::io::Error::other(format!(
-                    "refused {addr}: not loopback"
-                )))
-            });
-        }
-        TcpDialer.dial(addr)
-    }
-}
-
-/// Counts the Redis round trips.
-#[derive(Debug)]
-struct Counting {
-    inner: RedisRateStore,
-    calls: AtomicU64,
-}
-
-impl RateStore for Counting {
-    fn take<'a>(&'a self, req: TakeRequest<'a>) -> TakeFuture<'a> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.take(req)
-    }
-
-    fn name(&self) -> &'static str {
-        "redis"
-    }
-}
-
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let o = parse(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -131,13 +97,12 @@ async fn instance(o: Options) -> Result<String, String> {
     g.lease = o.lease;
     g.store_timeout = Duration::from_millis(200);
     p.limits.global = Some(g);
-    let store = Arc::new(Counting {
-        inner: RedisRateStore::new(&o.redis).map_err(|e| e.to_string())?,
-        calls: AtomicU64::new(0),
-    });
+    let store = Arc::new(Counted::new(
+        RedisRateStore::new(&o.redis).map_err(|e| e.to_string())?,
+    ));
     let client = Client::builder()
         .policy(p)
-        .dialer(Arc::new(Loopback))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .rate_store(store.clone())
         .build()
         .map_err(|e| e.to_string())?;
@@ -183,6 +148,6 @@ async fn instance(o: Options) -> Result<String, String> {
         admitted.load(Ordering::Relaxed),
         refused.load(Ordering::Relaxed),
         errors.load(Ordering::Relaxed),
-        store.calls.load(Ordering::Relaxed)
+        store.calls()
     ))
 }

@@ -116,3 +116,46 @@ pub trait RateStore: Send + Sync + fmt::Debug {
         "custom"
     }
 }
+
+/// A [`RateStore`] that counts the calls made to it (each one a round trip to a remote
+/// store): what a bench or a dashboard divides by the requests to see what leases save.
+///
+/// ```
+/// use std::sync::Arc;
+/// use soulbase_net_runtime::fleet::{Counted, MemoryRateStore};
+///
+/// let store = Arc::new(Counted::new(MemoryRateStore::new()));
+/// assert_eq!(store.calls(), 0);
+/// ```
+#[derive(Debug)]
+pub struct Counted<S> {
+    inner: S,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl<S: RateStore> Counted<S> {
+    /// Counts the calls to `inner`.
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            calls: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Calls made so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl<S: RateStore> RateStore for Counted<S> {
+    fn take<'a>(&'a self, req: TakeRequest<'a>) -> TakeFuture<'a> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.take(req)
+    }
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+}

@@ -5,14 +5,7 @@
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    net::SocketAddr,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use parking_lot::Mutex;
 use soulbase_net_core::{
@@ -20,7 +13,7 @@ use soulbase_net_core::{
 };
 use soulbase_net_policy::{GlobalLimit, NetPolicy, OnStoreError};
 use soulbase_net_runtime::{
-    fleet::{RateStore, RedisRateStore, TakeFuture, TakeRequest},
+    fleet::{Counted, RateStore, RedisRateStore},
     Client, DialFuture, Dialer, TcpDialer,
 };
 use soulbase_net_testkit::{FaultServer, RedisServer, Reply};
@@ -40,20 +33,6 @@ impl Dialer for Loopback {
             });
         }
         TcpDialer.dial(addr)
-    }
-}
-
-/// Counts the store's takes (the Redis round trips).
-#[derive(Debug)]
-struct Counting {
-    inner: RedisRateStore,
-    takes: AtomicU64,
-}
-
-impl RateStore for Counting {
-    fn take<'a>(&'a self, req: TakeRequest<'a>) -> TakeFuture<'a> {
-        self.takes.fetch_add(1, Ordering::Relaxed);
-        self.inner.take(req)
     }
 }
 
@@ -195,10 +174,7 @@ async fn leases_spare_redis_round_trips_and_keep_the_quota() {
     let seen = Arc::new(Seen::default());
     let mut g = global(1000, 40);
     g.lease = 10;
-    let store = Arc::new(Counting {
-        inner: RedisRateStore::new(&redis.url()).unwrap(),
-        takes: AtomicU64::new(0),
-    });
+    let store = Arc::new(Counted::new(RedisRateStore::new(&redis.url()).unwrap()));
     let c = client(policy(g), store.clone(), seen.clone());
     // One caller after another: 40 calls, the burst, in 4 leases of 10.
     for _ in 0..40 {
@@ -206,7 +182,7 @@ async fn leases_spare_redis_round_trips_and_keep_the_quota() {
             .await
             .unwrap();
     }
-    let takes = store.takes.load(Ordering::Relaxed);
+    let takes = store.calls();
     assert!(takes <= 5, "{takes} round trips for 40 calls");
     assert_eq!(srv.hits("/q"), 40);
     srv.join().await;
