@@ -65,6 +65,8 @@ pub use crate::qos::{ByteBudget, ByteCount, QosBytes, Reservation};
 
 #[cfg(feature = "cache")]
 mod cache;
+#[cfg(feature = "redis")]
+pub use crate::cache::RedisCacheStore;
 #[cfg(feature = "cache")]
 pub use crate::cache::{CacheHook, CacheStore, CachedResponse, MemoryStore};
 

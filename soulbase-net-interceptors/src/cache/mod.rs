@@ -2,6 +2,8 @@
 //! revalidation of stale entries.
 
 mod control;
+#[cfg(feature = "redis")]
+mod redis;
 mod store;
 
 use std::{
@@ -18,6 +20,8 @@ use soulbase_net_core::{
 use tokio::time::Instant;
 
 use self::control::Directives;
+#[cfg(feature = "redis")]
+pub use self::redis::RedisCacheStore;
 pub use self::store::{CacheStore, CachedResponse, MemoryStore};
 
 /// Caches the responses to GET requests, as a shared cache (RFC 9111) keyed by tenant + URL

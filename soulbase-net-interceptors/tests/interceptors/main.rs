@@ -9,6 +9,8 @@ mod support;
 mod bearer;
 #[cfg(feature = "cache")]
 mod cache;
+#[cfg(feature = "redis")]
+mod fleet;
 #[cfg(feature = "idempotency")]
 mod idempotency;
 #[cfg(feature = "crypto")]
