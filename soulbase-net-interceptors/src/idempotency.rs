@@ -21,6 +21,11 @@ use tokio::{sync::watch, time::Instant};
 
 use crate::hex;
 
+#[cfg(feature = "redis")]
+mod shared;
+#[cfg(feature = "redis")]
+pub use self::shared::RedisDedupStore;
+
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Default of [`IdempotencyKey::dedup_max_entries`].
@@ -70,6 +75,9 @@ pub struct IdempotencyKey {
     mode: Mode,
     limits: Limits,
     dedup: Option<Arc<Dedup>>,
+    /// The fleet's window, in Redis, instead of this process's.
+    #[cfg(feature = "redis")]
+    shared: Option<Arc<RedisDedupStore>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -158,6 +166,9 @@ enum Role {
     Leader(Arc<LeaderGuard>),
     /// A later call, answered from the recorded outcome.
     Follower(watch::Receiver<Option<Arc<Outcome>>>),
+    /// A call under the fleet's shared window (in Redis).
+    #[cfg(feature = "redis")]
+    Shared(Arc<shared::SharedCall>),
 }
 
 /// Removes the in-flight entry of a leader that never finished (cancelled, or answered by
@@ -193,7 +204,23 @@ impl IdempotencyKey {
                 max_bytes: DEFAULT_MAX_BYTES,
             },
             dedup: None,
+            #[cfg(feature = "redis")]
+            shared: None,
         }
+    }
+
+    /// Keeps the dedup window in Redis, shared by every instance that points at it, instead of
+    /// in this process: a duplicate made on another instance inside the window is answered
+    /// with the first call's response (or waits for it while it is in flight, up to the
+    /// store's `wait`, then fails with a conflict error) instead of being sent again. The
+    /// window is [`dedup_window`](Self::dedup_window)'s, 10 minutes when none is set.
+    #[cfg(feature = "redis")]
+    pub fn shared_dedup(mut self, store: RedisDedupStore) -> Self {
+        if self.limits.window.is_none() {
+            self = self.dedup_window(Duration::from_secs(600));
+        }
+        self.shared = Some(Arc::new(store));
+        self
     }
 
     /// Answers a second call with the same tenant and key within `window` with the first
@@ -316,6 +343,18 @@ impl Interceptor for IdempotencyKey {
                 req.headers.insert(IDEMPOTENCY_KEY, v);
             }
         }
+        #[cfg(feature = "redis")]
+        if let (Some(store), Some(key)) = (&self.shared, req.headers.get(&IDEMPOTENCY_KEY)) {
+            let call = shared::SharedCall {
+                tenant: req.tenant.clone().unwrap_or_default(),
+                key: String::from_utf8_lossy(key.as_bytes()).into_owned(),
+                token: new_idempotency_key()?,
+                leader: std::sync::atomic::AtomicBool::new(false),
+                store: store.clone(),
+            };
+            req.extensions.insert(Role::Shared(Arc::new(call)));
+            return Ok(());
+        }
         let (Some(dedup), Some(key)) = (
             &self.dedup,
             req.headers.get(&IDEMPOTENCY_KEY).map(|v| v.as_bytes()),
@@ -333,6 +372,10 @@ impl Interceptor for IdempotencyKey {
     }
 
     async fn respond(&self, req: &NetRequest) -> Option<Result<NetResponse, NetError>> {
+        #[cfg(feature = "redis")]
+        if let Some(Role::Shared(call)) = req.extensions.get::<Role>() {
+            return self.respond_shared(call).await;
+        }
         let Some(Role::Follower(rx)) = req.extensions.get::<Role>() else {
             return None;
         };
@@ -356,6 +399,10 @@ impl Interceptor for IdempotencyKey {
     }
 
     async fn after(&self, req: &NetRequest, res: &mut NetResponse) -> Result<(), NetError> {
+        #[cfg(feature = "redis")]
+        if let Some(Role::Shared(call)) = req.extensions.get::<Role>() {
+            return self.after_shared(call, res).await;
+        }
         let Some(Role::Leader(guard)) = req.extensions.get::<Role>() else {
             return Ok(());
         };
@@ -382,6 +429,14 @@ impl Interceptor for IdempotencyKey {
     }
 
     async fn on_error(&self, req: &NetRequest, err: &NetError) {
+        #[cfg(feature = "redis")]
+        if let Some(Role::Shared(call)) = req.extensions.get::<Role>() {
+            if call.done() {
+                let (t, k, tok) = (&call.tenant, &call.key, &call.token);
+                call.store.finish(t, k, tok, None, Duration::ZERO).await;
+            }
+            return;
+        }
         if let Some(Role::Leader(guard)) = req.extensions.get::<Role>() {
             guard.finish(Outcome::Error(err.kind(), err.message().map(str::to_owned)));
         }
@@ -393,6 +448,74 @@ impl Interceptor for IdempotencyKey {
 
     fn name(&self) -> &'static str {
         "idempotency_key"
+    }
+}
+
+#[cfg(feature = "redis")]
+impl IdempotencyKey {
+    /// The fleet's window: claim the key, or answer from the stored response, or wait for
+    /// the call in flight elsewhere (then a conflict); `None` sends the call.
+    async fn respond_shared(
+        &self,
+        call: &shared::SharedCall,
+    ) -> Option<Result<NetResponse, NetError>> {
+        let store = &call.store;
+        let until = Instant::now() + store.wait;
+        loop {
+            match store.claim(&call.tenant, &call.key, &call.token).await {
+                // Redis failed: send without dedup (reported by the store).
+                None => return None,
+                Some(shared::Claim::Claimed) => {
+                    call.lead();
+                    return None;
+                }
+                Some(shared::Claim::Stored(res)) => {
+                    if let Some(d) = &self.dedup {
+                        d.drops.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Some(Ok(*res));
+                }
+                Some(shared::Claim::InFlight) if Instant::now() >= until => {
+                    return Some(Err(shared::conflict(&call.key, store.wait)));
+                }
+                // Another instance's call is in flight; its response lands in Redis, which
+                // cannot notify this process: look again shortly.
+                Some(shared::Claim::InFlight) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
+    /// The leader stores a response below 500 for the window; otherwise it releases the key.
+    async fn after_shared(
+        &self,
+        call: &shared::SharedCall,
+        res: &mut NetResponse,
+    ) -> Result<(), NetError> {
+        if !call.done() {
+            return Ok(());
+        }
+        let (t, k, tok) = (&call.tenant, &call.key, &call.token);
+        if res.status.is_server_error() {
+            call.store.finish(t, k, tok, None, Duration::ZERO).await;
+            return Ok(());
+        }
+        let body = match std::mem::replace(&mut res.body, RespBody::Bytes(Bytes::new())) {
+            RespBody::Bytes(b) => b,
+            stream => match collect(stream).await {
+                Ok(b) => b,
+                Err(e) => {
+                    call.store.finish(t, k, tok, None, Duration::ZERO).await;
+                    return Err(e);
+                }
+            },
+        };
+        res.body = RespBody::Bytes(body.clone());
+        let window = self.limits.window.unwrap_or(Duration::from_secs(600));
+        let stored = shared::encode(res).map(|meta| (meta, body));
+        call.store.finish(t, k, tok, stored, window).await;
+        Ok(())
     }
 }
 

@@ -42,6 +42,8 @@ pub use crate::trace::TraceUa;
 mod idempotency;
 #[cfg(feature = "idempotency")]
 pub use crate::idempotency::IdempotencyKey;
+#[cfg(feature = "redis")]
+pub use crate::idempotency::RedisDedupStore;
 
 #[cfg(feature = "bearer")]
 mod bearer;
@@ -72,3 +74,5 @@ pub use crate::cache::{CacheHook, CacheStore, CachedResponse, MemoryStore};
 
 #[cfg(any(feature = "trace", feature = "idempotency"))]
 mod hex;
+#[cfg(feature = "redis")]
+mod redis_conn;

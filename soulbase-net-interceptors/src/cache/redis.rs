@@ -9,12 +9,12 @@
 use std::{
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, OnceLock,
+        Arc,
     },
     time::{Duration, SystemTime},
 };
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use soulbase_net_core::{
     bytes::Bytes,
@@ -38,9 +38,7 @@ const REVALIDATION_GRACE: Duration = Duration::from_secs(600);
 /// [`errors`](Self::errors) and reported to the observer as `StoreError { store: "cache" }`.
 /// The URL is never shown by `Debug` or in errors (only its host part is).
 pub struct RedisCacheStore {
-    client: redis::Client,
-    manager: OnceLock<ConnectionManager>,
-    shown: String,
+    conn: crate::redis_conn::RedisConn,
     max_body: usize,
     timeout: Duration,
     errors: AtomicU64,
@@ -67,14 +65,8 @@ impl RedisCacheStore {
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL.
     pub fn new(url: &str) -> Result<Self, NetError> {
-        let client = redis::Client::open(url).map_err(|e| {
-            NetError::invalid_request(format!("not a valid redis url: {:?}", e.kind()))
-        })?;
-        let shown = format!("{}", client.get_connection_info().addr());
         Ok(Self {
-            client,
-            manager: OnceLock::new(),
-            shown,
+            conn: crate::redis_conn::RedisConn::new(url)?,
             max_body: 1 << 20,
             timeout: Duration::from_millis(20),
             errors: AtomicU64::new(0),
@@ -105,19 +97,6 @@ impl RedisCacheStore {
         self.errors.load(Ordering::Relaxed)
     }
 
-    fn manager(&self) -> Option<ConnectionManager> {
-        if let Some(m) = self.manager.get() {
-            return Some(m.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500))
-            .set_number_of_retries(usize::MAX);
-        let made = ConnectionManager::new_lazy_with_config(self.client.clone(), config).ok()?;
-        Some(self.manager.get_or_init(|| made).clone())
-    }
-
     /// Runs `op` on Redis within the timeout; a failure is counted, reported and `None`.
     async fn call<T, F>(
         &self,
@@ -127,7 +106,7 @@ impl RedisCacheStore {
     where
         F: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let outcome = match self.manager() {
+        let outcome = match self.conn.manager() {
             Some(con) => tokio::time::timeout(self.timeout, op(con)).await,
             None => Ok(Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
@@ -155,7 +134,7 @@ impl RedisCacheStore {
 impl std::fmt::Debug for RedisCacheStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisCacheStore")
-            .field("at", &self.shown)
+            .field("at", &self.conn.shown())
             .field("max_body", &self.max_body)
             .field("timeout", &self.timeout)
             .field("errors", &self.errors())

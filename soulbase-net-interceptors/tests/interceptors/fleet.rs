@@ -79,3 +79,101 @@ async fn instances_share_fresh_hits_and_revalidations() {
     assert_eq!(srv.hits("/fresh"), 2);
     srv.join().await;
 }
+
+/// An instance whose dedup window is the shared one at `url`.
+fn deduping(url: &str, wait: Duration) -> soulbase_net_runtime::Client {
+    let store = soulbase_net_interceptors::RedisDedupStore::new(url)
+        .unwrap()
+        .timeout(Duration::from_millis(500))
+        .wait(wait);
+    let keys = soulbase_net_interceptors::IdempotencyKey::random()
+        .dedup_window(Duration::from_secs(60))
+        .shared_dedup(store);
+    client(vec![Arc::new(keys)])
+}
+
+fn pay(url: &str, key: &str) -> NetRequest {
+    NetRequest::post(url)
+        .body("amount=10")
+        .idempotent(true)
+        .header("idempotency-key", key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_on_another_instance_is_answered_not_sent() {
+    let Some(redis) =
+        RedisServer::start_or_skip("a_duplicate_on_another_instance_is_answered_not_sent")
+    else {
+        return;
+    };
+    let gate = soulbase_net_testkit::Gate::new();
+    let srv = FaultServer::http1()
+        .route("/pay", Reply::ok("paid #1").after(&gate))
+        .route(
+            "/flaky",
+            soulbase_net_testkit::Script::status(503)
+                .times(1)
+                .then(Reply::ok("paid")),
+        )
+        .route("/slow", Reply::ok("late").delay(Duration::from_secs(2)))
+        .start()
+        .await
+        .unwrap();
+    let a = deduping(&redis.url(), Duration::from_secs(10));
+    let b = deduping(&redis.url(), Duration::from_secs(10));
+
+    // A's call is at the server (held); B's duplicate waits for it, then gets its answer.
+    let first = {
+        let (a, url) = (a.clone(), srv.url("/pay"));
+        tokio::spawn(async move { a.send(pay(&url, "k-1")).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/pay", 1))
+        .await
+        .unwrap();
+    let second = {
+        let (b, url) = (b.clone(), srv.url("/pay"));
+        tokio::spawn(async move { b.send(pay(&url, "k-1")).await })
+    };
+    gate.open();
+    let first = first.await.unwrap().unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert_eq!(first.text().await.unwrap(), "paid #1");
+    assert_eq!(second.text().await.unwrap(), "paid #1");
+    assert_eq!(srv.hits("/pay"), 1, "one upstream hit for two instances");
+    // Later, too.
+    let third = b.send(pay(&srv.url("/pay"), "k-1")).await.unwrap();
+    assert_eq!(third.text().await.unwrap(), "paid #1");
+    assert_eq!(srv.hits("/pay"), 1);
+
+    // A 5xx is not kept: the duplicate is sent again (the first instance does not retry).
+    let store = soulbase_net_interceptors::RedisDedupStore::new(&redis.url())
+        .unwrap()
+        .timeout(Duration::from_millis(500));
+    let keys = soulbase_net_interceptors::IdempotencyKey::random().shared_dedup(store);
+    let (no_retry, _) = crate::support::client_with(vec![Arc::new(keys)], |p| {
+        p.retry.enabled = false;
+    });
+    let r = no_retry.send(pay(&srv.url("/flaky"), "k-2")).await.unwrap();
+    assert_eq!(r.status, 503);
+    let r = b.send(pay(&srv.url("/flaky"), "k-2")).await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "paid");
+    assert_eq!(srv.hits("/flaky"), 2);
+
+    // A duplicate that waits longer than its `wait` gets a conflict, not a second send.
+    let hasty = deduping(&redis.url(), Duration::from_millis(300));
+    let slow = {
+        let (a, url) = (a.clone(), srv.url("/slow"));
+        tokio::spawn(async move { a.send(pay(&url, "k-3")).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/slow", 1))
+        .await
+        .unwrap();
+    let err = hasty.send(pay(&srv.url("/slow"), "k-3")).await.unwrap_err();
+    assert!(
+        err.to_string().contains("in flight on another instance"),
+        "{err}"
+    );
+    assert_eq!(srv.hits("/slow"), 1);
+    assert_eq!(slow.await.unwrap().unwrap().status, 200);
+    srv.join().await;
+}
