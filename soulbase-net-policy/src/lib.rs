@@ -54,6 +54,7 @@ mod policy;
 mod resolver;
 mod serde_opt;
 mod size;
+mod store;
 mod validate;
 
 pub use crate::document::PolicyDocument;
@@ -76,4 +77,5 @@ pub use crate::policy::tls::{MtlsCfg, TlsPolicy, TlsVersion};
 pub use crate::policy::NetPolicy;
 pub use crate::resolver::{PolicyResolver, PolicyView, Snapshot, SnapshotResolver};
 pub use crate::size::{ByteSize, ParseByteSizeError};
+pub use crate::store::StoreConfig;
 pub use crate::validate::{PolicyError, Problem};

@@ -54,6 +54,18 @@ impl RedisServer {
         }
     }
 
+    /// Starts one; `Ok(None)` when `redis-server` is not installed (the caller says why it
+    /// goes on without). For a demo or a tool; tests use [`start_or_skip`](Self::start_or_skip).
+    ///
+    /// # Errors
+    /// The server is installed but did not start.
+    pub fn try_start() -> io::Result<Option<Self>> {
+        match find("redis-server") {
+            Some(program) => Self::start(program).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn start(program: PathBuf) -> io::Result<Self> {
         let addr = free_port()?;
         let mut server = Self {

@@ -364,6 +364,7 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
         phase_ssrf(&client, &dialer, progress).await?,
         phase_timeout(&client, progress).await?,
         phase_cache(&cached, progress).await?,
+        phase_fleet(&dialer, progress).await?,
     ] {
         phases.push(phase);
     }
@@ -718,6 +719,92 @@ async fn phase_cache(client: &Client, progress: Progress) -> Result<PhaseResult,
         measured: format!("{from_cache}/{CACHED_GETS} from the cache, {hits} server hit(s)"),
         passed,
         elapsed: started.elapsed(),
+    };
+    progress.finish(&result);
+    Ok(result)
+}
+
+/// (g) Two instances (two clients, each with its own connection) share one tenant quota on
+/// Redis: 20 calls each at once against a fleet-wide rps of 10 with a burst of 10.
+async fn phase_fleet(
+    dialer: &Arc<LoopbackDialer>,
+    progress: Progress,
+) -> Result<PhaseResult, String> {
+    const NAME: &str = "(g) fleet quota";
+    const EACH: usize = 20;
+    let started = Instant::now();
+    let redis = match soulbase_net_testkit::RedisServer::try_start() {
+        Ok(Some(redis)) => redis,
+        Ok(None) => {
+            let result = PhaseResult {
+                name: NAME,
+                expected: "two instances share one quota on Redis".to_owned(),
+                measured: "skipped: redis-server is not installed (cargo xtask ci installs it)"
+                    .to_owned(),
+                passed: true,
+                elapsed: started.elapsed(),
+            };
+            progress.finish(&result);
+            return Ok(result);
+        }
+        Err(e) => return Err(format!("redis-server did not start: {e}")),
+    };
+    let srv = server(7, |b| b.route("/quota", Reply::ok("ok"))).await?;
+    let instance = || -> Result<Client, String> {
+        let mut p = demo_policy();
+        p.retry.enabled = false;
+        let mut g = soulbase_net_policy::GlobalLimit::default();
+        g.rps = 10;
+        g.burst = 10;
+        g.store_timeout = Duration::from_millis(500);
+        p.limits.global = Some(g);
+        let store = soulbase_net_runtime::fleet::RedisRateStore::new(&redis.url())
+            .map_err(|e| e.to_string())?;
+        Client::builder()
+            .policy(p)
+            .dialer(dialer.clone())
+            .rate_store(Arc::new(store))
+            .build()
+            .map_err(|e| format!("could not build a fleet client: {e}"))
+    };
+    let (a, b) = (instance()?, instance()?);
+    progress.update(
+        NAME,
+        &format!("2 instances × {EACH} calls, quota 10 rps + 10 burst …"),
+    );
+    let calls = |c: Client| {
+        let url = srv.url("/quota");
+        async move {
+            let mut ok = 0usize;
+            for _ in 0..EACH {
+                if c.send(NetRequest::get(url.as_str()).tenant("shop"))
+                    .await
+                    .is_ok()
+                {
+                    ok += 1;
+                }
+            }
+            ok
+        }
+    };
+    let (ok_a, ok_b) = tokio::join!(calls(a), calls(b));
+    let elapsed = started.elapsed();
+    let hits = srv.hits("/quota");
+    srv.join().await;
+    drop(redis);
+    // The burst, plus what 10 rps refilled while they ran.
+    let ceiling = 10 + (elapsed.as_secs_f64() * 10.0).ceil() as usize;
+    let admitted = ok_a + ok_b;
+    let passed = admitted >= 10 && admitted <= ceiling && hits == admitted as u64;
+    let result = PhaseResult {
+        name: NAME,
+        expected: format!(
+            "≤ {ceiling} of {} admitted in all (not {EACH} each)",
+            2 * EACH
+        ),
+        measured: format!("{ok_a} + {ok_b} admitted, {hits} server hits"),
+        passed,
+        elapsed,
     };
     progress.finish(&result);
     Ok(result)

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::policy::NetPolicy;
+use crate::store::StoreConfig;
 use crate::validate::PolicyError;
 
 pub(crate) mod compile;
@@ -33,6 +34,9 @@ pub(crate) use self::tree::quote_key;
 ///
 /// [keys.payments]                             # a named policy, chosen per request
 /// retry.enabled = false                       # (NetRequest::policy_key("payments"))
+///
+/// [store]                                     # where a fleet's shared state lives
+/// redis = "redis://10.0.0.5:6379/"
 /// ```
 ///
 /// The effective policy for `(tenant, host)` is built in layers, each changing only the fields
@@ -51,6 +55,7 @@ pub struct PolicyDocument {
     overrides: BTreeMap<String, Value>,
     tenants: BTreeMap<String, TenantSection>,
     keys: BTreeMap<String, Value>,
+    store: Option<StoreConfig>,
 }
 
 /// A tenant's section: its own override plus its host overrides.
@@ -67,6 +72,7 @@ impl Default for PolicyDocument {
             overrides: BTreeMap::new(),
             tenants: BTreeMap::new(),
             keys: BTreeMap::new(),
+            store: None,
         }
     }
 }
@@ -136,6 +142,18 @@ impl PolicyDocument {
     /// other layers for requests that name it with `NetRequest::policy_key`.
     pub fn set_key(&mut self, key: impl Into<String>, section: Value) -> &mut Self {
         self.keys.insert(key.into(), section);
+        self
+    }
+
+    /// The `[store]` section: where the fleet's shared state lives (a Redis URL), if the
+    /// document says.
+    pub fn store(&self) -> Option<&StoreConfig> {
+        self.store.as_ref()
+    }
+
+    /// Sets the `[store]` section.
+    pub fn set_store(&mut self, store: StoreConfig) -> &mut Self {
+        self.store = Some(store);
         self
     }
 
@@ -242,6 +260,9 @@ impl PolicyDocument {
         }
         if !self.keys.is_empty() {
             top.insert("keys".into(), to_object(&self.keys));
+        }
+        if let Some(store) = &self.store {
+            top.insert("store".into(), store.to_value());
         }
         Value::Object(top)
     }

@@ -8,9 +8,10 @@ use serde_json::Value;
 
 use super::tree::quote_key;
 use super::{PolicyDocument, TenantSection};
+use crate::store::StoreConfig;
 use crate::validate::{PolicyError, Problem};
 
-const SECTIONS: &str = "expected one of `default`, `overrides`, `tenants`, `keys`";
+const SECTIONS: &str = "expected one of `default`, `overrides`, `tenants`, `keys`, `store`";
 
 impl PolicyDocument {
     pub(crate) fn parse_toml(s: &str) -> Result<Self, PolicyError> {
@@ -56,6 +57,10 @@ impl PolicyDocument {
                 "default" => doc.default = v,
                 "overrides" => doc.overrides = table_of("overrides", v, &mut problems),
                 "keys" => doc.keys = table_of("keys", v, &mut problems),
+                "store" => match StoreConfig::from_value(&v) {
+                    Ok(store) => doc.store = Some(store),
+                    Err(found) => problems.extend(found),
+                },
                 "tenants" => {
                     for (tenant, t) in table_of("tenants", v, &mut problems) {
                         let section = tenant_section(&tenant, t, &mut problems);

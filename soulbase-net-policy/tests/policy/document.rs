@@ -272,3 +272,35 @@ fn files_are_read_by_extension() {
     assert!(x.unwrap_err().to_string().contains(".toml or .json"));
     assert!(missing.unwrap_err().to_string().contains("cannot read"));
 }
+
+#[test]
+fn the_store_section_is_checked_on_load_and_never_shows_its_credentials() {
+    let doc =
+        PolicyDocument::from_toml_str("[store]\nredis = \"redis://app:hunter2@10.0.0.5:6379/0\"\n")
+            .unwrap();
+    let store = doc.store().unwrap();
+    assert_eq!(
+        store.redis_url(),
+        Some("redis://app:hunter2@10.0.0.5:6379/0")
+    );
+    let shown = format!("{doc:?}");
+    assert!(
+        !shown.contains("hunter2") && !shown.contains("app:"),
+        "{shown}"
+    );
+    // Written back as it was.
+    let again = PolicyDocument::from_toml_str(&doc.to_toml_string().unwrap()).unwrap();
+    assert_eq!(again.store(), doc.store());
+
+    let err = PolicyDocument::from_toml_str(
+        "[store]\nredis = \"rediss://app:hunter2@h:6380/\"\nmemcached = \"x\"\n",
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("store.redis") && text.contains("rediss"),
+        "{text}"
+    );
+    assert!(text.contains("store.memcached"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}

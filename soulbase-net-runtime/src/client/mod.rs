@@ -58,6 +58,7 @@ pub struct ClientBuilder {
     max_response_headers: usize,
     max_response_head_bytes: usize,
     rate_store: Option<Arc<dyn crate::fleet::RateStore>>,
+    store: Option<soulbase_net_policy::StoreConfig>,
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -122,6 +123,7 @@ impl ClientBuilder {
             max_response_headers: transport::HYPER_MAX_HEADERS,
             max_response_head_bytes: 64 * 1024,
             rate_store: None,
+            store: None,
         }
     }
 
@@ -166,6 +168,16 @@ impl ClientBuilder {
     /// this process alone.
     pub fn rate_store(mut self, store: Arc<dyn crate::fleet::RateStore>) -> Self {
         self.rate_store = Some(store);
+        self
+    }
+
+    /// Where the fleet's shared state lives, as a policy document's `[store]` section says
+    /// (`PolicyDocument::store`): with a Redis URL, shared rate limits go to a
+    /// [`RedisRateStore`](crate::fleet::RedisRateStore) — unless
+    /// [`rate_store`](Self::rate_store) gave one. Needs the `redis` feature; `build` says so
+    /// when it is missing.
+    pub fn store(mut self, store: soulbase_net_policy::StoreConfig) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -254,6 +266,14 @@ impl ClientBuilder {
                 })?,
             ),
         };
+        let rate_store = match (
+            self.rate_store,
+            self.store.as_ref().and_then(|s| s.redis_url()),
+        ) {
+            (Some(store), _) => store,
+            (None, Some(url)) => redis_rate_store(url)?,
+            (None, None) => Arc::new(crate::fleet::MemoryRateStore::new()),
+        };
         let transports = Transports::new(transport::Settings {
             dialer: self.dialer,
             observer: self.observer.clone(),
@@ -315,10 +335,7 @@ impl ClientBuilder {
                 gauges,
                 latencies: learn::Latencies::default(),
                 endpoints,
-                global: crate::fleet::GlobalLimiter::new(
-                    self.rate_store
-                        .unwrap_or_else(|| Arc::new(crate::fleet::MemoryRateStore::new())),
-                ),
+                global: crate::fleet::GlobalLimiter::new(rate_store),
             }),
         })
     }
@@ -418,6 +435,20 @@ impl Client {
     pub fn live_dns_resolvers(&self) -> usize {
         self.inner.transports.live_resolvers()
     }
+}
+
+/// The rate store of a `[store]` section naming Redis.
+#[cfg(feature = "redis")]
+fn redis_rate_store(url: &str) -> Result<Arc<dyn crate::fleet::RateStore>, NetError> {
+    Ok(Arc::new(crate::fleet::RedisRateStore::new(url)?))
+}
+
+/// Without the `redis` feature, a `[store]` naming Redis cannot be honoured: said at build.
+#[cfg(not(feature = "redis"))]
+fn redis_rate_store(_url: &str) -> Result<Arc<dyn crate::fleet::RateStore>, NetError> {
+    Err(NetError::invalid_request(
+        "the policy's [store] names Redis, but soulbase-net-runtime was built without its `redis` feature",
+    ))
 }
 
 /// The URL whose base is frozen or thawed by hand.

@@ -339,3 +339,38 @@ async fn a_slow_redis_is_cut_at_the_store_timeout() {
     }
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_section_connects_the_shared_limits() {
+    let Some(redis) = RedisServer::start_or_skip("a_store_section_connects_the_shared_limits")
+    else {
+        return;
+    };
+    let srv = server().await;
+    let url = srv.url("/q");
+    // What a service does with its policy document's `[store]`.
+    let doc = soulbase_net_policy::PolicyDocument::from_toml_str(&format!(
+        "[store]\nredis = \"{}\"\n",
+        redis.url()
+    ))
+    .unwrap();
+    let store = doc.store().cloned().unwrap();
+    let build = || {
+        Client::builder()
+            .policy(policy(global(5, 6)))
+            .dialer(Arc::new(Loopback))
+            .store(store.clone())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (build(), build());
+    let started = Instant::now();
+    let (ra, rb) = tokio::join!(burst_of(&a, &url, 10), burst_of(&b, &url, 10));
+    let refill = (started.elapsed().as_secs_f64() * 5.0).ceil() as usize;
+    let ok = ra.iter().chain(&rb).filter(|r| r.is_ok()).count();
+    assert!(
+        ok >= 6 && ok <= 6 + refill,
+        "{ok} admitted: one quota for both"
+    );
+    srv.join().await;
+}
