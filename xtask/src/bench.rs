@@ -421,7 +421,18 @@ async fn load(
     concurrency: usize,
     secs: f64,
 ) -> Result<Run, String> {
-    let client = Arc::new(BenchClient::build(kind, &server.url("/"), concurrency)?);
+    let client = BenchClient::build(kind, &server.url("/"), concurrency)?;
+    load_client(client, server, concurrency, secs).await
+}
+
+/// [`load`] with a client built by the caller.
+async fn load_client(
+    client: BenchClient,
+    server: &BenchServer,
+    concurrency: usize,
+    secs: f64,
+) -> Result<Run, String> {
+    let client = Arc::new(client);
     let conns_before = server.conns();
     let cpu_before = process_cpu();
     let started = Instant::now();
@@ -635,6 +646,83 @@ async fn hits_on_failing(
     Ok(server.stats.fail_hits.load(Ordering::Relaxed) - before)
 }
 
+/// The lease of the fleet scenario's shared limit: one Redis call per this many requests.
+const FLEET_LEASE: u32 = 50;
+
+/// The full policy with a shared limit on Redis beside the full policy alone.
+#[derive(Clone, Debug)]
+struct Fleet {
+    local: Summary,
+    shared: Summary,
+    /// Redis round trips per successful request of the shared runs.
+    redis_calls_per_request: f64,
+}
+
+/// The full policy with `limits.global` on a throwaway Redis (a rate far above the offered
+/// load, leases of [`FLEET_LEASE`]) against the full policy alone, taking turns for up to 5
+/// rounds; `None` (with a line) when `redis-server` is not installed.
+async fn fleet_scenario(server: &BenchServer, opts: &Options) -> Result<Option<Fleet>, String> {
+    let redis = match soulbase_net_testkit::RedisServer::try_start() {
+        Ok(Some(redis)) => redis,
+        Ok(None) => {
+            println!("  fleet scenario skipped: redis-server is not installed");
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("bench: redis-server did not start: {e}")),
+    };
+    println!(
+        "  fleet scenario: full policy + a shared limit on Redis (lease {FLEET_LEASE}) vs full policy …"
+    );
+    let (mut local, mut shared) = (Vec::new(), Vec::new());
+    let (mut calls, mut requests) = (0u64, 0u64);
+    // Up to 5 rounds: the comparison is of two soulbase-net settings, not of four clients.
+    for _ in 0..opts.rounds.min(5) {
+        let client = BenchClient::build(Kind::SoulbaseFull, &server.url("/"), opts.concurrency)?;
+        local.push(load_client(client, server, opts.concurrency, opts.secs).await?);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let store = Arc::new(soulbase_net_runtime::fleet::Counted::new(
+            soulbase_net_runtime::fleet::RedisRateStore::new(&redis.url())
+                .map_err(|e| e.to_string())?,
+        ));
+        let mut policy = full_policy(opts.concurrency);
+        let mut global = soulbase_net_policy::GlobalLimit::default();
+        global.rps = 10_000_000;
+        global.burst = 10_000_000;
+        global.lease = FLEET_LEASE;
+        global.store_timeout = Duration::from_millis(100);
+        policy.limits.global = Some(global);
+        let client = Client::builder()
+            .policy(policy)
+            .pool_max_idle_per_host(opts.concurrency)
+            .interceptor(soulbase_net_interceptors::TraceUa::new())
+            .observer(Arc::new(soulbase_net_observe::Metrics::new()))
+            .rate_store(store.clone())
+            .build()
+            .map_err(|e| format!("bench: soulbase-net client: {e}"))?;
+        let run = load_client(
+            BenchClient::Soulbase(client, server.url("/")),
+            server,
+            opts.concurrency,
+            opts.secs,
+        )
+        .await?;
+        calls += store.calls();
+        requests += run.ok;
+        shared.push(run);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(redis);
+    Ok(Some(Fleet {
+        local: Summary::of(Kind::SoulbaseFull, &local),
+        shared: Summary::of(Kind::SoulbaseFull, &shared),
+        redis_calls_per_request: if requests == 0 {
+            0.0
+        } else {
+            calls as f64 / requests as f64
+        },
+    }))
+}
+
 /// One panel of the chart: title, the figure drawn, bar colour.
 type Panel = (&'static str, fn(&Summary) -> f64, &'static str);
 
@@ -645,6 +733,7 @@ struct Report {
     clients: Vec<Summary>,
     breaker: Breaker,
     budget: Budget,
+    fleet: Option<Fleet>,
 }
 
 async fn bench(opts: &Options) -> Result<Report, String> {
@@ -694,11 +783,13 @@ async fn bench(opts: &Options) -> Result<Report, String> {
         "  retry budget scenario: {BREAKER_REQUESTS} GETs, 3 attempts each, to the same upstream …"
     );
     let budget = budget_scenario(&server).await?;
+    let fleet = fleet_scenario(&server, opts).await?;
     Ok(Report {
         opts: opts.clone(),
         clients,
         breaker,
         budget,
+        fleet,
     })
 }
 
@@ -815,6 +906,22 @@ impl Report {
             r.attempts_on,
             Budget::amplification(r.attempts_on)
         );
+        if let Some(f) = &self.fleet {
+            let ratio = if f.local.rps > 0.0 {
+                f.shared.rps / f.local.rps
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                out,
+                "fleet: full policy {:.0} req/s (p99 {:.2} ms); + shared limit on Redis, lease {FLEET_LEASE}: {:.0} req/s (p99 {:.2} ms), {ratio:.3} × (target >= 0.9), {:.3} Redis calls per request (target <= 0.05)",
+                f.local.rps,
+                f.local.p99_ms,
+                f.shared.rps,
+                f.shared.p99_ms,
+                f.redis_calls_per_request
+            );
+        }
         out
     }
 
@@ -913,6 +1020,15 @@ impl Report {
                 "attempts_on": self.breaker.attempts_on,
                 "reduction": round3(self.breaker.reduction()),
             },
+            "fleet": self.fleet.as_ref().map(|f| json!({
+                "lease": FLEET_LEASE,
+                "rps_local": round2(f.local.rps),
+                "rps_shared": round2(f.shared.rps),
+                "rps_ratio": round3(if f.local.rps > 0.0 { f.shared.rps / f.local.rps } else { 0.0 }),
+                "p99_ms_local": round2(f.local.p99_ms),
+                "p99_ms_shared": round2(f.shared.p99_ms),
+                "redis_calls_per_request": round3(f.redis_calls_per_request),
+            })),
             "retry_budget": {
                 "requests": BREAKER_REQUESTS,
                 "attempts_off": self.budget.attempts_off,
@@ -993,6 +1109,13 @@ mod tests {
             "{:?}",
             report.budget
         );
+        // With redis-server installed (CI installs it), the fleet row: the shared limit never
+        // refused (its rate is far above the load) and leases spared Redis.
+        if let Some(f) = &report.fleet {
+            assert!(f.shared.ok > 0 && f.shared.errors == 0, "{f:?}");
+            assert!(f.redis_calls_per_request <= 1.0 / 10.0, "{f:?}");
+            assert!(json["fleet"]["rps_ratio"].is_number(), "{json}");
+        }
         let svg = report.svg();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         for s in &report.clients {

@@ -53,6 +53,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         "interop: peers installed in {:.1}s",
         t.elapsed().as_secs_f64()
     );
+    // The suite runs this program again inside the namespaces. `cargo test` may have rebuilt
+    // the file it was started from meanwhile (another feature set), so a copy of the running
+    // program (`/proc/self/exe` reads it even then) is what runs inside.
+    let exe = stable_copy(&exe, &target_dir)?;
     let mut inner: Vec<String> = vec!["interop".into(), "--inside".into()];
     inner.extend(["--venv".into(), venv.display().to_string()]);
     inner.extend(args.iter().cloned());
@@ -253,5 +257,22 @@ impl Drop for RemoveDir {
         } else {
             let _ = std::fs::remove_dir_all(&self.0);
         }
+    }
+}
+
+/// A copy of the running program under `target_dir/interop`, for the suite to run again;
+/// falls back to `exe` where `/proc/self/exe` cannot be read.
+fn stable_copy(exe: &Path, target_dir: &Path) -> Result<std::path::PathBuf, String> {
+    let dir = target_dir.join("interop");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let copy = dir.join("xtask-running");
+    // Replaced, not written in place: a run still executing an older copy keeps its file.
+    let tmp = dir.join(format!("xtask-running.{}", std::process::id()));
+    match std::fs::copy("/proc/self/exe", &tmp) {
+        Ok(_) => {
+            std::fs::rename(&tmp, &copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+            Ok(copy)
+        }
+        Err(_) => Ok(exe.to_path_buf()),
     }
 }
