@@ -5,6 +5,9 @@
 //! `limits.global` of `--rps` per second (burst `--burst`, lease `--lease`) for tenant
 //! `fleet`, kept in the Redis at `--redis`, and prints one line:
 //! `admitted=<n> refused=<n> errors=<n> store_calls=<n>`.
+//!
+//! With `--post-key K` it sends one idempotent POST with `Idempotency-Key: K` instead, through
+//! the dedup window shared in the same Redis, and prints `status=<n> body=<text>`.
 
 use std::{
     sync::{
@@ -33,6 +36,7 @@ struct Options {
     burst: u32,
     lease: u32,
     secs: f64,
+    post_key: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -43,6 +47,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         burst: 10,
         lease: 1,
         secs: 10.0,
+        post_key: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -58,6 +63,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--burst" => o.burst = value()?.parse().map_err(|e| format!("--burst: {e}"))?,
             "--lease" => o.lease = value()?.parse().map_err(|e| format!("--lease: {e}"))?,
             "--secs" => o.secs = value()?.parse().map_err(|e| format!("--secs: {e}"))?,
+            "--post-key" => o.post_key = Some(value()?),
             other => return Err(format!("unknown option `{other}`")),
         }
     }
@@ -74,7 +80,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let line = rt.block_on(instance(o))?;
+    let line = match o.post_key.clone() {
+        Some(key) => rt.block_on(post_once(o, key))?,
+        None => rt.block_on(instance(o))?,
+    };
     #[allow(
         clippy::print_stdout,
         reason = "the report is the command's output, read by the process that started it"
@@ -150,4 +159,32 @@ async fn instance(o: Options) -> Result<String, String> {
         errors.load(Ordering::Relaxed),
         store.calls()
     ))
+}
+
+/// One idempotent POST under the dedup window shared in Redis; its answer as one line.
+async fn post_once(o: Options, key: String) -> Result<String, String> {
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?];
+    p.dns.nameservers = vec!["127.0.0.1:9".parse().map_err(|e| format!("{e}"))?];
+    p.dns.prefetch.clear();
+    let store = soulbase_net_interceptors::RedisDedupStore::new(&o.redis)
+        .map_err(|e| e.to_string())?
+        .timeout(Duration::from_millis(500));
+    let keys = soulbase_net_interceptors::IdempotencyKey::random()
+        .dedup_window(Duration::from_secs(60))
+        .shared_dedup(store);
+    let client = Client::builder()
+        .policy(p)
+        .dialer(Arc::new(LoopbackDialer::default()))
+        .interceptor(keys)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let req = NetRequest::post(o.url.as_str())
+        .body("amount=10")
+        .idempotent(true)
+        .header("idempotency-key", key.as_str());
+    let res = client.send(req).await.map_err(|e| e.to_string())?;
+    let status = res.status.as_u16();
+    let body = res.text().await.map_err(|e| e.to_string())?;
+    Ok(format!("status={status} body={body}"))
 }

@@ -47,8 +47,10 @@ commands:
           S seconds (default 10); fails if a call is lost, hangs past its deadline, or a
           non-idempotent request arrives twice, or a denied address is dialled
   fleet-client --redis URL --url TARGET [--rps N] [--burst N] [--lease N] [--secs S]
+               [--post-key K]
           one instance of a fleet sharing a quota (limits.global) on Redis; prints
-          admitted=… refused=… errors=… store_calls=…
+          admitted=… refused=… errors=… store_calls=…; with --post-key K, one idempotent
+          POST through the dedup window shared in Redis instead
   interop [--json PATH]
           the client against real nginx, httpbin, tinyproxy, squid and dnsmasq, installed
           if missing, run in a network namespace with only loopback

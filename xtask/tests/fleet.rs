@@ -115,3 +115,59 @@ async fn four_processes_share_one_quota_on_redis() {
     eprintln!("{}", lines.join("\n"));
     drop(redis);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_post_from_two_processes_reaches_the_upstream_once() {
+    let Some(redis) =
+        RedisServer::start_or_skip("the_same_post_from_two_processes_reaches_the_upstream_once")
+    else {
+        return;
+    };
+    // Long enough that both processes' calls overlap: the second finds the first in flight.
+    let srv = FaultServer::http1()
+        .route("/pay", Reply::echo().delay(Duration::from_millis(1500)))
+        .start()
+        .await
+        .unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_xtask"))
+                .args([
+                    "fleet-client",
+                    "--redis",
+                    &redis.url(),
+                    "--url",
+                    &srv.url("/pay"),
+                ])
+                .args(["--post-key", "order-42"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let lines = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().unwrap();
+                assert!(out.status.success(), "{out:?}");
+                String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            })
+            .collect::<Vec<_>>()
+    });
+    let lines = tokio::time::timeout(Duration::from_secs(60), lines)
+        .await
+        .expect("both processes finish")
+        .unwrap();
+    assert_eq!(srv.hits("/pay"), 1, "one upstream hit: {lines:?}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("status=200 ")),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[0], lines[1],
+        "both answered with the first call's response"
+    );
+    srv.join().await;
+    drop(redis);
+}
