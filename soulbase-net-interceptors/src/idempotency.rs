@@ -463,7 +463,10 @@ impl IdempotencyKey {
         let until = Instant::now() + store.wait;
         loop {
             match store.claim(&call.tenant, &call.key, &call.token).await {
-                // Redis failed: send without dedup (reported by the store).
+                // Redis failed (reported by the store): send without dedup, or refuse.
+                None if store.refuse_when_down => {
+                    return Some(Err(shared::store_down(&call.key)));
+                }
                 None => return None,
                 Some(shared::Claim::Claimed) => {
                     call.lead();

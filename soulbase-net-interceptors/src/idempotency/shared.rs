@@ -41,13 +41,17 @@ return 0
 /// longer than a call takes, so a crashed instance's claim frees itself); a later call waits
 /// for the stored response for at most `wait` (default 10s), polling every 20 ms, then fails
 /// with a conflict error (`ErrorKind::Interceptor`, "in flight on another instance"). Every
-/// Redis call is bounded by `timeout` (default 20ms); when Redis fails, the call is sent
-/// without dedup and the failure is reported (`StoreError { store: "dedup" }`).
+/// Redis call is bounded by `timeout` (default 20ms); when Redis fails, the failure is
+/// reported (`StoreError { store: "dedup" }`) and the call is sent without dedup — or refused,
+/// with [`refuse_when_down`](Self::refuse_when_down), for calls where a duplicate is worse
+/// than no call.
 pub struct RedisDedupStore {
     conn: crate::redis_conn::RedisConn,
     pub(super) timeout: Duration,
     pub(super) in_flight: Duration,
     pub(super) wait: Duration,
+    /// Refuse calls while Redis fails, instead of sending them without dedup.
+    pub(super) refuse_when_down: bool,
     observer: Option<Arc<dyn Observer>>,
     claim: redis::Script,
     release: redis::Script,
@@ -84,6 +88,7 @@ impl RedisDedupStore {
             timeout: Duration::from_millis(20),
             in_flight: Duration::from_secs(30),
             wait: Duration::from_secs(10),
+            refuse_when_down: false,
             observer: None,
             claim: redis::Script::new(CLAIM),
             release: redis::Script::new(RELEASE),
@@ -105,6 +110,13 @@ impl RedisDedupStore {
     /// Longest wait of a duplicate for the first call's response. Default is 10s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// While Redis fails, refuse calls (`ErrorKind::Interceptor`, "dedup store unavailable")
+    /// instead of sending them without dedup. Default is `false` (send).
+    pub fn refuse_when_down(mut self, refuse: bool) -> Self {
+        self.refuse_when_down = refuse;
         self
     }
 
@@ -307,6 +319,13 @@ impl Drop for SharedCall {
             }
         }
     }
+}
+
+/// The error of a call refused because the dedup store is down (`refuse_when_down`).
+pub(super) fn store_down(key: &str) -> NetError {
+    NetError::new(ErrorKind::Interceptor).with_message(format!(
+        "the dedup store is unavailable; the call with Idempotency-Key {key} is refused rather than sent without dedup"
+    ))
 }
 
 /// The error of a duplicate that waited `wait` for a call in flight elsewhere.

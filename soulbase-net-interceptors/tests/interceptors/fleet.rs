@@ -177,3 +177,40 @@ async fn a_duplicate_on_another_instance_is_answered_not_sent() {
     assert_eq!(slow.await.unwrap().unwrap().status, 200);
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_gone_a_deduped_call_is_sent_or_refused_as_configured() {
+    let Some(mut redis) = RedisServer::start_or_skip(
+        "with_redis_gone_a_deduped_call_is_sent_or_refused_as_configured",
+    ) else {
+        return;
+    };
+    let srv = FaultServer::http1()
+        .route("/pay", Reply::ok("paid"))
+        .start()
+        .await
+        .unwrap();
+    redis.stop();
+    for refuse in [false, true] {
+        let store = soulbase_net_interceptors::RedisDedupStore::new(&redis.url())
+            .unwrap()
+            .timeout(Duration::from_millis(200))
+            .refuse_when_down(refuse);
+        let keys = soulbase_net_interceptors::IdempotencyKey::random().shared_dedup(store);
+        let c = client(vec![Arc::new(keys)]);
+        let r = c
+            .send(pay(&srv.url("/pay"), &format!("k-down-{refuse}")))
+            .await;
+        if refuse {
+            let err = r.unwrap_err();
+            assert!(
+                err.to_string().contains("dedup store is unavailable"),
+                "{err}"
+            );
+        } else {
+            assert_eq!(r.unwrap().text().await.unwrap(), "paid");
+        }
+    }
+    assert_eq!(srv.hits("/pay"), 1, "sent once (send), not at all (refuse)");
+    srv.join().await;
+}
