@@ -22,12 +22,31 @@ impl RedisConn {
         let client = redis::Client::open(url).map_err(|e| {
             NetError::invalid_request(format!("not a valid redis url: {:?}", e.kind()))
         })?;
+        Ok(Self::with_client(client))
+    }
+
+    /// Parses the `rediss://` `url`, trusting the CA certificates of `root_pem`.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
+    pub(crate) fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_pem.to_vec()),
+        };
+        let client = redis::Client::build_with_tls(url, certs).map_err(|e| {
+            NetError::invalid_request(format!("not a valid redis TLS setup: {:?}", e.kind()))
+        })?;
+        Ok(Self::with_client(client))
+    }
+
+    fn with_client(client: redis::Client) -> Self {
         let shown = format!("{}", client.get_connection_info().addr());
-        Ok(Self {
+        Self {
             client,
             manager: OnceLock::new(),
             shown,
-        })
+        }
     }
 
     /// Where it points: host and port, or the socket path.

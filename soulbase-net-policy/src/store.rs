@@ -16,8 +16,8 @@ use crate::validate::Problem;
 ///
 /// The URL is checked when the document is loaded (a scheme the client can speak, a host or a
 /// socket path); its credentials are never shown by `Debug` — only the scheme and the host.
-/// `rediss://` (TLS to Redis) is refused: this build speaks plain TCP and Unix sockets to
-/// Redis (put Redis on loopback, a Unix socket, or behind a TLS tunnel).
+/// `rediss://` is TLS to Redis, verified against the system's trust roots (a private CA:
+/// `RedisRateStore::with_root_pem` and the stores' `with_root_pem`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct StoreConfig {
     redis: Option<String>,
@@ -101,16 +101,12 @@ fn check_redis(url: &str) -> Result<(), String> {
     // Never repeat the URL: it may hold a password.
     let parsed = url::Url::parse(url).map_err(|e| format!("not an absolute URL: {e}"))?;
     match parsed.scheme() {
-        "redis" if parsed.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
-        "redis" => Err("a redis:// URL needs a host".to_owned()),
+        "redis" | "rediss" if parsed.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
+        "redis" | "rediss" => Err("a redis:// or rediss:// URL needs a host".to_owned()),
         "redis+unix" | "unix" if !parsed.path().is_empty() && parsed.path() != "/" => Ok(()),
         "redis+unix" | "unix" => Err("a Unix-socket URL needs the socket's path".to_owned()),
-        "rediss" => Err(
-            "rediss:// (TLS to Redis) is not supported: use Redis on loopback, a Unix socket, or a TLS tunnel"
-                .to_owned(),
-        ),
         other => Err(format!(
-            "scheme `{other}` is not redis://, redis+unix:// or unix://"
+            "scheme `{other}` is not redis://, rediss://, redis+unix:// or unix://"
         )),
     }
 }
@@ -130,7 +126,8 @@ mod tests {
         );
         assert!(shown.contains("redis://10.0.0.5"), "{shown}");
         assert!(StoreConfig::redis("redis+unix:///run/redis.sock").is_ok());
-        for bad in ["rediss://h:1/", "http://h/", "redis://", "unix:///", "nope"] {
+        assert!(StoreConfig::redis("rediss://cache.internal:6380/").is_ok());
+        for bad in ["rediss://", "http://h/", "redis://", "unix:///", "nope"] {
             let problems = StoreConfig::redis(bad).unwrap_err();
             assert_eq!(problems[0].path, "store.redis", "{bad}");
         }

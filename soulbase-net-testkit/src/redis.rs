@@ -29,6 +29,8 @@ pub struct RedisServer {
     addr: SocketAddr,
     child: Option<Child>,
     program: PathBuf,
+    /// With TLS: its port, and the directory holding the certificate files.
+    tls: Option<(SocketAddr, PathBuf)>,
 }
 
 impl RedisServer {
@@ -72,9 +74,56 @@ impl RedisServer {
             addr,
             child: None,
             program,
+            tls: None,
         };
         server.restart()?;
         Ok(server)
+    }
+
+    /// Like [`start_or_skip`](Self::start_or_skip), also serving TLS on a second port with
+    /// the PEM certificate chain `cert_pem` and key `key_pem` (e.g. a `CertKit` leaf for
+    /// `localhost`); [`tls_url`](Self::tls_url) is `rediss://localhost:<port>/`.
+    ///
+    /// # Panics
+    /// As [`start_or_skip`](Self::start_or_skip).
+    #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
+    pub fn start_tls_or_skip(test: &str, cert_pem: &str, key_pem: &str) -> Option<Self> {
+        let Some(program) = find("redis-server") else {
+            if std::env::var_os(REQUIRE_REDIS).is_some() {
+                panic!("{test}: redis-server is not installed and {REQUIRE_REDIS} is set");
+            }
+            eprintln!("SKIPPED {test}: redis-server is not installed (cargo xtask ci installs it)");
+            return None;
+        };
+        let started = (|| -> io::Result<Self> {
+            let dir = std::env::temp_dir().join(format!(
+                "soulbase-redis-tls-{}-{}",
+                std::process::id(),
+                free_port()?.port()
+            ));
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("cert.pem"), cert_pem)?;
+            std::fs::write(dir.join("key.pem"), key_pem)?;
+            let mut server = Self {
+                addr: free_port()?,
+                child: None,
+                program,
+                tls: Some((free_port()?, dir)),
+            };
+            server.restart()?;
+            Ok(server)
+        })();
+        match started {
+            Ok(server) => Some(server),
+            Err(e) => panic!("{test}: redis-server with TLS did not start: {e}"),
+        }
+    }
+
+    /// `rediss://localhost:<tls port>/` when started with TLS.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls
+            .as_ref()
+            .map(|(addr, _)| format!("rediss://localhost:{}/", addr.port()))
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -104,21 +153,31 @@ impl RedisServer {
     /// [`stop`]: Self::stop
     pub fn restart(&mut self) -> io::Result<()> {
         self.stop();
-        let child = Command::new(&self.program)
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &self.addr.port().to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "yes",
-                "--daemonize",
-                "no",
-            ])
+        let mut cmd = Command::new(&self.program);
+        cmd.args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &self.addr.port().to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--daemonize",
+            "no",
+        ]);
+        if let Some((tls, dir)) = &self.tls {
+            cmd.arg("--tls-port")
+                .arg(tls.port().to_string())
+                .arg("--tls-cert-file")
+                .arg(dir.join("cert.pem"))
+                .arg("--tls-key-file")
+                .arg(dir.join("key.pem"))
+                .args(["--tls-auth-clients", "no"]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -177,6 +236,9 @@ impl Drop for RedisServer {
         // A paused server must be thawed to die cleanly; SIGKILL works on stopped ones too.
         let _ = self.resume();
         self.stop();
+        if let Some((_, dir)) = &self.tls {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

@@ -60,18 +60,34 @@ struct Meta {
 }
 
 impl RedisCacheStore {
-    /// A store on the Redis at `url`; nothing is connected until first use.
+    /// A store on the Redis at `url`; nothing is connected until first use. A `rediss://`
+    /// URL is TLS to Redis, verified against the system's trust roots.
     ///
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL.
     pub fn new(url: &str) -> Result<Self, NetError> {
-        Ok(Self {
-            conn: crate::redis_conn::RedisConn::new(url)?,
+        Ok(Self::with_conn(crate::redis_conn::RedisConn::new(url)?))
+    }
+
+    /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
+    /// `root_pem` (PEM) instead of the system's.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
+    pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
+        Ok(Self::with_conn(
+            crate::redis_conn::RedisConn::with_root_pem(url, root_pem)?,
+        ))
+    }
+
+    fn with_conn(conn: crate::redis_conn::RedisConn) -> Self {
+        Self {
+            conn,
             max_body: 1 << 20,
             timeout: Duration::from_millis(20),
             errors: AtomicU64::new(0),
             observer: None,
-        })
+        }
     }
 
     /// Largest body stored. Default is 1 MiB.

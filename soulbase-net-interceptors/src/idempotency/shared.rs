@@ -78,13 +78,29 @@ pub(super) enum Claim {
 }
 
 impl RedisDedupStore {
-    /// A store on the Redis at `url`; nothing is connected until first use.
+    /// A store on the Redis at `url`; nothing is connected until first use. A `rediss://`
+    /// URL is TLS to Redis, verified against the system's trust roots.
     ///
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL.
     pub fn new(url: &str) -> Result<Self, NetError> {
-        Ok(Self {
-            conn: crate::redis_conn::RedisConn::new(url)?,
+        Ok(Self::with_conn(crate::redis_conn::RedisConn::new(url)?))
+    }
+
+    /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
+    /// `root_pem` (PEM) instead of the system's.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
+    pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
+        Ok(Self::with_conn(
+            crate::redis_conn::RedisConn::with_root_pem(url, root_pem)?,
+        ))
+    }
+
+    fn with_conn(conn: crate::redis_conn::RedisConn) -> Self {
+        Self {
+            conn,
             timeout: Duration::from_millis(20),
             in_flight: Duration::from_secs(30),
             wait: Duration::from_secs(10),
@@ -92,7 +108,7 @@ impl RedisDedupStore {
             observer: None,
             claim: redis::Script::new(CLAIM),
             release: redis::Script::new(RELEASE),
-        })
+        }
     }
 
     /// Longest wait for Redis per call. Default is 20ms.

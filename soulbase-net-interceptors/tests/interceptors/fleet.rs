@@ -214,3 +214,38 @@ async fn with_redis_gone_a_deduped_call_is_sent_or_refused_as_configured() {
     assert_eq!(srv.hits("/pay"), 1, "sent once (send), not at all (refuse)");
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_cache_speaks_tls_to_redis() {
+    let kit = soulbase_net_testkit::CertKit::new().unwrap();
+    let leaf = kit.localhost().unwrap();
+    let Some(redis) = RedisServer::start_tls_or_skip(
+        "the_shared_cache_speaks_tls_to_redis",
+        leaf.chain_pem(),
+        leaf.key_pem(),
+    ) else {
+        return;
+    };
+    let url = redis.tls_url().unwrap();
+    let srv = FaultServer::http1()
+        .route(
+            "/fresh",
+            Reply::resource("over tls").header("cache-control", "max-age=60"),
+        )
+        .start()
+        .await
+        .unwrap();
+    let instance = || {
+        let store = RedisCacheStore::with_root_pem(&url, kit.root_pem().as_bytes())
+            .unwrap()
+            .timeout(Duration::from_millis(500));
+        client(vec![Arc::new(CacheHook::with_store(store))])
+    };
+    let (a, b) = (instance(), instance());
+    a.send(NetRequest::get(srv.url("/fresh"))).await.unwrap();
+    let res = b.send(NetRequest::get(srv.url("/fresh"))).await.unwrap();
+    assert_eq!(res.attempts, 0);
+    assert_eq!(res.text().await.unwrap(), "over tls");
+    assert_eq!(srv.hits("/fresh"), 1);
+    srv.join().await;
+}

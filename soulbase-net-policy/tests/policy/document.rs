@@ -293,7 +293,7 @@ fn the_store_section_is_checked_on_load_and_never_shows_its_credentials() {
     assert_eq!(again.store(), doc.store());
 
     let err = PolicyDocument::from_toml_str(
-        "[store]\nredis = \"rediss://app:hunter2@h:6380/\"\nmemcached = \"x\"\n",
+        "[store]\nredis = \"http://app:hunter2@h:6380/\"\nmemcached = \"x\"\n",
     )
     .unwrap_err();
     let text = err.to_string();

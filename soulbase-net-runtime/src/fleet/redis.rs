@@ -64,7 +64,8 @@ pub struct RedisRateStore {
 }
 
 impl RedisRateStore {
-    /// A store on the Redis at `url`; nothing is connected yet.
+    /// A store on the Redis at `url`; nothing is connected yet. A `rediss://` URL is TLS to
+    /// Redis, verified against the system's trust roots (rustls, ring).
     ///
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL (the message never repeats the URL's
@@ -73,13 +74,33 @@ impl RedisRateStore {
         let client = redis::Client::open(url).map_err(|e| {
             NetError::invalid_request(format!("not a valid redis url: {:?}", e.kind()))
         })?;
+        Ok(Self::with_client(client))
+    }
+
+    /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
+    /// `root_pem` (PEM) instead of the system's.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
+    pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_pem.to_vec()),
+        };
+        let client = redis::Client::build_with_tls(url, certs).map_err(|e| {
+            NetError::invalid_request(format!("not a valid redis TLS setup: {:?}", e.kind()))
+        })?;
+        Ok(Self::with_client(client))
+    }
+
+    fn with_client(client: redis::Client) -> Self {
         let shown = format!("{}", client.get_connection_info().addr());
-        Ok(Self {
+        Self {
             client,
             manager: OnceLock::new(),
             script: redis::Script::new(GCRA),
             shown,
-        })
+        }
     }
 
     fn manager(&self) -> Result<ConnectionManager, StoreError> {

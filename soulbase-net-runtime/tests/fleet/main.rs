@@ -374,3 +374,40 @@ async fn a_store_section_connects_the_shared_limits() {
     );
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_redis_is_verified() {
+    let kit = soulbase_net_testkit::CertKit::new().unwrap();
+    let leaf = kit.localhost().unwrap();
+    let Some(redis) = RedisServer::start_tls_or_skip(
+        "tls_to_redis_is_verified",
+        leaf.chain_pem(),
+        leaf.key_pem(),
+    ) else {
+        return;
+    };
+    let tls_url = redis.tls_url().unwrap();
+    let srv = server().await;
+    let url = srv.url("/q");
+    // Trusting the test CA: through Redis over TLS (a burst of 2: the third call is refused).
+    let seen = Arc::new(Seen::default());
+    let store = RedisRateStore::with_root_pem(&tls_url, kit.root_pem().as_bytes()).unwrap();
+    let mut g = global(1, 2);
+    g.on_store_error = OnStoreError::Deny;
+    let c = client(policy(g.clone()), Arc::new(store), seen.clone());
+    let (ok, refused, _) = run_calls(&c, &url, 3).await;
+    assert_eq!((ok, refused), (2, 1));
+    assert!(
+        seen.store_errors.lock().is_empty(),
+        "{:?}",
+        seen.store_errors.lock()
+    );
+    // Trusting only the system's roots: the handshake fails, the store is down, deny refuses.
+    let seen = Arc::new(Seen::default());
+    let untrusted = RedisRateStore::new(&tls_url).unwrap();
+    let c = client(policy(g), Arc::new(untrusted), seen.clone());
+    let (ok, _, _) = run_calls(&c, &url, 1).await;
+    assert_eq!(ok, 0);
+    assert_eq!(seen.store_errors.lock().len(), 1);
+    srv.join().await;
+}
