@@ -31,6 +31,8 @@ pub struct RedisServer {
     program: PathBuf,
     /// With TLS: its port, and the directory holding the certificate files.
     tls: Option<(SocketAddr, PathBuf)>,
+    /// With a Unix socket: its path.
+    unix: Option<PathBuf>,
 }
 
 impl RedisServer {
@@ -75,9 +77,37 @@ impl RedisServer {
             child: None,
             program,
             tls: None,
+            unix: None,
         };
         server.restart()?;
         Ok(server)
+    }
+
+    /// Like [`start_or_skip`](Self::start_or_skip), also listening on a Unix socket of its
+    /// own; [`unix_url`](Self::unix_url) is `redis+unix://<path>`.
+    ///
+    /// # Panics
+    /// As [`start_or_skip`](Self::start_or_skip).
+    #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
+    pub fn start_unix_or_skip(test: &str) -> Option<Self> {
+        let mut server = Self::start_or_skip(test)?;
+        let path = std::env::temp_dir().join(format!(
+            "soulbase-redis-{}-{}.sock",
+            std::process::id(),
+            server.addr.port()
+        ));
+        server.unix = Some(path);
+        if let Err(e) = server.restart() {
+            panic!("{test}: redis-server on a Unix socket did not start: {e}");
+        }
+        Some(server)
+    }
+
+    /// `redis+unix://<path>` when started with a Unix socket.
+    pub fn unix_url(&self) -> Option<String> {
+        self.unix
+            .as_ref()
+            .map(|p| format!("redis+unix://{}", p.display()))
     }
 
     /// Like [`start_or_skip`](Self::start_or_skip), also serving TLS on a second port with
@@ -109,6 +139,7 @@ impl RedisServer {
                 child: None,
                 program,
                 tls: Some((free_port()?, dir)),
+                unix: None,
             };
             server.restart()?;
             Ok(server)
@@ -177,6 +208,11 @@ impl RedisServer {
                 .arg(dir.join("key.pem"))
                 .args(["--tls-auth-clients", "no"]);
         }
+        if let Some(path) = &self.unix {
+            cmd.arg("--unixsocket")
+                .arg(path)
+                .args(["--unixsocketperm", "700"]);
+        }
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -238,6 +274,9 @@ impl Drop for RedisServer {
         self.stop();
         if let Some((_, dir)) = &self.tls {
             let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some(path) = &self.unix {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

@@ -411,3 +411,21 @@ async fn tls_to_redis_is_verified() {
     assert_eq!(seen.store_errors.lock().len(), 1);
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_reaches_redis() {
+    let Some(redis) = RedisServer::start_unix_or_skip("a_unix_socket_reaches_redis") else {
+        return;
+    };
+    let srv = server().await;
+    let url = srv.url("/q");
+    let seen = Arc::new(Seen::default());
+    let mut g = global(1, 2);
+    g.on_store_error = OnStoreError::Deny;
+    let store = RedisRateStore::new(&redis.unix_url().unwrap()).unwrap();
+    let c = client(policy(g), Arc::new(store), seen.clone());
+    let (ok, refused, _) = run_calls(&c, &url, 3).await;
+    assert_eq!((ok, refused), (2, 1), "{:?}", seen.store_errors.lock());
+    assert!(seen.store_errors.lock().is_empty());
+    srv.join().await;
+}
