@@ -1,0 +1,128 @@
+//! [`OutboxItem`]: one call to deliver, with when and how persistently.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+use soulbase_net_core::NetError;
+
+/// A call to deliver durably.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use soulbase_net_outbox::OutboxItem;
+///
+/// let item = OutboxItem::post("https://partner.example/webhook", r#"{"order":42}"#)
+///     .header("content-type", "application/json")
+///     .delay(Duration::from_secs(5))
+///     .max_attempts(8)
+///     .id("order-42-webhook")
+///     .tenant("shop");
+/// assert_eq!(item.max_attempts_value(), 8);
+/// ```
+#[derive(Clone, Debug)]
+pub struct OutboxItem {
+    pub(crate) method: Method,
+    pub(crate) url: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+    pub(crate) tenant: Option<String>,
+    pub(crate) deliver_at: Option<SystemTime>,
+    pub(crate) delay: Duration,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) max_attempts: u32,
+    pub(crate) id: Option<String>,
+    pub(crate) invalid: Option<String>,
+}
+
+impl OutboxItem {
+    /// A call of `method` to `url` with `body`.
+    pub fn new(method: Method, url: impl Into<String>, body: impl Into<Bytes>) -> Self {
+        Self {
+            method,
+            url: url.into(),
+            headers: HeaderMap::new(),
+            body: body.into(),
+            tenant: None,
+            deliver_at: None,
+            delay: Duration::ZERO,
+            deadline: None,
+            max_attempts: 10,
+            id: None,
+            invalid: None,
+        }
+    }
+
+    /// A POST of `body` to `url`.
+    pub fn post(url: impl Into<String>, body: impl Into<Bytes>) -> Self {
+        Self::new(Method::POST, url, body)
+    }
+
+    /// Adds a header; an invalid name or value makes `enqueue` fail with
+    /// `SCHEMA.VALIDATION_FAILED`, naming the header.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        match (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(value),
+        ) {
+            (Ok(n), Ok(v)) => {
+                self.headers.append(n, v);
+            }
+            _ => {
+                self.invalid
+                    .get_or_insert_with(|| format!("header `{name}` is not a valid header"));
+            }
+        }
+        self
+    }
+
+    /// The tenant the call is made for.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Delivers at `at` (wall clock) rather than at once.
+    pub fn deliver_at(mut self, at: SystemTime) -> Self {
+        self.deliver_at = Some(at);
+        self
+    }
+
+    /// Delivers `delay` after enqueue rather than at once.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Gives up (dead letter) when not delivered within `deadline` of enqueue. Default: never.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Delivery attempts at most before the dead letter. Default is 10.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// The attempts allowed.
+    pub fn max_attempts_value(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// A caller-chosen id: enqueueing an item with an id already stored stores nothing more.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Checks what `enqueue` needs: an absolute http(s) URL and valid headers.
+    pub(crate) fn check(&self) -> Result<(), NetError> {
+        if let Some(problem) = &self.invalid {
+            return Err(NetError::invalid_request(problem.clone()));
+        }
+        soulbase_net_core::check_url(None, &self.url).map(drop)
+    }
+}

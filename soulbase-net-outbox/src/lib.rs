@@ -1,0 +1,29 @@
+//! Durable delivery for soulbase-net: calls that must happen — a payment, an order, a webhook
+//! — are persisted first and delivered by workers through any [`NetClient`], now or at a set
+//! time, retried with backoff, acknowledged, or moved to a dead-letter table (seed 003's
+//! "persist first, then schedule"; the transactional-outbox pattern of River, Oban and Que).
+//!
+//! - [`OutboxItem`]: the request (method, URL, headers, body bytes, tenant) with `deliver_at`,
+//!   a deadline, `max_attempts`, an `Idempotency-Key` drawn from the OS CSPRNG at enqueue and
+//!   sent on every attempt, and an optional caller-chosen id (enqueueing it twice stores one).
+//! - [`OutboxStore`]: where items live; [`SqliteStore`] is the embedded default (a file, WAL
+//!   mode, one writer). PostgreSQL for a fleet is the next store.
+//! - [`Outbox`]: `enqueue` returns once the item is durable; `run` delivers until
+//!   [`Outbox::shutdown`], which lets deliveries in flight finish within a grace period and
+//!   leaves the rest durable.
+//!
+//! Delivery goes through the `NetClient` given, so the policy, the address guard, the breaker
+//! and the interceptors apply to every attempt; the outbox adds its own retries across time
+//! (and restarts) on top of the client's within one attempt.
+//!
+//! [`NetClient`]: soulbase_net_core::NetClient
+
+mod item;
+mod outbox;
+mod sqlite;
+mod store;
+
+pub use crate::item::OutboxItem;
+pub use crate::outbox::{Outbox, OutboxBuilder};
+pub use crate::sqlite::SqliteStore;
+pub use crate::store::{DeadLetter, Enqueued, OutboxStore, StoredItem};

@@ -1,0 +1,358 @@
+//! [`Outbox`]: enqueue durably, deliver through a `NetClient`, retry across time, ack or
+//! dead-letter.
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use soulbase_net_core::{ErrorKind, NetClient, NetError, NetRequest};
+use tokio::sync::{watch, Notify};
+
+use crate::{
+    item::OutboxItem,
+    store::{Enqueued, OutboxStore, StoredItem},
+};
+
+/// Builds an [`Outbox`]; from [`Outbox::builder`].
+pub struct OutboxBuilder {
+    store: Option<Arc<dyn OutboxStore>>,
+    client: Option<Arc<dyn NetClient>>,
+    workers: u32,
+    lease: Duration,
+    poll: Duration,
+    backoff_base: Duration,
+    backoff_cap: Duration,
+}
+
+/// Durable delivery of [`OutboxItem`]s (see the crate docs).
+///
+/// What a delivery attempt's outcome does:
+/// - a 2xx acknowledges the item (it is forgotten);
+/// - a retryable failure — 5xx, 408, 425, 429, a timeout, a connect or DNS failure, a
+///   transient I/O error, a breaker or a limiter refusal — reschedules it after
+///   `min(cap, base × 2^(attempt − 1))` with full jitter, or after `Retry-After` when the
+///   answer says so (bounded by the cap);
+/// - anything else (another 4xx, `AUTH.FORBIDDEN`, an invalid request), or the deadline, or
+///   `max_attempts`, moves it to the dead letters with the reason.
+///
+/// The `Idempotency-Key` drawn at enqueue goes on every attempt, so a receiver that dedups by
+/// it applies the effect once however often the call arrives (after a crash between the
+/// upstream's answer and the ack, it arrives again: at-least-once delivery).
+pub struct Outbox {
+    store: Arc<dyn OutboxStore>,
+    client: Arc<dyn NetClient>,
+    workers: u32,
+    lease: Duration,
+    poll: Duration,
+    backoff_base: Duration,
+    backoff_cap: Duration,
+    wake: Notify,
+    stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("store", &self.store)
+            .field("workers", &self.workers)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for OutboxBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxBuilder")
+            .field("store", &self.store)
+            .field("workers", &self.workers)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutboxBuilder {
+    /// Where items live (required).
+    pub fn store(mut self, store: Arc<dyn OutboxStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// What delivers them (required): a `soulbase_net_runtime::Client`, with its policy.
+    pub fn client(mut self, client: Arc<dyn NetClient>) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// Deliveries in flight at once. Default is 8.
+    pub fn workers(mut self, n: u32) -> Self {
+        self.workers = n.max(1);
+        self
+    }
+
+    /// How long a claimed item is this outbox's before another worker (or, after a crash,
+    /// the next run) may claim it again; longer than a delivery takes. Default is 60s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Longest sleep between looks at the store when nothing wakes the outbox. Default 500ms.
+    pub fn poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// Backoff between delivery attempts: `base × 2^(attempt − 1)` up to `cap`, full jitter.
+    /// Default is 1s up to 5m.
+    pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.backoff_base = base;
+        self.backoff_cap = cap.max(base);
+        self
+    }
+
+    /// The outbox.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when the store or the client is missing.
+    pub fn build(self) -> Result<Outbox, NetError> {
+        let store = self
+            .store
+            .ok_or_else(|| NetError::invalid_request("an outbox needs a store"))?;
+        let client = self
+            .client
+            .ok_or_else(|| NetError::invalid_request("an outbox needs a client"))?;
+        Ok(Outbox {
+            store,
+            client,
+            workers: self.workers,
+            lease: self.lease,
+            poll: self.poll,
+            backoff_base: self.backoff_base,
+            backoff_cap: self.backoff_cap,
+            wake: Notify::new(),
+            stop: watch::Sender::new(false),
+        })
+    }
+}
+
+/// What became of one delivery attempt.
+enum Verdict {
+    Delivered,
+    Retry(Option<Duration>, String),
+    Dead(String, Option<u16>),
+}
+
+impl Outbox {
+    /// A builder.
+    pub fn builder() -> OutboxBuilder {
+        OutboxBuilder {
+            store: None,
+            client: None,
+            workers: 8,
+            lease: Duration::from_secs(60),
+            poll: Duration::from_millis(500),
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(300),
+        }
+    }
+
+    /// Stores `item` durably and returns once it is committed; a running outbox is woken
+    /// when the item is due at once. An `Idempotency-Key` is drawn from the OS CSPRNG unless
+    /// the item carries one.
+    ///
+    /// # Errors
+    /// `SCHEMA.VALIDATION_FAILED` for an invalid URL or header; `Io` when the store fails
+    /// (nothing is half-written).
+    pub async fn enqueue(&self, item: OutboxItem) -> Result<Enqueued, NetError> {
+        item.check()?;
+        let now = SystemTime::now();
+        let key = match item
+            .headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(k) => k.to_owned(),
+            None => soulbase_net_core::new_idempotency_key()?,
+        };
+        let deliver_at = item.deliver_at.unwrap_or(now + item.delay);
+        let stored = StoredItem {
+            id: 0,
+            dedup_id: item.id,
+            method: item.method,
+            url: item.url,
+            headers: item.headers,
+            body: item.body,
+            tenant: item.tenant,
+            idempotency_key: key,
+            deliver_at,
+            deadline: item.deadline.map(|d| now + d),
+            attempts: 0,
+            max_attempts: item.max_attempts,
+        };
+        let done = self.store.enqueue(stored).await?;
+        if deliver_at <= SystemTime::now() {
+            self.wake.notify_one();
+        }
+        Ok(done)
+    }
+
+    /// The store, for listing, requeueing and purging dead letters.
+    pub fn store(&self) -> &Arc<dyn OutboxStore> {
+        &self.store
+    }
+
+    /// Delivers due items until [`shutdown`](Self::shutdown); deliveries in flight then finish
+    /// (each bounded by the client's own deadline), and what is left stays in the store.
+    ///
+    /// # Errors
+    /// The store failing to claim items (reported, and the loop goes on after a poll
+    /// interval, so a brief outage is ridden out; only a closed store ends it).
+    pub async fn run(&self) -> Result<(), NetError> {
+        let mut stop = self.stop.subscribe();
+        let mut in_flight = tokio::task::JoinSet::new();
+        let permits = Arc::new(tokio::sync::Semaphore::new(self.workers as usize));
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let free = permits.available_permits();
+            let claimed = if free == 0 {
+                Vec::new()
+            } else {
+                match self
+                    .store
+                    .claim_due(SystemTime::now(), free as u32, self.lease)
+                    .await
+                {
+                    Ok(items) => items,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "outbox: claiming due items failed");
+                        Vec::new()
+                    }
+                }
+            };
+            let busy = !claimed.is_empty();
+            for item in claimed {
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    break;
+                };
+                let (store, client) = (self.store.clone(), self.client.clone());
+                let backoff = (self.backoff_base, self.backoff_cap);
+                in_flight.spawn(async move {
+                    let _permit = permit;
+                    deliver(&*store, &*client, item, backoff).await;
+                });
+            }
+            while in_flight.try_join_next().is_some() {}
+            if busy {
+                continue;
+            }
+            // Nothing claimable now: sleep until the next item is due, a new one arrives, a
+            // delivery ends (a permit frees), or the poll interval passes.
+            let wait = match self.store.next_due().await {
+                Ok(Some(at)) => at
+                    .duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO)
+                    .min(self.poll),
+                _ => self.poll,
+            };
+            let wait = if permits.available_permits() == 0 || wait.is_zero() {
+                wait.max(Duration::from_millis(5))
+            } else {
+                wait
+            };
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                _ = stop.changed() => {}
+            }
+        }
+        while in_flight.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Stops [`run`](Self::run): no new claims; deliveries in flight finish.
+    pub fn shutdown(&self) {
+        self.stop.send_replace(true);
+        self.wake.notify_waiters();
+    }
+}
+
+/// One delivery attempt of `item`, and what it leads to in the store.
+async fn deliver(
+    store: &dyn OutboxStore,
+    client: &dyn NetClient,
+    item: StoredItem,
+    (base, cap): (Duration, Duration),
+) {
+    let attempt = item.attempts + 1;
+    let mut req = NetRequest::new(item.method.clone(), item.url.as_str())
+        .headers(item.headers.clone())
+        .body(item.body.clone())
+        .header("idempotency-key", item.idempotency_key.as_str())
+        .idempotent(true);
+    if let Some(t) = &item.tenant {
+        req = req.tenant(t.as_str());
+    }
+    let verdict = match client.send(req).await {
+        Ok(res) if res.status.is_success() => Verdict::Delivered,
+        Ok(res) => {
+            let status = res.status.as_u16();
+            let after = res.error_for_status().err().and_then(|e| e.retry_after());
+            if matches!(status, 408 | 425 | 429) || res_is_5xx(status) {
+                Verdict::Retry(after, format!("HTTP {status}"))
+            } else {
+                Verdict::Dead(format!("HTTP {status}"), Some(status))
+            }
+        }
+        Err(e) => match e.kind() {
+            ErrorKind::Dns
+            | ErrorKind::Connect
+            | ErrorKind::Timeout(_)
+            | ErrorKind::Io
+            | ErrorKind::CircuitOpen
+            | ErrorKind::RateLimited
+            | ErrorKind::Proxy
+            | ErrorKind::Cancelled => Verdict::Retry(e.retry_after(), e.code().as_str().to_owned()),
+            _ => Verdict::Dead(format!("{}: {e}", e.code().as_str()), None),
+        },
+    };
+    let now = SystemTime::now();
+    let result = match verdict {
+        Verdict::Delivered => store.ack(item.id).await,
+        Verdict::Dead(reason, status) => store.dead(item.id, attempt, &reason, status).await,
+        Verdict::Retry(after, reason) => {
+            let wait = after
+                .map(|a| a.min(cap))
+                .unwrap_or_else(|| jittered(base, cap, attempt));
+            let next = now + wait;
+            let past_deadline = item.deadline.is_some_and(|d| next > d);
+            if attempt >= item.max_attempts || past_deadline {
+                let why = if past_deadline {
+                    format!("{reason}; the deadline passed")
+                } else {
+                    format!("{reason}; {attempt} attempts made")
+                };
+                store.dead(item.id, attempt, &why, None).await
+            } else {
+                store.reschedule(item.id, next, attempt).await
+            }
+        }
+    };
+    if let Err(e) = result {
+        // The lease runs out and the item is delivered again: at least once.
+        tracing::warn!(error = %e, id = item.id, "outbox: recording a delivery failed");
+    }
+}
+
+fn res_is_5xx(status: u16) -> bool {
+    (500..600).contains(&status)
+}
+
+/// `min(cap, base × 2^(attempt − 1))`, full jitter.
+fn jittered(base: Duration, cap: Duration, attempt: u32) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+    exp.min(cap).mul_f64(fastrand::f64())
+}

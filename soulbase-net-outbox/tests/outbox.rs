@@ -1,0 +1,220 @@
+//! The outbox on SQLite, delivering through a real client to the testkit's server over
+//! loopback: retries across time with one key, dead letters, due times, dedup at enqueue,
+//! durability across a restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use soulbase_net_outbox::{Enqueued, Outbox, OutboxItem, SqliteStore};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_runtime::Client;
+use soulbase_net_testkit::{FaultServer, Reply, Script};
+use tokio::time::Instant;
+
+fn db(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("soulbase-outbox-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("outbox.db")
+}
+
+fn client() -> Arc<Client> {
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    p.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
+    p.dns.prefetch.clear();
+    // The outbox retries across time; one attempt per delivery here.
+    p.retry.enabled = false;
+    Arc::new(Client::builder().policy(p).build().unwrap())
+}
+
+async fn outbox(path: &PathBuf) -> Arc<Outbox> {
+    let store = SqliteStore::open(path).await.unwrap();
+    Arc::new(
+        Outbox::builder()
+            .store(Arc::new(store))
+            .client(client())
+            .backoff(Duration::from_millis(10), Duration::from_millis(50))
+            .poll(Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    )
+}
+
+/// Runs `outbox` in the background until the returned guard is dropped.
+struct Running(Arc<Outbox>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+fn run(outbox: &Arc<Outbox>) -> Running {
+    let o = outbox.clone();
+    tokio::spawn(async move {
+        o.run().await.unwrap();
+    });
+    Running(outbox.clone())
+}
+
+/// Waits (bounded) until `f` holds; the store has no event to await.
+async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !f().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_upstream_gets_the_call_again_with_one_key_until_it_succeeds() {
+    let srv = FaultServer::http1()
+        .route("/hook", Script::status(503).times(2).then(Reply::ok("ok")))
+        .start()
+        .await
+        .unwrap();
+    let o = outbox(&db("retry")).await;
+    let _run = run(&o);
+    o.enqueue(OutboxItem::post(srv.url("/hook"), "event=1"))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), srv.wait_for_hits("/hook", 3))
+        .await
+        .unwrap();
+    until("the ack", async || o.store().pending().await.unwrap() == 0).await;
+    let seen = srv.requests("/hook");
+    assert_eq!(seen.len(), 3);
+    let key = seen[0].header("idempotency-key").unwrap().to_owned();
+    assert_eq!(key.len(), 32);
+    assert!(seen
+        .iter()
+        .all(|r| r.header("idempotency-key") == Some(key.as_str())));
+    assert!(seen.iter().all(|r| r.text() == "event=1"));
+    assert!(o.store().dead_letters().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4xx_or_spent_attempts_go_to_the_dead_letters_and_can_be_requeued() {
+    let srv = FaultServer::http1()
+        .route("/bad", Reply::status(400))
+        .route("/down", Reply::status(503))
+        .start()
+        .await
+        .unwrap();
+    let o = outbox(&db("dead")).await;
+    let _run = run(&o);
+    o.enqueue(OutboxItem::post(srv.url("/bad"), "x"))
+        .await
+        .unwrap();
+    o.enqueue(OutboxItem::post(srv.url("/down"), "y").max_attempts(3))
+        .await
+        .unwrap();
+    until("two dead letters", async || {
+        o.store().dead_letters().await.unwrap().len() == 2
+    })
+    .await;
+    let dead = o.store().dead_letters().await.unwrap();
+    let bad = dead.iter().find(|d| d.item.url.ends_with("/bad")).unwrap();
+    assert_eq!((bad.status, bad.item.attempts), (Some(400), 1));
+    assert_eq!(srv.hits("/bad"), 1, "a 4xx is not retried");
+    let down = dead.iter().find(|d| d.item.url.ends_with("/down")).unwrap();
+    assert_eq!(down.item.attempts, 3);
+    assert!(down.reason.contains("3 attempts"), "{}", down.reason);
+    assert_eq!(srv.hits("/down"), 3);
+    assert_eq!(o.store().pending().await.unwrap(), 0);
+    // Requeued, it is tried again; purged, the dead letters are gone.
+    assert!(o.store().requeue(bad.item.id).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(10), srv.wait_for_hits("/bad", 2))
+        .await
+        .unwrap();
+    until("the requeued item dead again", async || {
+        o.store().dead_letters().await.unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(o.store().purge_dead().await.unwrap(), 2);
+    assert!(o.store().dead_letters().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_item_is_not_delivered_early_and_an_id_is_stored_once() {
+    let srv = FaultServer::http1()
+        .route("/later", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let o = outbox(&db("later")).await;
+    let _run = run(&o);
+    let enqueued = Instant::now();
+    let first = o
+        .enqueue(
+            OutboxItem::post(srv.url("/later"), "z")
+                .delay(Duration::from_millis(300))
+                .id("order-7"),
+        )
+        .await
+        .unwrap();
+    let again = o
+        .enqueue(OutboxItem::post(srv.url("/later"), "z").id("order-7"))
+        .await
+        .unwrap();
+    let Enqueued::New(id) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(again, Enqueued::Duplicate(id));
+    tokio::time::timeout(Duration::from_secs(10), srv.wait_for_hits("/later", 1))
+        .await
+        .unwrap();
+    assert!(
+        enqueued.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        enqueued.elapsed()
+    );
+    until("the ack", async || o.store().pending().await.unwrap() == 0).await;
+    assert_eq!(srv.hits("/later"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueued_item_survives_a_restart() {
+    let srv = FaultServer::http1()
+        .route("/kept", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let path = db("restart");
+    {
+        // Enqueued, never run: the process "stops" here.
+        let o = outbox(&path).await;
+        o.enqueue(OutboxItem::post(srv.url("/kept"), "durable"))
+            .await
+            .unwrap();
+    }
+    let o = outbox(&path).await;
+    assert_eq!(o.store().pending().await.unwrap(), 1);
+    let _run = run(&o);
+    tokio::time::timeout(Duration::from_secs(10), srv.wait_for_hits("/kept", 1))
+        .await
+        .unwrap();
+    until("the ack", async || o.store().pending().await.unwrap() == 0).await;
+    assert_eq!(srv.requests("/kept")[0].text(), "durable");
+}
+
+#[tokio::test]
+async fn bad_items_are_refused_at_enqueue_and_nothing_is_stored() {
+    let o = outbox(&db("bad")).await;
+    for item in [
+        OutboxItem::post("not a url", "x"),
+        OutboxItem::post("http://0x7f.1/", "x"),
+        OutboxItem::post("http://h.example/", "x").header("bad header", "v"),
+    ] {
+        let err = o.enqueue(item).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            soulbase_net_core::ErrorCode::SchemaValidationFailed
+        );
+    }
+    assert_eq!(o.store().pending().await.unwrap(), 0);
+}
