@@ -11,6 +11,7 @@ mod demo;
 mod fleet;
 mod interop;
 mod loopback;
+mod outbox;
 mod table;
 mod tidy;
 
@@ -51,6 +52,9 @@ commands:
           one instance of a fleet sharing a quota (limits.global) on Redis; prints
           admitted=… refused=… errors=… store_calls=…; with --post-key K, one idempotent
           POST through the dedup window shared in Redis instead
+  outbox-worker --db PATH [--secs S]
+          delivers the outbox in PATH (SQLite) to loopback until nothing is pending (or S
+          seconds): the process the outbox crash test kills and restarts
   interop [--json PATH]
           the client against real nginx, httpbin, tinyproxy, squid and dnsmasq, installed
           if missing, run in a network namespace with only loopback
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Some("chaos") => chaos::run(&args[1..]),
         Some("interop") => interop::run(&args[1..]),
         Some("fleet-client") => fleet::run(&args[1..]),
+        Some("outbox-worker") => outbox::worker(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");

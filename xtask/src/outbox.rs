@@ -1,0 +1,82 @@
+//! `cargo xtask outbox-worker`: one process delivering an outbox (SQLite file) to loopback —
+//! the process the crash test kills with SIGKILL and starts again.
+//!
+//! `--db PATH` the outbox file; `--secs S` how long at most (default 60); it stops earlier once
+//! nothing is pending.
+
+use std::{sync::Arc, time::Duration};
+
+use soulbase_net_outbox::{Outbox, SqliteStore};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_runtime::Client;
+use tokio::time::Instant;
+
+use crate::loopback::LoopbackDialer;
+
+pub(crate) fn worker(args: &[String]) -> Result<(), String> {
+    let mut db = None;
+    let mut secs = 60.0f64;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--db" => db = Some(value()?),
+            "--secs" => secs = value()?.parse().map_err(|e| format!("--secs: {e}"))?,
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    let db = db.ok_or("outbox-worker needs --db PATH")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let outbox = Arc::new(outbox(&db).await?);
+        let running = {
+            let o = outbox.clone();
+            tokio::spawn(async move { o.run().await })
+        };
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        while Instant::now() < until {
+            if outbox.store().pending().await.map_err(|e| e.to_string())? == 0 {
+                break;
+            }
+            // The store has no event to await from another process.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        outbox.shutdown();
+        running
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The outbox the crash test runs: loopback only, short leases and backoff.
+pub(crate) async fn outbox(db: &str) -> Result<Outbox, String> {
+    let store = SqliteStore::open(db).await.map_err(|e| e.to_string())?;
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?];
+    p.dns.nameservers = vec!["127.0.0.1:9".parse().map_err(|e| format!("{e}"))?];
+    p.dns.prefetch.clear();
+    p.retry.enabled = false;
+    let client = Client::builder()
+        .policy(p)
+        .dialer(Arc::new(LoopbackDialer::default()))
+        .build()
+        .map_err(|e| e.to_string())?;
+    Outbox::builder()
+        .store(Arc::new(store))
+        .client(Arc::new(client))
+        .workers(16)
+        .lease(Duration::from_secs(2))
+        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .poll(Duration::from_millis(50))
+        .build()
+        .map_err(|e| e.to_string())
+}
