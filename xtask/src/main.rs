@@ -52,6 +52,8 @@ commands:
           one instance of a fleet sharing a quota (limits.global) on Redis; prints
           admitted=… refused=… errors=… store_calls=…; with --post-key K, one idempotent
           POST through the dedup window shared in Redis instead
+  outbox --db PATH list | requeue ID | purge
+          an outbox's pending count and dead letters; put one back in the queue; forget them
   outbox-worker --db PATH [--secs S]
           delivers the outbox in PATH (SQLite) to loopback until nothing is pending (or S
           seconds): the process the outbox crash test kills and restarts
@@ -72,6 +74,7 @@ fn main() -> ExitCode {
         Some("interop") => interop::run(&args[1..]),
         Some("fleet-client") => fleet::run(&args[1..]),
         Some("outbox-worker") => outbox::worker(&args[1..]),
+        Some("outbox") => outbox::admin(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");

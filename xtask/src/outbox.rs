@@ -1,12 +1,11 @@
-//! `cargo xtask outbox-worker`: one process delivering an outbox (SQLite file) to loopback —
-//! the process the crash test kills with SIGKILL and starts again.
-//!
-//! `--db PATH` the outbox file; `--secs S` how long at most (default 60); it stops earlier once
-//! nothing is pending.
+//! `cargo xtask outbox --db PATH list | requeue ID | purge`: an outbox's dead letters, by hand;
+//! and `cargo xtask outbox-worker`: one process delivering an outbox (SQLite file) to loopback
+//! — the process the crash test kills with SIGKILL and starts again (`--db PATH`, `--secs S`
+//! at most, default 60; it stops earlier once nothing is pending).
 
 use std::{sync::Arc, time::Duration};
 
-use soulbase_net_outbox::{Outbox, SqliteStore};
+use soulbase_net_outbox::{Outbox, OutboxStore, SqliteStore};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use tokio::time::Instant;
@@ -79,4 +78,63 @@ pub(crate) async fn outbox(db: &str) -> Result<Outbox, String> {
         .poll(Duration::from_millis(50))
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// `cargo xtask outbox --db PATH list | requeue ID | purge`.
+pub(crate) fn admin(args: &[String]) -> Result<(), String> {
+    let (db, rest) = match args {
+        [flag, db, rest @ ..] if flag == "--db" => (db.clone(), rest.to_vec()),
+        _ => return Err("usage: cargo xtask outbox --db PATH list | requeue ID | purge".into()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let store = SqliteStore::open(&db).await.map_err(|e| e.to_string())?;
+        let lines = match rest
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["list"] => {
+                let dead = store.dead_letters().await.map_err(|e| e.to_string())?;
+                let pending = store.pending().await.map_err(|e| e.to_string())?;
+                let mut lines = vec![format!("{pending} pending, {} dead", dead.len())];
+                for d in dead {
+                    lines.push(format!(
+                        "{:>6}  {} {}  attempts {}  {}",
+                        d.item.id,
+                        d.item.method,
+                        soulbase_net_core::redact_url(&d.item.url),
+                        d.item.attempts,
+                        d.reason
+                    ));
+                }
+                lines
+            }
+            ["requeue", id] => {
+                let id: i64 = id.parse().map_err(|e| format!("requeue: {e}"))?;
+                let moved = store.requeue(id).await.map_err(|e| e.to_string())?;
+                vec![if moved {
+                    format!("{id} requeued, due now")
+                } else {
+                    format!("no dead letter {id}")
+                }]
+            }
+            ["purge"] => {
+                let n = store.purge_dead().await.map_err(|e| e.to_string())?;
+                vec![format!("{n} dead letters purged")]
+            }
+            _ => {
+                return Err("usage: cargo xtask outbox --db PATH list | requeue ID | purge".into())
+            }
+        };
+        #[allow(clippy::print_stdout, reason = "the command's output")]
+        for line in lines {
+            println!("{line}");
+        }
+        Ok(())
+    })
 }

@@ -90,3 +90,58 @@ async fn a_killed_worker_loses_nothing_and_applies_each_effect_once() {
     srv.join().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn admin(db: &str, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["outbox", "--db", db])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_requeued_and_purged_from_the_command_line() {
+    let srv = FaultServer::http1()
+        .route("/refuses", Reply::status(400))
+        .start()
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("soulbase-outbox-admin-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("outbox.db").display().to_string();
+    let store = Arc::new(SqliteStore::open(&db).await.unwrap());
+    let outbox = Outbox::builder()
+        .store(store.clone())
+        .client(Arc::new(
+            soulbase_net_runtime::Client::builder().build().unwrap(),
+        ))
+        .build()
+        .unwrap();
+    outbox
+        .enqueue(OutboxItem::post(srv.url("/refuses"), "x"))
+        .await
+        .unwrap();
+    // Delivered by a worker process: a 400 is a dead letter at once.
+    assert!(worker(&db).wait().unwrap().success());
+    let listed = admin(&db, &["list"]);
+    assert!(
+        listed.contains("0 pending, 1 dead") && listed.contains("HTTP 400"),
+        "{listed}"
+    );
+    let id = listed
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(admin(&db, &["requeue", &id]).contains("requeued"));
+    assert!(admin(&db, &["list"]).contains("1 pending, 0 dead"));
+    assert!(admin(&db, &["purge"]).contains("0 dead letters purged"));
+    srv.join().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
