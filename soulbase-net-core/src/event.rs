@@ -97,6 +97,16 @@ pub enum GaugeReading<'a> {
         /// How many.
         value: u64,
     },
+    /// Items waiting in an outbox.
+    OutboxPending {
+        /// How many.
+        value: u64,
+    },
+    /// How long the oldest item due has waited past its time, in seconds.
+    OutboxOldestPendingAge {
+        /// Seconds.
+        value: u64,
+    },
 }
 
 /// An observer that ignores everything; the default of a client without one.
@@ -181,6 +191,20 @@ impl BreakerState {
             BreakerState::HalfOpen => "half_open",
         }
     }
+}
+
+/// What happened to an outbox item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OutboxStep {
+    /// Stored durably.
+    Enqueued,
+    /// Delivered and acknowledged.
+    Delivered,
+    /// Failed; rescheduled.
+    Retried,
+    /// Given up: moved to the dead letters.
+    Dead,
 }
 
 /// Which limit refused a call.
@@ -388,6 +412,13 @@ pub enum NetEvent<'a> {
         op: &'static str,
         /// Whether it timed out (else it failed).
         timed_out: bool,
+    },
+    /// Something happened to an outbox item (durable delivery, `soulbase-net-outbox`).
+    Outbox {
+        /// What.
+        step: OutboxStep,
+        /// For a delivery: how late it went out (actual − `deliver_at`).
+        lateness: Option<Duration>,
     },
     /// A request ended.
     RequestFinished {

@@ -38,7 +38,7 @@ pub use crate::client::{NetClient, NetClientExt};
 pub use crate::error::{redact_url, status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
 pub use crate::event::{
     BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,
-    NoopObserver, Observer, Outcome, RequestInfo,
+    NoopObserver, Observer, OutboxStep, Outcome, RequestInfo,
 };
 pub use crate::interceptor::{Hooks, Interceptor};
 pub use crate::key::new_idempotency_key;

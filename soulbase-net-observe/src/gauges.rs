@@ -41,6 +41,8 @@ pub(crate) struct Totals {
     pub(crate) tokens: BTreeMap<(Label, Label), u64>,
     pub(crate) pool_open: BTreeMap<Label, u64>,
     pub(crate) pool_idle: BTreeMap<Label, u64>,
+    pub(crate) outbox_pending: Option<u64>,
+    pub(crate) outbox_oldest_age: Option<u64>,
 }
 
 // === impl GaugeState ===
@@ -118,6 +120,13 @@ impl GaugeState {
             GaugeReading::PoolIdle { host, value } => {
                 *totals.pool_idle.entry(self.hosts.admit(host)).or_default() += value;
             }
+            GaugeReading::OutboxPending { value } => {
+                *totals.outbox_pending.get_or_insert(0) += value;
+            }
+            GaugeReading::OutboxOldestPendingAge { value } => {
+                let oldest = totals.outbox_oldest_age.get_or_insert(0);
+                *oldest = (*oldest).max(value);
+            }
             _ => {}
         }
     }
@@ -164,6 +173,24 @@ impl Collector for GaugeCollector {
             "The per-host AIMD window: calls allowed in flight",
             by_host(t.window),
         )?;
+        for (value, name, help) in [
+            (
+                t.outbox_pending,
+                "net_outbox_pending",
+                "Items waiting in the outbox",
+            ),
+            (
+                t.outbox_oldest_age,
+                "net_outbox_oldest_pending_age_seconds",
+                "How long the oldest due item has waited past its time",
+            ),
+        ] {
+            if let Some(value) = value {
+                let gauge = ConstGauge::new(gauge_value(value));
+                let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+                gauge.encode(metric)?;
+            }
+        }
         if let Some(window) = t.global_window {
             let gauge = ConstGauge::new(gauge_value(window));
             let metric = encoder.encode_descriptor(

@@ -13,7 +13,8 @@ use prometheus_client::{
     registry::Registry,
 };
 use soulbase_net_core::{
-    BreakerState, DnsSource, GaugeSource, LimitScope, NetEvent, Observer, Outcome, RequestInfo,
+    BreakerState, DnsSource, GaugeSource, LimitScope, NetEvent, Observer, OutboxStep, Outcome,
+    RequestInfo,
 };
 
 use crate::{
@@ -51,6 +52,9 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | `net_bytes_total` | `dir, tenant, host` | `Bytes` |
 /// | `net_retry_total` | `reason` | `RetryScheduled`; the failed attempt's outcome label |
 /// | `net_hedge_total` | `host` | `AttemptStarted` of a hedged copy (`hedge: true`) |
+/// | `net_outbox_delivered_total`, `net_outbox_retried_total`, `net_outbox_dead_total` | — | `Outbox` events of an outbox given this observer |
+/// | `net_outbox_lateness_ms` (histogram, [`LATENCY_BUCKETS_MS`]) | — | `Outbox` deliveries: actual − `deliver_at` |
+/// | `net_outbox_pending`, `net_outbox_oldest_pending_age_seconds` (gauges, at scrape) | — | the outbox's gauges |
 /// | `net_store_errors_total` | `store, op` | `StoreError`: a shared store (`rate`, …) failed, timed out (`op` = what was asked) or was skipped for a moment after failing (`op="skip"`) |
 /// | `net_answered_total` | `by` (the interceptor's name) | `Answered`: calls an interceptor answered without sending, e.g. `by="cache_hook"` for cache hits, `by="idempotency_key"` for duplicates dropped by the dedup window |
 /// | `net_circuit_open_total` | `host` (the breaker key) | `BreakerTransition` to open |
@@ -118,6 +122,10 @@ pub struct Metrics {
     hedges: Family<HostLabels, Counter>,
     answered: Family<ByLabels, Counter>,
     store_errors: Family<StoreLabels, Counter>,
+    outbox_delivered: Counter,
+    outbox_retried: Counter,
+    outbox_dead: Counter,
+    outbox_lateness: Histogram,
     /// The interceptors whose answers are dedup drops.
     dedup_by: Vec<&'static str>,
     circuit_open: Family<HostLabels, Counter>,
@@ -214,6 +222,10 @@ impl MetricsBuilder {
             hedges: Family::default(),
             answered: Family::default(),
             store_errors: Family::default(),
+            outbox_delivered: Counter::default(),
+            outbox_retried: Counter::default(),
+            outbox_dead: Counter::default(),
+            outbox_lateness: Histogram::new(LATENCY_BUCKETS_MS),
             dedup_by: self.dedup_by,
             circuit_open: Family::default(),
             breaker_state: Family::default(),
@@ -251,6 +263,26 @@ impl MetricsBuilder {
             metrics.retries.clone(),
         );
         r.register("net_hedge", "Hedged copies started", metrics.hedges.clone());
+        r.register(
+            "net_outbox_delivered",
+            "Outbox items delivered and acknowledged",
+            metrics.outbox_delivered.clone(),
+        );
+        r.register(
+            "net_outbox_retried",
+            "Outbox deliveries that failed and were rescheduled",
+            metrics.outbox_retried.clone(),
+        );
+        r.register(
+            "net_outbox_dead",
+            "Outbox items moved to the dead letters",
+            metrics.outbox_dead.clone(),
+        );
+        r.register(
+            "net_outbox_lateness_ms",
+            "How late outbox deliveries went out (actual - deliver_at)",
+            metrics.outbox_lateness.clone(),
+        );
         r.register(
             "net_store_errors",
             "Shared-store calls that failed, timed out or were skipped, by store and operation",
@@ -445,6 +477,21 @@ impl Observer for Metrics {
                     .inc();
                 self.sli.on_hedge();
             }
+            NetEvent::Outbox { step, lateness } => match step {
+                OutboxStep::Delivered => {
+                    self.outbox_delivered.inc();
+                    if let Some(late) = lateness {
+                        self.outbox_lateness.observe(late.as_secs_f64() * 1e3);
+                    }
+                }
+                OutboxStep::Retried => {
+                    self.outbox_retried.inc();
+                }
+                OutboxStep::Dead => {
+                    self.outbox_dead.inc();
+                }
+                _ => {}
+            },
             NetEvent::StoreError { store, op, .. } => {
                 self.store_errors
                     .get_or_create(&StoreLabels { store, op })

@@ -6,7 +6,12 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use soulbase_net_core::{ErrorKind, NetClient, NetError, NetRequest};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use soulbase_net_core::{
+    ErrorKind, GaugeReading, GaugeSource, NetClient, NetError, NetEvent, NetRequest, NoopObserver,
+    Observer, OutboxStep,
+};
 use tokio::sync::{watch, Notify};
 
 use crate::{
@@ -23,6 +28,7 @@ pub struct OutboxBuilder {
     poll: Duration,
     backoff_base: Duration,
     backoff_cap: Duration,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 /// Durable delivery of [`OutboxItem`]s (see the crate docs).
@@ -49,6 +55,27 @@ pub struct Outbox {
     backoff_cap: Duration,
     wake: Notify,
     stop: watch::Sender<bool>,
+    observer: Arc<dyn Observer>,
+    gauges: Arc<Gauges>,
+}
+
+/// What the outbox last saw of its store, for `net_outbox_pending` and
+/// `net_outbox_oldest_pending_age_seconds` (read at scrape time).
+#[derive(Debug, Default)]
+struct Gauges {
+    pending: AtomicU64,
+    oldest_age_secs: AtomicU64,
+}
+
+impl GaugeSource for Gauges {
+    fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
+        visit(GaugeReading::OutboxPending {
+            value: self.pending.load(Ordering::Relaxed),
+        });
+        visit(GaugeReading::OutboxOldestPendingAge {
+            value: self.oldest_age_secs.load(Ordering::Relaxed),
+        });
+    }
 }
 
 impl std::fmt::Debug for Outbox {
@@ -103,6 +130,14 @@ impl OutboxBuilder {
         self
     }
 
+    /// Reports what happens to items (`NetEvent::Outbox`: enqueued, delivered with its
+    /// lateness, retried, dead) and the pending gauges (`Observer::on_gauges`): give it the
+    /// same `Metrics` as the client for `net_outbox_*`.
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Backoff between delivery attempts: `base × 2^(attempt − 1)` up to `cap`, full jitter.
     /// Default is 1s up to 5m.
     pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
@@ -122,6 +157,10 @@ impl OutboxBuilder {
         let client = self
             .client
             .ok_or_else(|| NetError::invalid_request("an outbox needs a client"))?;
+        let observer = self.observer.unwrap_or_else(|| Arc::new(NoopObserver));
+        let gauges = Arc::new(Gauges::default());
+        let source: Arc<dyn GaugeSource> = gauges.clone();
+        observer.on_gauges(&source);
         Ok(Outbox {
             store,
             client,
@@ -132,6 +171,8 @@ impl OutboxBuilder {
             backoff_cap: self.backoff_cap,
             wake: Notify::new(),
             stop: watch::Sender::new(false),
+            observer,
+            gauges,
         })
     }
 }
@@ -154,6 +195,7 @@ impl Outbox {
             poll: Duration::from_millis(500),
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
+            observer: None,
         }
     }
 
@@ -191,6 +233,12 @@ impl Outbox {
             max_attempts: item.max_attempts,
         };
         let done = self.store.enqueue(stored).await?;
+        if matches!(done, Enqueued::New(_)) {
+            self.observer.on_event(&NetEvent::Outbox {
+                step: OutboxStep::Enqueued,
+                lateness: None,
+            });
+        }
         if deliver_at <= SystemTime::now() {
             self.wake.notify_one();
         }
@@ -238,18 +286,20 @@ impl Outbox {
                     break;
                 };
                 let (store, client) = (self.store.clone(), self.client.clone());
+                let observer = self.observer.clone();
                 let backoff = (self.backoff_base, self.backoff_cap);
                 in_flight.spawn(async move {
                     let _permit = permit;
-                    deliver(&*store, &*client, item, backoff).await;
+                    deliver(&*store, &*client, &*observer, item, backoff).await;
                 });
             }
             while in_flight.try_join_next().is_some() {}
             if busy {
                 continue;
             }
-            // Nothing claimable now: sleep until the next item is due, a new one arrives, a
-            // delivery ends (a permit frees), or the poll interval passes.
+            // Nothing claimable now: note the gauges, then sleep until the next item is due,
+            // a new one arrives, a delivery ends (a permit frees), or the poll interval passes.
+            self.note_gauges().await;
             let wait = match self.store.next_due().await {
                 Ok(Some(at)) => at
                     .duration_since(SystemTime::now())
@@ -273,6 +323,22 @@ impl Outbox {
         Ok(())
     }
 
+    /// Counts what waits, for the gauges.
+    async fn note_gauges(&self) {
+        if let Ok(n) = self.store.pending().await {
+            self.gauges.pending.store(n, Ordering::Relaxed);
+        }
+        let late = match self.store.next_due().await {
+            Ok(Some(due)) => SystemTime::now()
+                .duration_since(due)
+                .unwrap_or(Duration::ZERO),
+            _ => Duration::ZERO,
+        };
+        self.gauges
+            .oldest_age_secs
+            .store(late.as_secs(), Ordering::Relaxed);
+    }
+
     /// Stops [`run`](Self::run): no new claims; deliveries in flight finish.
     pub fn shutdown(&self) {
         self.stop.send_replace(true);
@@ -284,6 +350,7 @@ impl Outbox {
 async fn deliver(
     store: &dyn OutboxStore,
     client: &dyn NetClient,
+    observer: &dyn Observer,
     item: StoredItem,
     (base, cap): (Duration, Duration),
 ) {
@@ -320,9 +387,24 @@ async fn deliver(
         },
     };
     let now = SystemTime::now();
+    let event = |step, lateness| {
+        observer.on_event(&NetEvent::Outbox { step, lateness });
+    };
     let result = match verdict {
-        Verdict::Delivered => store.ack(item.id).await,
-        Verdict::Dead(reason, status) => store.dead(item.id, attempt, &reason, status).await,
+        Verdict::Delivered => {
+            event(
+                OutboxStep::Delivered,
+                Some(
+                    now.duration_since(item.deliver_at)
+                        .unwrap_or(Duration::ZERO),
+                ),
+            );
+            store.ack(item.id).await
+        }
+        Verdict::Dead(reason, status) => {
+            event(OutboxStep::Dead, None);
+            store.dead(item.id, attempt, &reason, status).await
+        }
         Verdict::Retry(after, reason) => {
             let wait = after
                 .map(|a| a.min(cap))
@@ -335,8 +417,10 @@ async fn deliver(
                 } else {
                     format!("{reason}; {attempt} attempts made")
                 };
+                event(OutboxStep::Dead, None);
                 store.dead(item.id, attempt, &why, None).await
             } else {
+                event(OutboxStep::Retried, None);
                 store.reschedule(item.id, next, attempt).await
             }
         }

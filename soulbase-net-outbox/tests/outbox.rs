@@ -29,11 +29,19 @@ fn client() -> Arc<Client> {
 }
 
 async fn outbox(path: &PathBuf) -> Arc<Outbox> {
+    outbox_observed(path, Arc::new(soulbase_net_core::NoopObserver)).await
+}
+
+async fn outbox_observed(
+    path: &PathBuf,
+    observer: Arc<dyn soulbase_net_core::Observer>,
+) -> Arc<Outbox> {
     let store = SqliteStore::open(path).await.unwrap();
     Arc::new(
         Outbox::builder()
             .store(Arc::new(store))
             .client(client())
+            .observer(observer)
             .backoff(Duration::from_millis(10), Duration::from_millis(50))
             .poll(Duration::from_millis(50))
             .build()
@@ -77,7 +85,8 @@ async fn a_failing_upstream_gets_the_call_again_with_one_key_until_it_succeeds()
         .start()
         .await
         .unwrap();
-    let o = outbox(&db("retry")).await;
+    let metrics = Arc::new(soulbase_net_observe::Metrics::new());
+    let o = outbox_observed(&db("retry"), metrics.clone()).await;
     let _run = run(&o);
     o.enqueue(OutboxItem::post(srv.url("/hook"), "event=1"))
         .await
@@ -95,6 +104,20 @@ async fn a_failing_upstream_gets_the_call_again_with_one_key_until_it_succeeds()
         .all(|r| r.header("idempotency-key") == Some(key.as_str())));
     assert!(seen.iter().all(|r| r.text() == "event=1"));
     assert!(o.store().dead_letters().await.unwrap().is_empty());
+    // What the metrics say, the gauges once the outbox noted the empty store.
+    until("the pending gauge", async || {
+        metrics.encode().contains("net_outbox_pending 0")
+    })
+    .await;
+    let text = metrics.encode();
+    for line in [
+        "net_outbox_delivered_total 1",
+        "net_outbox_retried_total 2",
+        "net_outbox_lateness_ms_count 1",
+        "net_outbox_oldest_pending_age_seconds 0",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
