@@ -46,13 +46,45 @@ fn from_unix_ms(ms: u64) -> SystemTime {
         .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
-fn io_error(what: &str, path: &Path, e: io::Error) -> NetError {
+fn io_error(what: &str, which: &str, path: &Path, e: io::Error) -> NetError {
     NetError::new(ErrorKind::Io)
-        .with_message(format!(
-            "cannot {what} the dns cache file {}",
-            path.display()
-        ))
+        .with_message(format!("cannot {what} {which} {}", path.display()))
         .with_source(e)
+}
+
+/// Writes `value` as JSON to `path` atomically (a temporary file in the same directory,
+/// synced, then renamed over the old one). Blocking.
+fn write_json<T: Serialize>(path: &Path, value: &T, which: &str) -> Result<(), NetError> {
+    let json = serde_json::to_vec(value).map_err(|e| {
+        NetError::new(ErrorKind::Io)
+            .with_message(format!("cannot encode {which}"))
+            .with_source(e)
+    })?;
+    let tmp = temp_path(path);
+    let written = write_synced(&tmp, &json).and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        // Best effort: a leftover temporary file is harmless but untidy.
+        let _ = fs::remove_file(&tmp);
+        return Err(io_error("write", which, path, e));
+    }
+    Ok(())
+}
+
+/// Reads JSON from `path`; `None` when the file does not exist.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    which: &str,
+) -> Result<Option<T>, NetError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error("read", which, path, e)),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        NetError::new(ErrorKind::Io)
+            .with_message(format!("{which} {} is not valid", path.display()))
+            .with_source(e)
+    })
 }
 
 /// Writes `entries` to `path` atomically. Blocking: call it off the async threads.
@@ -71,19 +103,7 @@ pub(crate) fn save(path: &Path, entries: &[Saved]) -> Result<(), NetError> {
             })
             .collect(),
     };
-    let json = serde_json::to_vec(&file).map_err(|e| {
-        NetError::new(ErrorKind::Io)
-            .with_message("cannot encode the dns cache")
-            .with_source(e)
-    })?;
-    let tmp = temp_path(path);
-    let written = write_synced(&tmp, &json).and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
-        // Best effort: a leftover temporary file is harmless but untidy.
-        let _ = fs::remove_file(&tmp);
-        return Err(io_error("write", path, e));
-    }
-    Ok(())
+    write_json(path, &file, "the dns cache file")
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -112,19 +132,9 @@ fn temp_path(path: &Path) -> PathBuf {
 /// # Errors
 /// `Io` when the file exists but cannot be read or is not a cache file of this version.
 pub(crate) fn load(path: &Path) -> Result<Vec<Saved>, NetError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_error("read", path, e)),
+    let Some(file) = read_json::<File>(path, "the dns cache file")? else {
+        return Ok(Vec::new());
     };
-    let file: File = serde_json::from_slice(&bytes).map_err(|e| {
-        NetError::new(ErrorKind::Io)
-            .with_message(format!(
-                "the dns cache file {} is not valid",
-                path.display()
-            ))
-            .with_source(e)
-    })?;
     if file.version != VERSION {
         return Err(NetError::new(ErrorKind::Io).with_message(format!(
             "the dns cache file {} has version {}, expected {VERSION}",
@@ -160,14 +170,6 @@ struct FrozenEntry {
     thaws_unix_ms: u64,
 }
 
-fn frozen_io_error(what: &str, path: &Path, e: io::Error) -> NetError {
-    NetError::new(ErrorKind::Io)
-        .with_message(format!(
-            "cannot {what} the frozen endpoints file {}",
-            path.display()
-        ))
-        .with_source(e)
-}
 
 /// Where the frozen base URLs are kept for a DNS cache file: `<file>.frozen`.
 pub(crate) fn frozen_path(dns_file: &Path) -> PathBuf {
@@ -191,18 +193,7 @@ pub(crate) fn save_frozen(path: &Path, entries: &[(String, SystemTime)]) -> Resu
             })
             .collect(),
     };
-    let json = serde_json::to_vec(&file).map_err(|e| {
-        NetError::new(ErrorKind::Io)
-            .with_message("cannot encode the frozen endpoints")
-            .with_source(e)
-    })?;
-    let tmp = temp_path(path);
-    let written = write_synced(&tmp, &json).and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(frozen_io_error("write", path, e));
-    }
-    Ok(())
+    write_json(path, &file, "the frozen endpoints file")
 }
 
 /// Reads the frozen origins saved in `path`. A missing file is none.
@@ -210,19 +201,9 @@ pub(crate) fn save_frozen(path: &Path, entries: &[(String, SystemTime)]) -> Resu
 /// # Errors
 /// `Io` when the file exists but cannot be read or is not a frozen-endpoints file.
 pub(crate) fn load_frozen(path: &Path) -> Result<Vec<(String, SystemTime)>, NetError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(frozen_io_error("read", path, e)),
+    let Some(file) = read_json::<FrozenFile>(path, "the frozen endpoints file")? else {
+        return Ok(Vec::new());
     };
-    let file: FrozenFile = serde_json::from_slice(&bytes).map_err(|e| {
-        NetError::new(ErrorKind::Io)
-            .with_message(format!(
-                "the frozen endpoints file {} is not valid",
-                path.display()
-            ))
-            .with_source(e)
-    })?;
     Ok(file
         .frozen
         .into_iter()
