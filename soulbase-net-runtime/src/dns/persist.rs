@@ -170,7 +170,6 @@ struct FrozenEntry {
     thaws_unix_ms: u64,
 }
 
-
 /// Where the frozen base URLs are kept for a DNS cache file: `<file>.frozen`.
 pub(crate) fn frozen_path(dns_file: &Path) -> PathBuf {
     let mut name = dns_file.as_os_str().to_owned();
