@@ -28,6 +28,10 @@ pub use self::shared::RedisDedupStore;
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
+/// The window of a shared dedup store when no `dedup_window` is set.
+#[cfg(feature = "redis")]
+const SHARED_WINDOW: Duration = Duration::from_secs(600);
+
 /// Default of [`IdempotencyKey::dedup_max_entries`].
 const DEFAULT_MAX_ENTRIES: usize = 100_000;
 
@@ -217,7 +221,7 @@ impl IdempotencyKey {
     #[cfg(feature = "redis")]
     pub fn shared_dedup(mut self, store: RedisDedupStore) -> Self {
         if self.limits.window.is_none() {
-            self = self.dedup_window(Duration::from_secs(600));
+            self = self.dedup_window(SHARED_WINDOW);
         }
         self.shared = Some(Arc::new(store));
         self
@@ -406,17 +410,13 @@ impl Interceptor for IdempotencyKey {
         let Some(Role::Leader(guard)) = req.extensions.get::<Role>() else {
             return Ok(());
         };
-        let body = match std::mem::replace(&mut res.body, RespBody::Bytes(Bytes::new())) {
-            RespBody::Bytes(b) => b,
-            stream => match collect(stream).await {
-                Ok(b) => b,
-                Err(e) => {
-                    guard.finish(Outcome::Error(e.kind(), e.message().map(str::to_owned)));
-                    return Err(e);
-                }
-            },
+        let body = match buffer_body(res).await {
+            Ok(b) => b,
+            Err(e) => {
+                guard.finish(Outcome::Error(e.kind(), e.message().map(str::to_owned)));
+                return Err(e);
+            }
         };
-        res.body = RespBody::Bytes(body.clone());
         guard.finish(Outcome::Response(Stored {
             status: res.status,
             headers: res.headers.clone(),
@@ -504,22 +504,29 @@ impl IdempotencyKey {
             call.store.finish(t, k, tok, None, Duration::ZERO).await;
             return Ok(());
         }
-        let body = match std::mem::replace(&mut res.body, RespBody::Bytes(Bytes::new())) {
-            RespBody::Bytes(b) => b,
-            stream => match collect(stream).await {
-                Ok(b) => b,
-                Err(e) => {
-                    call.store.finish(t, k, tok, None, Duration::ZERO).await;
-                    return Err(e);
-                }
-            },
+        let body = match buffer_body(res).await {
+            Ok(b) => b,
+            Err(e) => {
+                call.store.finish(t, k, tok, None, Duration::ZERO).await;
+                return Err(e);
+            }
         };
-        res.body = RespBody::Bytes(body.clone());
-        let window = self.limits.window.unwrap_or(Duration::from_secs(600));
+        let window = self.limits.window.unwrap_or(SHARED_WINDOW);
         let stored = shared::encode(res).map(|meta| (meta, body));
         call.store.finish(t, k, tok, stored, window).await;
         Ok(())
     }
+}
+
+/// The response's body read whole and put back as bytes (the caller gets it unchanged), and
+/// a copy to keep.
+async fn buffer_body(res: &mut NetResponse) -> Result<Bytes, NetError> {
+    let body = match std::mem::replace(&mut res.body, RespBody::Bytes(Bytes::new())) {
+        RespBody::Bytes(b) => b,
+        stream => collect(stream).await?,
+    };
+    res.body = RespBody::Bytes(body.clone());
+    Ok(body)
 }
 
 /// The whole of a response body.
