@@ -15,7 +15,8 @@
 //! - [`ConnectProxy`]: an HTTP forward proxy (CONNECT and absolute-form) with optional
 //!   `Proxy-Authorization`, faults (refuse, hang, 502) and a log of what it was asked to reach.
 //! - [`RedisServer`]: a throwaway `redis-server` on a free loopback port (stopped, paused,
-//!   restarted at will) for tests of state a fleet shares.
+//!   restarted at will) for tests of state a fleet shares; [`RedisCluster`] (three masters)
+//!   and [`RedisSentinel`] (a master found through a sentinel) likewise.
 //! - [`trace_init`]: `tracing` output through the test harness.
 //!
 //! It depends on `soulbase-net-core` only, never on the runtime. Everything listens on
@@ -139,7 +140,7 @@ mod trace;
 pub use certkit::{crypto_provider, CertKit, Leaf, LOCAL_NAMES};
 pub use dns::{DnsQuery, MockDns};
 pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
-pub use redis::{RedisServer, REQUIRE_REDIS};
+pub use redis::{RedisCluster, RedisSentinel, RedisServer, REQUIRE_REDIS};
 pub use server::{
     refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Gate, Protocol, RandomFaults,
     Reply, Script,

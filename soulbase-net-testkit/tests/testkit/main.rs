@@ -6,5 +6,6 @@ mod dns;
 mod faults;
 mod http2;
 mod proxy;
+mod redis;
 mod support;
 mod tls;

@@ -1,13 +1,21 @@
-//! [`RedisServer`]: a throwaway `redis-server` on a free loopback port, for tests of state
-//! shared by a fleet.
+//! Throwaway Redis deployments on free loopback ports, for tests of state shared by a fleet:
+//! [`RedisServer`] (one server: TCP, TLS, a Unix socket), [`RedisCluster`] (three masters) and
+//! [`RedisSentinel`] (a master watched by a sentinel). All are stopped by PID when dropped.
+
+mod cluster;
+mod resp;
+mod sentinel;
 
 use std::{
-    io::{self, Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io,
+    net::{SocketAddr, TcpListener},
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
+
+pub use self::cluster::RedisCluster;
+pub use self::sentinel::RedisSentinel;
 
 /// The environment variable that makes a missing `redis-server` an error instead of a skip
 /// (CI sets it: CI never skips these tests).
@@ -33,6 +41,23 @@ pub struct RedisServer {
     tls: Option<(SocketAddr, PathBuf)>,
     /// With a Unix socket: its path.
     unix: Option<PathBuf>,
+    /// What else it is: a cluster node or a sentinel.
+    role: Role,
+}
+
+/// The part a server plays beyond a plain Redis, with the files that part needs.
+#[derive(Debug)]
+enum Role {
+    Plain,
+    /// A cluster node: its cluster bus port, and the directory of its `nodes.conf`.
+    ClusterNode {
+        bus: SocketAddr,
+        dir: PathBuf,
+    },
+    /// A sentinel, run from this configuration file (which it rewrites).
+    Sentinel {
+        conf: PathBuf,
+    },
 }
 
 impl RedisServer {
@@ -45,13 +70,7 @@ impl RedisServer {
     /// start (a broken install must not pass as a skip).
     #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
     pub fn start_or_skip(test: &str) -> Option<Self> {
-        let Some(program) = find("redis-server") else {
-            if std::env::var_os(REQUIRE_REDIS).is_some() {
-                panic!("{test}: redis-server is not installed and {REQUIRE_REDIS} is set");
-            }
-            eprintln!("SKIPPED {test}: redis-server is not installed (cargo xtask ci installs it)");
-            return None;
-        };
+        let program = program_or_skip(test)?;
         match Self::start(program) {
             Ok(server) => Some(server),
             Err(e) => panic!("{test}: redis-server did not start: {e}"),
@@ -71,13 +90,18 @@ impl RedisServer {
     }
 
     fn start(program: PathBuf) -> io::Result<Self> {
-        let addr = free_port()?;
+        Self::start_as(program, Role::Plain)
+    }
+
+    /// Starts one on a free port, playing `role`.
+    fn start_as(program: PathBuf, role: Role) -> io::Result<Self> {
         let mut server = Self {
-            addr,
+            addr: free_port()?,
             child: None,
             program,
             tls: None,
             unix: None,
+            role,
         };
         server.restart()?;
         Ok(server)
@@ -118,13 +142,7 @@ impl RedisServer {
     /// As [`start_or_skip`](Self::start_or_skip).
     #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
     pub fn start_tls_or_skip(test: &str, cert_pem: &str, key_pem: &str) -> Option<Self> {
-        let Some(program) = find("redis-server") else {
-            if std::env::var_os(REQUIRE_REDIS).is_some() {
-                panic!("{test}: redis-server is not installed and {REQUIRE_REDIS} is set");
-            }
-            eprintln!("SKIPPED {test}: redis-server is not installed (cargo xtask ci installs it)");
-            return None;
-        };
+        let program = program_or_skip(test)?;
         let started = (|| -> io::Result<Self> {
             let dir = std::env::temp_dir().join(format!(
                 "soulbase-redis-tls-{}-{}",
@@ -140,6 +158,7 @@ impl RedisServer {
                 program,
                 tls: Some((free_port()?, dir)),
                 unix: None,
+                role: Role::Plain,
             };
             server.restart()?;
             Ok(server)
@@ -185,6 +204,10 @@ impl RedisServer {
     pub fn restart(&mut self) -> io::Result<()> {
         self.stop();
         let mut cmd = Command::new(&self.program);
+        if let Role::Sentinel { conf } = &self.role {
+            // The configuration file comes first; the rest of the line overrides it.
+            cmd.arg(conf).arg("--sentinel");
+        }
         cmd.args([
             "--bind",
             "127.0.0.1",
@@ -212,6 +235,14 @@ impl RedisServer {
             cmd.arg("--unixsocket")
                 .arg(path)
                 .args(["--unixsocketperm", "700"]);
+        }
+        if let Role::ClusterNode { bus, dir } = &self.role {
+            cmd.args(["--cluster-enabled", "yes", "--cluster-port"])
+                .arg(bus.port().to_string())
+                .arg("--cluster-config-file")
+                .arg(dir.join(format!("nodes-{}.conf", self.addr.port())))
+                .args(["--cluster-node-timeout", "5000", "--dir"])
+                .arg(dir);
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -281,23 +312,33 @@ impl Drop for RedisServer {
     }
 }
 
+/// `redis-server`, or — when it is not installed — `None` after printing that `test` is
+/// skipped (a panic with [`REQUIRE_REDIS`] set).
+#[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
+fn program_or_skip(test: &str) -> Option<PathBuf> {
+    let found = find("redis-server");
+    if found.is_none() {
+        if std::env::var_os(REQUIRE_REDIS).is_some() {
+            panic!("{test}: redis-server is not installed and {REQUIRE_REDIS} is set");
+        }
+        eprintln!("SKIPPED {test}: redis-server is not installed (cargo xtask ci installs it)");
+    }
+    found
+}
+
 /// A loopback port free right now.
 fn free_port() -> io::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     listener.local_addr()
 }
 
-/// One `PING`, answered `+PONG`.
+/// One `PING`, answered `PONG`.
 fn ping(addr: SocketAddr) -> io::Result<()> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
-    s.set_read_timeout(Some(Duration::from_millis(500)))?;
-    s.write_all(b"PING\r\n")?;
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf)?;
-    if &buf == b"+PONG\r\n" {
-        Ok(())
-    } else {
-        Err(io::Error::other("unexpected answer to PING"))
+    match resp::command(addr, &["PING"])? {
+        resp::Reply::Simple(pong) if pong == "PONG" => Ok(()),
+        other => Err(io::Error::other(format!(
+            "unexpected answer to PING: {other:?}"
+        ))),
     }
 }
 
