@@ -3,7 +3,7 @@
 
 use std::{io, net::SocketAddr, path::PathBuf, time::Duration};
 
-use super::{free_port, program_or_skip, resp, RedisServer, Role};
+use super::{free_port, resp, start_or_skip_with, try_start_with, RedisServer, Role};
 
 /// The hash slots of a Redis Cluster.
 const SLOTS: usize = 16_384;
@@ -40,13 +40,8 @@ impl RedisCluster {
     ///
     /// # Panics
     /// As said, and when the servers are installed but the cluster does not form within 10 s.
-    #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
     pub fn start_or_skip(test: &str) -> Option<Self> {
-        let program = program_or_skip(test)?;
-        match Self::start(program) {
-            Ok(cluster) => Some(cluster),
-            Err(e) => panic!("{test}: the Redis Cluster did not form: {e}"),
-        }
+        start_or_skip_with(test, "the Redis Cluster did not form", Self::start)
     }
 
     /// Starts one; `Ok(None)` when `redis-server` is not installed. For a demo or a tool;
@@ -55,10 +50,7 @@ impl RedisCluster {
     /// # Errors
     /// The servers are installed but the cluster did not form within 10 s.
     pub fn try_start() -> io::Result<Option<Self>> {
-        match super::find("redis-server") {
-            Some(program) => Self::start(program).map(Some),
-            None => Ok(None),
-        }
+        try_start_with(Self::start)
     }
 
     fn start(program: PathBuf) -> io::Result<Self> {

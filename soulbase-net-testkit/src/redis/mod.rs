@@ -68,13 +68,8 @@ impl RedisServer {
     /// # Panics
     /// As said, with [`REQUIRE_REDIS`] set; and when the server is installed but does not
     /// start (a broken install must not pass as a skip).
-    #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
     pub fn start_or_skip(test: &str) -> Option<Self> {
-        let program = program_or_skip(test)?;
-        match Self::start(program) {
-            Ok(server) => Some(server),
-            Err(e) => panic!("{test}: redis-server did not start: {e}"),
-        }
+        start_or_skip_with(test, "redis-server did not start", Self::start)
     }
 
     /// Starts one; `Ok(None)` when `redis-server` is not installed (the caller says why it
@@ -83,10 +78,7 @@ impl RedisServer {
     /// # Errors
     /// The server is installed but did not start.
     pub fn try_start() -> io::Result<Option<Self>> {
-        match find("redis-server") {
-            Some(program) => Self::start(program).map(Some),
-            None => Ok(None),
-        }
+        try_start_with(Self::start)
     }
 
     fn start(program: PathBuf) -> io::Result<Self> {
@@ -140,10 +132,8 @@ impl RedisServer {
     ///
     /// # Panics
     /// As [`start_or_skip`](Self::start_or_skip).
-    #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
     pub fn start_tls_or_skip(test: &str, cert_pem: &str, key_pem: &str) -> Option<Self> {
-        let program = program_or_skip(test)?;
-        let started = (|| -> io::Result<Self> {
+        start_or_skip_with(test, "redis-server with TLS did not start", |program| {
             let dir = std::env::temp_dir().join(format!(
                 "soulbase-redis-tls-{}-{}",
                 std::process::id(),
@@ -162,11 +152,7 @@ impl RedisServer {
             };
             server.restart()?;
             Ok(server)
-        })();
-        match started {
-            Ok(server) => Some(server),
-            Err(e) => panic!("{test}: redis-server with TLS did not start: {e}"),
-        }
+        })
     }
 
     /// `rediss://localhost:<tls port>/` when started with TLS.
@@ -310,6 +296,26 @@ impl Drop for RedisServer {
             let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// What `start` makes of `redis-server`; `None` after printing that `test` is skipped when it
+/// is not installed (a panic with [`REQUIRE_REDIS`] set), and a panic saying `what` when it is
+/// installed but `start` fails (a broken install must not pass as a skip).
+#[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
+fn start_or_skip_with<T>(
+    test: &str,
+    what: &str,
+    start: impl FnOnce(PathBuf) -> io::Result<T>,
+) -> Option<T> {
+    match start(program_or_skip(test)?) {
+        Ok(started) => Some(started),
+        Err(e) => panic!("{test}: {what}: {e}"),
+    }
+}
+
+/// What `start` makes of `redis-server`; `Ok(None)` when it is not installed.
+fn try_start_with<T>(start: impl FnOnce(PathBuf) -> io::Result<T>) -> io::Result<Option<T>> {
+    find("redis-server").map(start).transpose()
 }
 
 /// `redis-server`, or — when it is not installed — `None` after printing that `test` is

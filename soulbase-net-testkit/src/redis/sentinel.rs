@@ -3,7 +3,7 @@
 
 use std::{io, path::PathBuf, time::Duration};
 
-use super::{free_port, program_or_skip, resp, RedisServer, Role};
+use super::{free_port, resp, start_or_skip_with, try_start_with, RedisServer, Role};
 
 /// A master and one sentinel of its own (quorum 1), loopback only, no persistence; the
 /// sentinel names the master [`MASTER_NAME`](Self::MASTER_NAME). Both are stopped by PID
@@ -38,13 +38,8 @@ impl RedisSentinel {
     /// # Panics
     /// As said, and when the servers are installed but the sentinel does not see its master
     /// within 10 s.
-    #[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
     pub fn start_or_skip(test: &str) -> Option<Self> {
-        let program = program_or_skip(test)?;
-        match Self::start(program) {
-            Ok(sentinel) => Some(sentinel),
-            Err(e) => panic!("{test}: the sentinel did not start: {e}"),
-        }
+        start_or_skip_with(test, "the sentinel did not start", Self::start)
     }
 
     /// Starts both; `Ok(None)` when `redis-server` is not installed. For a demo or a tool;
@@ -53,10 +48,7 @@ impl RedisSentinel {
     /// # Errors
     /// The servers are installed but the sentinel did not see its master within 10 s.
     pub fn try_start() -> io::Result<Option<Self>> {
-        match super::find("redis-server") {
-            Some(program) => Self::start(program).map(Some),
-            None => Ok(None),
-        }
+        try_start_with(Self::start)
     }
 
     fn start(program: PathBuf) -> io::Result<Self> {
