@@ -6,6 +6,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use soulbase_net_core::NetError;
 
+use crate::store::StoredItem;
+
 /// A call to deliver durably.
 ///
 /// # Examples
@@ -124,5 +126,34 @@ impl OutboxItem {
             return Err(NetError::invalid_request(problem.clone()));
         }
         soulbase_net_core::check_url(None, &self.url).map(drop)
+    }
+
+    /// The item as stored when enqueued at `now`: checked, with its `Idempotency-Key` (the
+    /// caller's, or one drawn from the OS CSPRNG), its due time and its deadline.
+    pub(crate) fn into_stored(self, now: SystemTime) -> Result<StoredItem, NetError> {
+        self.check()?;
+        let key = match self
+            .headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(k) => k.to_owned(),
+            None => soulbase_net_core::new_idempotency_key()?,
+        };
+        Ok(StoredItem {
+            id: 0,
+            dedup_id: self.id,
+            method: self.method,
+            url: self.url,
+            headers: self.headers,
+            body: self.body,
+            tenant: self.tenant,
+            idempotency_key: key,
+            deliver_at: self.deliver_at.unwrap_or(now + self.delay),
+            deadline: self.deadline.map(|d| now + d),
+            attempts: 0,
+            max_attempts: self.max_attempts,
+            claim: 0,
+        })
     }
 }

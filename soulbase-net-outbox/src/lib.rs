@@ -7,7 +7,12 @@
 //!   a deadline, `max_attempts`, an `Idempotency-Key` drawn from the OS CSPRNG at enqueue and
 //!   sent on every attempt, and an optional caller-chosen id (enqueueing it twice stores one).
 //! - [`OutboxStore`]: where items live; [`SqliteStore`] is the embedded default (a file, WAL
-//!   mode, one writer). PostgreSQL for a fleet is the next store.
+//!   mode, one writer); `PostgresStore` (cargo feature `postgres`) serves a fleet: several
+//!   instances deliver from one table without double claims (`FOR UPDATE SKIP LOCKED` under a
+//!   lease), are woken by `LISTEN`/`NOTIFY`, and a service can enqueue inside its own
+//!   transaction (`enqueue_in`), so the call is recorded if and only if its change commits.
+//!   [`open_store`] opens either from a URL; [`StoreOptions`] names the table, the retention
+//!   of acknowledged items and the operation timeout; schemas are versioned and migrated.
 //! - [`Outbox`]: `enqueue` returns once the item is durable; `run` delivers until
 //!   [`Outbox::shutdown`], which lets deliveries in flight finish within a grace period and
 //!   leaves the rest durable.
@@ -19,11 +24,18 @@
 //! [`NetClient`]: soulbase_net_core::NetClient
 
 mod item;
+mod open;
 mod outbox;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod sql;
 mod sqlite;
 mod store;
 
 pub use crate::item::OutboxItem;
+pub use crate::open::open_store;
 pub use crate::outbox::{Outbox, OutboxBuilder};
-pub use crate::sqlite::SqliteStore;
-pub use crate::store::{DeadLetter, Enqueued, OutboxStore, StoredItem};
+#[cfg(feature = "postgres")]
+pub use crate::postgres::{PostgresStore, PostgresStoreBuilder, POSTGRES_SCHEMA_VERSION};
+pub use crate::sqlite::{SqliteStore, SqliteStoreBuilder, SQLITE_SCHEMA_VERSION};
+pub use crate::store::{DeadLetter, Enqueued, OutboxStore, StoreOptions, StoredItem};

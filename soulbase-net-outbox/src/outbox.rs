@@ -207,31 +207,7 @@ impl Outbox {
     /// `SCHEMA.VALIDATION_FAILED` for an invalid URL or header; `Io` when the store fails
     /// (nothing is half-written).
     pub async fn enqueue(&self, item: OutboxItem) -> Result<Enqueued, NetError> {
-        item.check()?;
-        let now = SystemTime::now();
-        let key = match item
-            .headers
-            .get("idempotency-key")
-            .and_then(|v| v.to_str().ok())
-        {
-            Some(k) => k.to_owned(),
-            None => soulbase_net_core::new_idempotency_key()?,
-        };
-        let deliver_at = item.deliver_at.unwrap_or(now + item.delay);
-        let stored = StoredItem {
-            id: 0,
-            dedup_id: item.id,
-            method: item.method,
-            url: item.url,
-            headers: item.headers,
-            body: item.body,
-            tenant: item.tenant,
-            idempotency_key: key,
-            deliver_at,
-            deadline: item.deadline.map(|d| now + d),
-            attempts: 0,
-            max_attempts: item.max_attempts,
-        };
+        let stored = item.into_stored(SystemTime::now())?;
         let done = self.store.enqueue(stored).await?;
         if matches!(done, Enqueued::New(_)) {
             self.observer.on_event(&NetEvent::Outbox {
@@ -239,9 +215,8 @@ impl Outbox {
                 lateness: None,
             });
         }
-        if deliver_at <= SystemTime::now() {
-            self.wake.notify_one();
-        }
+        // A sleeping outbox looks again: the item may be due before what it waits for.
+        self.wake.notify_one();
         Ok(done)
     }
 
@@ -259,6 +234,9 @@ impl Outbox {
     pub async fn run(&self) -> Result<(), NetError> {
         let mut stop = self.stop.subscribe();
         let mut in_flight = tokio::task::JoinSet::new();
+        // Another process's enqueue, where the store can say so (else the poll finds it).
+        let elsewhere = self.store.wakeups();
+        let mut next_sweep = tokio::time::Instant::now();
         let permits = Arc::new(tokio::sync::Semaphore::new(self.workers as usize));
         loop {
             if *stop.borrow() {
@@ -300,6 +278,12 @@ impl Outbox {
             // Nothing claimable now: note the gauges, then sleep until the next item is due,
             // a new one arrives, a delivery ends (a permit frees), or the poll interval passes.
             self.note_gauges().await;
+            if tokio::time::Instant::now() >= next_sweep {
+                next_sweep = tokio::time::Instant::now() + SWEEP_EVERY;
+                if let Err(e) = self.store.sweep(SystemTime::now()).await {
+                    tracing::warn!(error = %e, "outbox: forgetting acknowledged items failed");
+                }
+            }
             let wait = match self.store.next_due().await {
                 Ok(Some(at)) => at
                     .duration_since(SystemTime::now())
@@ -314,6 +298,7 @@ impl Outbox {
             };
             tokio::select! {
                 () = self.wake.notified() => {}
+                () = notified_or_never(elsewhere.as_deref()) => {}
                 () = tokio::time::sleep(wait) => {}
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
                 _ = stop.changed() => {}
@@ -399,11 +384,11 @@ async fn deliver(
                         .unwrap_or(Duration::ZERO),
                 ),
             );
-            store.ack(item.id).await
+            store.ack(&item).await.map(|()| true)
         }
         Verdict::Dead(reason, status) => {
             event(OutboxStep::Dead, None);
-            store.dead(item.id, attempt, &reason, status).await
+            store.dead(&item, attempt, &reason, status).await
         }
         Verdict::Retry(after, reason) => {
             let wait = after
@@ -418,16 +403,31 @@ async fn deliver(
                     format!("{reason}; {attempt} attempts made")
                 };
                 event(OutboxStep::Dead, None);
-                store.dead(item.id, attempt, &why, None).await
+                store.dead(&item, attempt, &why, None).await
             } else {
                 event(OutboxStep::Retried, None);
-                store.reschedule(item.id, next, attempt).await
+                store.reschedule(&item, next, attempt).await
             }
         }
     };
-    if let Err(e) = result {
+    match result {
+        Ok(true) => {}
+        // The lease ran out during the attempt and another worker holds the item now: its
+        // outcome counts, not this one's.
+        Ok(false) => tracing::debug!(id = item.id, "outbox: the claim was taken over"),
         // The lease runs out and the item is delivered again: at least once.
-        tracing::warn!(error = %e, id = item.id, "outbox: recording a delivery failed");
+        Err(e) => tracing::warn!(error = %e, id = item.id, "outbox: recording a delivery failed"),
+    }
+}
+
+/// How often acknowledged items past the store's retention are forgotten.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// Woken by `n`, or never.
+async fn notified_or_never(n: Option<&Notify>) {
+    match n {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,10 +1,15 @@
-//! [`OutboxStore`]: where items wait, are claimed, acknowledged, rescheduled and dead-lettered.
+//! [`OutboxStore`]: where items wait, are claimed, acknowledged, rescheduled and dead-lettered;
+//! [`StoreOptions`]: what both stores are configured with (table name, retention, timeouts).
 
-use std::time::{Duration, SystemTime};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method};
-use soulbase_net_core::NetError;
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use soulbase_net_core::{ErrorKind, NetError};
+use tokio::sync::Notify;
 
 /// An item as stored.
 #[derive(Clone, Debug)]
@@ -33,6 +38,10 @@ pub struct StoredItem {
     pub attempts: u32,
     /// Attempts allowed.
     pub max_attempts: u32,
+    /// The claim this copy was handed out under (the lease's end, in ms since the epoch; 0
+    /// when not claimed). It fences a slow holder: once its lease ran out and another worker
+    /// claimed the item, its `reschedule` and `dead` change nothing.
+    pub claim: i64,
 }
 
 /// What `enqueue` did.
@@ -64,7 +73,8 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// Stores `item` durably (returns after the commit).
     async fn enqueue(&self, item: StoredItem) -> Result<Enqueued, NetError>;
     /// Claims up to `limit` items due at `now` for `lease` (claimed items are not claimed again
-    /// until the lease ends: a crashed worker's claims come back).
+    /// until the lease ends: a crashed worker's claims come back). Each copy carries its
+    /// [`claim`](StoredItem::claim).
     async fn claim_due(
         &self,
         now: SystemTime,
@@ -73,24 +83,250 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<StoredItem>, NetError>;
     /// When the next unclaimed item is due, if any.
     async fn next_due(&self) -> Result<Option<SystemTime>, NetError>;
-    /// Delivered: forget it.
-    async fn ack(&self, id: i64) -> Result<(), NetError>;
-    /// Failed, retried later: due at `at`, with `attempts` made and the lease released.
-    async fn reschedule(&self, id: i64, at: SystemTime, attempts: u32) -> Result<(), NetError>;
-    /// Given up: moved to the dead letters.
+    /// Delivered: forgotten, or kept as done for the store's retention (see
+    /// [`StoreOptions::retain_acked`]).
+    async fn ack(&self, item: &StoredItem) -> Result<(), NetError>;
+    /// Failed, retried later: due at `at`, with `attempts` made and the lease released —
+    /// unless the claim was taken over meanwhile (then nothing changes: `Ok(false)`).
+    async fn reschedule(
+        &self,
+        item: &StoredItem,
+        at: SystemTime,
+        attempts: u32,
+    ) -> Result<bool, NetError>;
+    /// Given up: moved to the dead letters — unless the claim was taken over meanwhile
+    /// (`Ok(false)`).
     async fn dead(
         &self,
-        id: i64,
+        item: &StoredItem,
         attempts: u32,
         reason: &str,
         status: Option<u16>,
-    ) -> Result<(), NetError>;
+    ) -> Result<bool, NetError>;
     /// The dead letters, oldest first.
     async fn dead_letters(&self) -> Result<Vec<DeadLetter>, NetError>;
     /// Puts a dead letter back in the queue, due now, with its attempts reset.
     async fn requeue(&self, id: i64) -> Result<bool, NetError>;
     /// Forgets every dead letter; returns how many.
     async fn purge_dead(&self) -> Result<u64, NetError>;
-    /// Items waiting (claimed or not).
+    /// Items waiting (claimed or not; not the acknowledged ones kept for retention).
     async fn pending(&self) -> Result<u64, NetError>;
+    /// Forgets acknowledged items kept longer than the retention; returns how many. The
+    /// outbox calls it now and then; a store that forgets at once has nothing to do.
+    async fn sweep(&self, _now: SystemTime) -> Result<u64, NetError> {
+        Ok(0)
+    }
+    /// Woken when another process (or this one) stored an item, where the engine can say so
+    /// (PostgreSQL's `LISTEN`/`NOTIFY`); `None` when the outbox must poll.
+    fn wakeups(&self) -> Option<Arc<Notify>> {
+        None
+    }
+}
+
+/// What both stores are configured with.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use soulbase_net_outbox::StoreOptions;
+///
+/// let options = StoreOptions::default()
+///     .table("billing_outbox")
+///     .unwrap()
+///     .retain_acked(Duration::from_secs(24 * 3600));
+/// assert_eq!(options.table_name(), "billing_outbox");
+/// assert!(StoreOptions::default().table("drop table;").is_err());
+/// ```
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub(crate) table: String,
+    pub(crate) retain_acked: Option<Duration>,
+    pub(crate) op_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            table: "outbox".to_owned(),
+            retain_acked: None,
+            op_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The table's name (default `outbox`); the dead letters live in `<table>_dead`, the
+    /// applied migrations in `<table>_migrations`. Several outboxes can share one database
+    /// under different names.
+    ///
+    /// # Errors
+    /// `SCHEMA.VALIDATION_FAILED` unless the name is a plain SQL identifier: a lowercase ASCII
+    /// letter or `_` first, then letters, digits or `_`, at most 40 characters.
+    pub fn table(mut self, name: &str) -> Result<Self, NetError> {
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+        let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !first_ok || !rest_ok || name.len() > 40 {
+            return Err(NetError::invalid_request(format!(
+                "outbox table name `{name}`: a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 40 characters) is needed"
+            )));
+        }
+        self.table = name.to_owned();
+        Ok(self)
+    }
+
+    /// Keeps acknowledged items (marked done) for `keep` before forgetting them, for audit
+    /// and so that enqueueing a delivered item's caller id again within `keep` stores nothing.
+    /// Default: forgotten at the ack.
+    pub fn retain_acked(mut self, keep: Duration) -> Self {
+        self.retain_acked = Some(keep);
+        self
+    }
+
+    /// The longest one store operation may take before it fails with `Timeout` (a stalled
+    /// database must not stall the outbox). Default 10s.
+    pub fn op_timeout(mut self, limit: Duration) -> Self {
+        self.op_timeout = limit;
+        self
+    }
+
+    /// The table's name.
+    pub fn table_name(&self) -> &str {
+        &self.table
+    }
+}
+
+/// A store failure: kind `Io`, saying what failed.
+pub(crate) fn io(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> NetError {
+    NetError::new(ErrorKind::Io)
+        .with_message(format!("outbox store: {what}"))
+        .with_source(e)
+}
+
+/// Runs one store operation within `limit`; past it, a `Timeout` naming the operation.
+pub(crate) async fn timed<T>(
+    limit: Duration,
+    what: &str,
+    op: impl std::future::Future<Output = Result<T, NetError>>,
+) -> Result<T, NetError> {
+    match tokio::time::timeout(limit, op).await {
+        Ok(done) => done,
+        Err(_) => Err(
+            NetError::new(ErrorKind::Timeout(soulbase_net_core::Phase::Total)).with_message(
+                format!(
+                    "outbox store: {what} took longer than {}ms",
+                    limit.as_millis()
+                ),
+            ),
+        ),
+    }
+}
+
+/// Milliseconds since the epoch (0 before it, saturating far after).
+pub(crate) fn ms(t: SystemTime) -> i64 {
+    let d = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The time `ms` milliseconds after the epoch.
+pub(crate) fn at(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Headers as stored: a JSON list of `[name, value]` pairs (order and repeats kept).
+pub(crate) fn encode_headers(h: &HeaderMap) -> String {
+    let pairs: Vec<(&str, String)> = h
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    serde_json::to_string(&pairs).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// The headers [`encode_headers`] stored.
+pub(crate) fn decode_headers(text: &str) -> HeaderMap {
+    let pairs: Vec<(String, String)> = serde_json::from_str(text).unwrap_or_default();
+    let mut h = HeaderMap::new();
+    for (n, v) in pairs {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_str(&v),
+        ) {
+            h.append(n, v);
+        }
+    }
+    h
+}
+
+/// Reads a [`StoredItem`] from a row of either engine (the same column names).
+pub(crate) fn item_from<'r, R>(row: &'r R) -> Result<StoredItem, NetError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'n> &'n str: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    use std::str::FromStr as _;
+    let get = |e: sqlx::Error| io("reading an item", e);
+    let method: String = row.try_get("method").map_err(get)?;
+    let int = |name: &str| -> Result<i64, NetError> { row.try_get::<i64, _>(name).map_err(get) };
+    Ok(StoredItem {
+        id: int("id")?,
+        dedup_id: row.try_get("dedup_id").map_err(get)?,
+        method: Method::from_str(&method).map_err(|e| io("reading a method", e))?,
+        url: row.try_get("url").map_err(get)?,
+        headers: decode_headers(&row.try_get::<String, _>("headers").map_err(get)?),
+        body: Bytes::from(row.try_get::<Vec<u8>, _>("body").map_err(get)?),
+        tenant: row.try_get("tenant").map_err(get)?,
+        idempotency_key: row.try_get("idem_key").map_err(get)?,
+        deliver_at: at(int("deliver_at")?),
+        deadline: row
+            .try_get::<Option<i64>, _>("deadline")
+            .map_err(get)?
+            .map(at),
+        attempts: u32::try_from(int("attempts")?).unwrap_or(0),
+        max_attempts: u32::try_from(int("max_attempts")?).unwrap_or(1),
+        // Dead letters have no lease: no claim.
+        claim: row
+            .try_get::<Option<i64>, _>("lease_until")
+            .ok()
+            .flatten()
+            .unwrap_or(0),
+    })
+}
+
+/// Reads a [`DeadLetter`] from a row of either engine.
+pub(crate) fn dead_from<'r, R>(row: &'r R) -> Result<DeadLetter, NetError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'n> &'n str: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let get = |e: sqlx::Error| io("reading a dead letter", e);
+    Ok(DeadLetter {
+        item: item_from(row)?,
+        reason: row.try_get("reason").map_err(get)?,
+        status: row
+            .try_get::<Option<i64>, _>("status")
+            .map_err(get)?
+            .and_then(|s| u16::try_from(s).ok()),
+        died_at: at(row.try_get("died_at").map_err(get)?),
+    })
 }

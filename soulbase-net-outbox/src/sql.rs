@@ -1,0 +1,466 @@
+//! What the SQLite and the PostgreSQL store share: the statements (one text, two dialects),
+//! the migration runner, and the [`OutboxStore`](crate::OutboxStore) implementation, written
+//! once as a macro over the engine's concrete sqlx types (a generic one over
+//! `sqlx::Database` would need a bound per bound type and column).
+
+/// The engine's dialect, where the statements differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Sqlite,
+    #[cfg_attr(
+        not(feature = "postgres"),
+        allow(dead_code, reason = "built with `postgres`")
+    )]
+    Postgres,
+}
+
+/// One schema version: its number, what it adds, and its statements (`{t}` is the table).
+pub(crate) type Migration = (i64, &'static str, &'static [&'static str]);
+
+/// The statements, with the table's name in them (built once when the store opens).
+#[derive(Debug, Clone)]
+pub(crate) struct Sql {
+    pub(crate) insert: String,
+    pub(crate) find_dedup: String,
+    pub(crate) claim: String,
+    pub(crate) next_due: String,
+    pub(crate) delete: String,
+    pub(crate) done: String,
+    pub(crate) reschedule: String,
+    pub(crate) to_dead: String,
+    pub(crate) delete_claimed: String,
+    pub(crate) dead_letters: String,
+    pub(crate) requeue: String,
+    pub(crate) delete_dead: String,
+    pub(crate) purge: String,
+    pub(crate) pending: String,
+    pub(crate) sweep: String,
+    pub(crate) migrations_table: String,
+    pub(crate) schema_version: String,
+    pub(crate) record_migration: String,
+}
+
+impl Sql {
+    pub(crate) fn new(t: &str, dialect: Dialect) -> Self {
+        let cols =
+            "id, dedup_id, method, url, headers, body, tenant, idem_key, deliver_at, deadline";
+        let (lock, greatest, int) = match dialect {
+            Dialect::Sqlite => ("", "MAX", "INTEGER"),
+            // Rows another instance is claiming right now are skipped, not waited for.
+            Dialect::Postgres => ("FOR UPDATE SKIP LOCKED", "GREATEST", "BIGINT"),
+        };
+        let place = |sql: String| match dialect {
+            Dialect::Sqlite => sql,
+            Dialect::Postgres => numbered(&sql),
+        };
+        Self {
+            insert: place(format!(
+                "INSERT INTO {t} (dedup_id, method, url, headers, body, tenant, idem_key,
+                    deliver_at, deadline, attempts, max_attempts)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+                 ON CONFLICT (dedup_id) DO NOTHING RETURNING id"
+            )),
+            find_dedup: place(format!("SELECT id FROM {t} WHERE dedup_id = ?")),
+            // One statement: the select and the lease.
+            claim: place(format!(
+                "UPDATE {t} SET lease_until = ?
+                 WHERE id IN (SELECT id FROM {t}
+                              WHERE done_at IS NULL AND deliver_at <= ?
+                                AND (lease_until IS NULL OR lease_until <= ?)
+                              ORDER BY deliver_at LIMIT ? {lock})
+                 RETURNING *"
+            )),
+            next_due: format!(
+                "SELECT CAST(MIN({greatest}(deliver_at, COALESCE(lease_until, 0))) AS {int})
+                 FROM {t} WHERE done_at IS NULL"
+            ),
+            delete: place(format!("DELETE FROM {t} WHERE id = ?")),
+            done: place(format!(
+                "UPDATE {t} SET done_at = ?, lease_until = NULL WHERE id = ?"
+            )),
+            reschedule: place(format!(
+                "UPDATE {t} SET deliver_at = ?, attempts = ?, lease_until = NULL
+                 WHERE id = ? AND lease_until = ? AND done_at IS NULL"
+            )),
+            to_dead: place(format!(
+                "INSERT INTO {t}_dead ({cols}, attempts, max_attempts, reason, status, died_at)
+                 SELECT {cols}, ?, max_attempts, ?, ?, ? FROM {t}
+                 WHERE id = ? AND lease_until = ? AND done_at IS NULL"
+            )),
+            delete_claimed: place(format!("DELETE FROM {t} WHERE id = ? AND lease_until = ?")),
+            dead_letters: format!("SELECT * FROM {t}_dead ORDER BY died_at, id"),
+            requeue: place(format!(
+                "INSERT INTO {t} ({cols}, attempts, max_attempts)
+                 SELECT id, dedup_id, method, url, headers, body, tenant, idem_key, ?, NULL, 0,
+                    max_attempts FROM {t}_dead WHERE id = ?"
+            )),
+            delete_dead: place(format!("DELETE FROM {t}_dead WHERE id = ?")),
+            purge: format!("DELETE FROM {t}_dead"),
+            pending: format!("SELECT COUNT(*) FROM {t} WHERE done_at IS NULL"),
+            sweep: place(format!(
+                "DELETE FROM {t} WHERE done_at IS NOT NULL AND done_at <= ?"
+            )),
+            migrations_table: format!(
+                "CREATE TABLE IF NOT EXISTS {t}_migrations (
+                    version {int} PRIMARY KEY, name TEXT NOT NULL, applied_at {int} NOT NULL)"
+            ),
+            schema_version: format!(
+                "SELECT CAST(COALESCE(MAX(version), 0) AS {int}) FROM {t}_migrations"
+            ),
+            record_migration: place(format!(
+                "INSERT INTO {t}_migrations (version, name, applied_at) VALUES (?, ?, ?)"
+            )),
+        }
+    }
+}
+
+/// `?` placeholders as PostgreSQL's `$1`, `$2`, … (the statements above hold no `?` in
+/// literals).
+fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Implements the shared parts for a store type `$store` with fields `pool`, `options` and
+/// `sql` on engine connection type `$conn`:
+/// - `migrate(pool, sql, t, migrations, up_to, lock)`: the versions not yet recorded, in one
+///   transaction opened with `begin` (after `lock`, a statement that serialises instances);
+/// - `insert(conn, item)`, used by `enqueue` and by the store's `enqueue_in`;
+/// - `OutboxStore`, every operation bounded by the store's `op_timeout`, plus `$extra` items.
+macro_rules! sql_store {
+    ($store:ty, $pool:ty, $conn:ty, { $($extra:item)* }) => {
+        /// Applies the versions of `migrations` not yet recorded, up to `up_to`, in one
+        /// transaction opened by `begin`, after the serialising statement `lock` (if any).
+        async fn migrate(
+            pool: &$pool,
+            sql: &$crate::sql::Sql,
+            t: &str,
+            migrations: &[$crate::sql::Migration],
+            up_to: i64,
+            (begin, lock): (&'static str, Option<String>),
+        ) -> Result<(), soulbase_net_core::NetError> {
+            use $crate::store::io;
+            let fail = |e| io("migrating the schema", e);
+            let mut tx = pool.begin_with(begin).await.map_err(fail)?;
+            if let Some(lock) = lock {
+                sqlx::raw_sql(&lock).execute(&mut *tx).await.map_err(fail)?;
+            }
+            sqlx::raw_sql(&sql.migrations_table)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+            let (current,): (i64,) = sqlx::query_as(&sql.schema_version)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(fail)?;
+            for (version, name, statements) in migrations {
+                if *version <= current || *version > up_to {
+                    continue;
+                }
+                for statement in *statements {
+                    sqlx::raw_sql(&statement.replace("{t}", t))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| io(&format!("migrating the schema to version {version}"), e))?;
+                }
+                sqlx::query(&sql.record_migration)
+                    .bind(version)
+                    .bind(*name)
+                    .bind($crate::store::ms(std::time::SystemTime::now()))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(fail)?;
+            }
+            tx.commit().await.map_err(fail)
+        }
+
+        impl $store {
+            /// The schema version the database is at.
+            ///
+            /// # Errors
+            /// `Io` when the database cannot be read.
+            pub async fn schema_version(&self) -> Result<i64, soulbase_net_core::NetError> {
+                let (v,): (i64,) = sqlx::query_as(&self.sql.schema_version)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| $crate::store::io("reading the schema version", e))?;
+                Ok(v)
+            }
+
+            /// The connection pool, for the caller's own transactions (see `enqueue_in`).
+            pub fn pool(&self) -> &$pool {
+                &self.pool
+            }
+
+            /// Stores `item` inside the caller's transaction: it exists if and only if the
+            /// transaction commits.
+            ///
+            /// # Errors
+            /// `SCHEMA.VALIDATION_FAILED` for an invalid item; `Io` when the insert fails
+            /// (the caller's transaction should then be rolled back).
+            pub async fn enqueue_in(
+                &self,
+                tx: &mut sqlx::Transaction<'_, <$conn as sqlx::Connection>::Database>,
+                item: $crate::OutboxItem,
+            ) -> Result<$crate::Enqueued, soulbase_net_core::NetError> {
+                let stored = item.into_stored(std::time::SystemTime::now())?;
+                self.insert(&mut **tx, &stored).await
+            }
+
+            async fn insert(
+                &self,
+                conn: &mut $conn,
+                item: &$crate::StoredItem,
+            ) -> Result<$crate::Enqueued, soulbase_net_core::NetError> {
+                use $crate::store::{encode_headers, io, ms};
+                // Twice at most: a duplicate acknowledged (and forgotten) between the insert
+                // and the lookup is stored anew.
+                for _ in 0..2 {
+                    let inserted: Option<(i64,)> = sqlx::query_as(&self.sql.insert)
+                        .bind(&item.dedup_id)
+                        .bind(item.method.as_str())
+                        .bind(&item.url)
+                        .bind(encode_headers(&item.headers))
+                        .bind(item.body.as_ref())
+                        .bind(&item.tenant)
+                        .bind(&item.idempotency_key)
+                        .bind(ms(item.deliver_at))
+                        .bind(item.deadline.map(ms))
+                        .bind(i64::from(item.max_attempts))
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err(|e| io("storing an item", e))?;
+                    if let Some((id,)) = inserted {
+                        return Ok($crate::Enqueued::New(id));
+                    }
+                    let found: Option<(i64,)> = sqlx::query_as(&self.sql.find_dedup)
+                        .bind(&item.dedup_id)
+                        .fetch_optional(&mut *conn)
+                        .await
+                        .map_err(|e| io("looking up an id", e))?;
+                    if let Some((id,)) = found {
+                        return Ok($crate::Enqueued::Duplicate(id));
+                    }
+                }
+                Err(soulbase_net_core::NetError::new(soulbase_net_core::ErrorKind::Io)
+                    .with_message("outbox store: an item with this id kept appearing and vanishing"))
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::OutboxStore for $store {
+            async fn enqueue(
+                &self,
+                item: $crate::StoredItem,
+            ) -> Result<$crate::Enqueued, soulbase_net_core::NetError> {
+                $crate::store::timed(self.options.op_timeout, "storing an item", async {
+                    let mut conn = self
+                        .pool
+                        .acquire()
+                        .await
+                        .map_err(|e| $crate::store::io("storing an item", e))?;
+                    self.insert(&mut conn, &item).await
+                })
+                .await
+            }
+
+            async fn claim_due(
+                &self,
+                now: std::time::SystemTime,
+                limit: u32,
+                lease: std::time::Duration,
+            ) -> Result<Vec<$crate::StoredItem>, soulbase_net_core::NetError> {
+                use $crate::store::{io, ms};
+                $crate::store::timed(self.options.op_timeout, "claiming due items", async {
+                    let rows = sqlx::query(&self.sql.claim)
+                        .bind(ms(now + lease))
+                        .bind(ms(now))
+                        .bind(ms(now))
+                        .bind(i64::from(limit))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(|e| io("claiming due items", e))?;
+                    rows.iter().map($crate::store::item_from).collect()
+                })
+                .await
+            }
+
+            async fn next_due(
+                &self,
+            ) -> Result<Option<std::time::SystemTime>, soulbase_net_core::NetError> {
+                $crate::store::timed(self.options.op_timeout, "finding the next due item", async {
+                    let (t,): (Option<i64>,) = sqlx::query_as(&self.sql.next_due)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(|e| $crate::store::io("finding the next due item", e))?;
+                    Ok(t.map($crate::store::at))
+                })
+                .await
+            }
+
+            async fn ack(
+                &self,
+                item: &$crate::StoredItem,
+            ) -> Result<(), soulbase_net_core::NetError> {
+                $crate::store::timed(self.options.op_timeout, "acknowledging an item", async {
+                    let q = match self.options.retain_acked {
+                        None => sqlx::query(&self.sql.delete).bind(item.id),
+                        Some(_) => sqlx::query(&self.sql.done)
+                            .bind($crate::store::ms(std::time::SystemTime::now()))
+                            .bind(item.id),
+                    };
+                    q.execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::store::io("acknowledging an item", e))?;
+                    Ok(())
+                })
+                .await
+            }
+
+            async fn reschedule(
+                &self,
+                item: &$crate::StoredItem,
+                at: std::time::SystemTime,
+                attempts: u32,
+            ) -> Result<bool, soulbase_net_core::NetError> {
+                $crate::store::timed(self.options.op_timeout, "rescheduling an item", async {
+                    let done = sqlx::query(&self.sql.reschedule)
+                        .bind($crate::store::ms(at))
+                        .bind(i64::from(attempts))
+                        .bind(item.id)
+                        .bind(item.claim)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::store::io("rescheduling an item", e))?;
+                    Ok(done.rows_affected() > 0)
+                })
+                .await
+            }
+
+            async fn dead(
+                &self,
+                item: &$crate::StoredItem,
+                attempts: u32,
+                reason: &str,
+                status: Option<u16>,
+            ) -> Result<bool, soulbase_net_core::NetError> {
+                let what = "moving an item to the dead letters";
+                let fail = |e| $crate::store::io(what, e);
+                $crate::store::timed(self.options.op_timeout, what, async {
+                    let mut tx = self.pool.begin().await.map_err(fail)?;
+                    let moved = sqlx::query(&self.sql.to_dead)
+                        .bind(i64::from(attempts))
+                        .bind(reason)
+                        .bind(status.map(i64::from))
+                        .bind($crate::store::ms(std::time::SystemTime::now()))
+                        .bind(item.id)
+                        .bind(item.claim)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(fail)?;
+                    sqlx::query(&self.sql.delete_claimed)
+                        .bind(item.id)
+                        .bind(item.claim)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(fail)?;
+                    tx.commit().await.map_err(fail)?;
+                    Ok(moved.rows_affected() > 0)
+                })
+                .await
+            }
+
+            async fn dead_letters(
+                &self,
+            ) -> Result<Vec<$crate::DeadLetter>, soulbase_net_core::NetError> {
+                $crate::store::timed(self.options.op_timeout, "listing dead letters", async {
+                    let rows = sqlx::query(&self.sql.dead_letters)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(|e| $crate::store::io("listing dead letters", e))?;
+                    rows.iter().map($crate::store::dead_from).collect()
+                })
+                .await
+            }
+
+            async fn requeue(&self, id: i64) -> Result<bool, soulbase_net_core::NetError> {
+                let what = "requeueing a dead letter";
+                let fail = |e| $crate::store::io(what, e);
+                $crate::store::timed(self.options.op_timeout, what, async {
+                    let mut tx = self.pool.begin().await.map_err(fail)?;
+                    let moved = sqlx::query(&self.sql.requeue)
+                        .bind($crate::store::ms(std::time::SystemTime::now()))
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(fail)?;
+                    sqlx::query(&self.sql.delete_dead)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(fail)?;
+                    tx.commit().await.map_err(fail)?;
+                    Ok(moved.rows_affected() > 0)
+                })
+                .await
+            }
+
+            async fn purge_dead(&self) -> Result<u64, soulbase_net_core::NetError> {
+                $crate::store::timed(self.options.op_timeout, "purging dead letters", async {
+                    let done = sqlx::query(&self.sql.purge)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::store::io("purging dead letters", e))?;
+                    Ok(done.rows_affected())
+                })
+                .await
+            }
+
+            async fn pending(&self) -> Result<u64, soulbase_net_core::NetError> {
+                $crate::store::timed(self.options.op_timeout, "counting items", async {
+                    let (n,): (i64,) = sqlx::query_as(&self.sql.pending)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(|e| $crate::store::io("counting items", e))?;
+                    Ok(u64::try_from(n).unwrap_or(0))
+                })
+                .await
+            }
+
+            async fn sweep(
+                &self,
+                now: std::time::SystemTime,
+            ) -> Result<u64, soulbase_net_core::NetError> {
+                let Some(keep) = self.options.retain_acked else {
+                    return Ok(0);
+                };
+                let what = "forgetting acknowledged items";
+                $crate::store::timed(self.options.op_timeout, what, async {
+                    let done = sqlx::query(&self.sql.sweep)
+                        .bind($crate::store::ms(
+                            now.checked_sub(keep).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+                        ))
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::store::io(what, e))?;
+                    Ok(done.rows_affected())
+                })
+                .await
+            }
+
+            $($extra)*
+        }
+    };
+}
+
+pub(crate) use sql_store;
