@@ -12,6 +12,7 @@ mod fleet;
 mod interop;
 mod loopback;
 mod outbox;
+mod outbox_kit;
 mod table;
 mod tidy;
 
@@ -46,7 +47,8 @@ commands:
   chaos   [--secs S] [--seed N] [--json PATH]
           seeded random faults (DNS, resets, stalls, 5xx/429, bad certificates, proxies) for
           S seconds (default 10); fails if a call is lost, hangs past its deadline, or a
-          non-idempotent request arrives twice, or a denied address is dialled
+          non-idempotent request arrives twice, or a denied address is dialled; then an
+          outbox worker process killed 3 times must lose nothing and apply each item once
   fleet-client --redis URL --url TARGET [--rps N] [--burst N] [--lease N] [--secs S]
                [--post-key K]
           one instance of a fleet sharing a quota (limits.global) on Redis; prints

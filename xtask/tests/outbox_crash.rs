@@ -4,11 +4,16 @@
 //! wire (items delivered but not yet acknowledged when the process died) are counted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{collections::HashMap, process::Command, sync::Arc, time::Duration};
+// The pieces `cargo xtask chaos`'s crash loop uses too (a binary crate's modules cannot be
+// imported, so the file is included).
+#[path = "../src/outbox_kit.rs"]
+mod outbox_kit;
 
-use soulbase_net_outbox::{Outbox, OutboxItem, SqliteStore};
+use std::{process::Command, sync::Arc, time::Duration};
+
+use outbox_kit::{Applied, TempDir};
+use soulbase_net_outbox::{Outbox, OutboxItem, OutboxStore, SqliteStore};
 use soulbase_net_testkit::{FaultServer, Reply};
-use tokio::time::Instant;
 
 const ITEMS: usize = 1000;
 
@@ -26,25 +31,12 @@ async fn a_killed_worker_loses_nothing_and_applies_each_effect_once() {
         .start()
         .await
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("soulbase-outbox-crash-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("outbox.db").display().to_string();
+    let dir = TempDir::new("outbox-crash").unwrap();
+    let db = dir.file("outbox.db");
     // Fill the outbox (enqueue only: this process delivers nothing).
-    let store = Arc::new(SqliteStore::open(&db).await.unwrap());
-    let filler = Outbox::builder()
-        .store(store.clone())
-        .client(Arc::new(
-            soulbase_net_runtime::Client::builder().build().unwrap(),
-        ))
-        .build()
+    let store = outbox_kit::fill(&db, &srv.url("/effect"), ITEMS)
+        .await
         .unwrap();
-    for i in 0..ITEMS {
-        filler
-            .enqueue(OutboxItem::post(srv.url("/effect"), format!("item {i}")))
-            .await
-            .unwrap();
-    }
     // Killed at a seeded point between 5 % and 85 % of the deliveries.
     let kill_at = 50 + (std::process::id() as u64 * 7919) % 800;
     let mut first = worker(&db);
@@ -59,36 +51,24 @@ async fn a_killed_worker_loses_nothing_and_applies_each_effect_once() {
     let at_kill = srv.hits("/effect");
     // Started again: claims made by the dead process come back after their lease.
     let mut second = worker(&db);
-    let started = Instant::now();
-    use soulbase_net_outbox::OutboxStore;
-    while store.pending().await.unwrap() > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the second worker finishes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    outbox_kit::drained(&*store, Duration::from_secs(60))
+        .await
+        .expect("the second worker finishes");
     assert!(second.wait().unwrap().success());
     // At the receiver: every item's key, each effect applied once (dedup by key).
-    let mut by_key: HashMap<String, (String, usize)> = HashMap::new();
-    for r in srv.requests("/effect") {
-        let key = r.header("idempotency-key").unwrap().to_owned();
-        let entry = by_key.entry(key).or_insert((r.text(), 0));
-        assert_eq!(entry.0, r.text(), "one key, one item");
-        entry.1 += 1;
-    }
-    let on_wire = srv.hits("/effect") as usize;
-    let duplicates = on_wire - by_key.len();
+    let applied = Applied::of(&srv.requests("/effect"));
+    let duplicates = applied.duplicates_on_wire();
     eprintln!(
-        "killed after {at_kill} deliveries; {} distinct items applied once each, {on_wire} on the wire, {duplicates} duplicates (delivered, not yet acknowledged at the kill)",
-        by_key.len()
+        "killed after {at_kill} deliveries; {} distinct items applied once each, {} on the wire, {duplicates} duplicates (delivered, not yet acknowledged at the kill)",
+        applied.items, applied.on_wire
     );
-    assert_eq!(by_key.len(), ITEMS, "none lost");
+    assert_eq!(applied.items, ITEMS, "none lost");
+    assert_eq!(applied.duplicated_effects(), 0, "{applied:?}");
+    assert_eq!(applied.shared_keys, 0, "one key, one item");
     assert!(store.dead_letters().await.unwrap().is_empty());
     // A duplicate can only be a delivery in flight at the kill: at most the workers' 16.
     assert!(duplicates <= 16, "{duplicates} duplicates");
     srv.join().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn admin(db: &str, args: &[&str]) -> String {
@@ -108,10 +88,8 @@ async fn dead_letters_are_listed_requeued_and_purged_from_the_command_line() {
         .start()
         .await
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("soulbase-outbox-admin-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("outbox.db").display().to_string();
+    let dir = TempDir::new("outbox-admin").unwrap();
+    let db = dir.file("outbox.db");
     let store = Arc::new(SqliteStore::open(&db).await.unwrap());
     let outbox = Outbox::builder()
         .store(store.clone())
@@ -143,5 +121,4 @@ async fn dead_letters_are_listed_requeued_and_purged_from_the_command_line() {
     assert!(admin(&db, &["list"]).contains("1 pending, 0 dead"));
     assert!(admin(&db, &["purge"]).contains("0 dead letters purged"));
     srv.join().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

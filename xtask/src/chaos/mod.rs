@@ -9,7 +9,12 @@
 //! Then it checks what must hold whatever the faults: no call lost (no answer and no error),
 //! none past its deadline + 100 ms, no non-idempotent request arriving twice, one
 //! `Idempotency-Key` across the copies of an idempotent one, no dial to a denied address, no
-//! success where a protection must refuse, and no `no_proxy` call through the proxy. Any
+//! success where a protection must refuse, and no `no_proxy` call through the proxy.
+//!
+//! Then the outbox crash loop (`crash`): a worker process delivering a SQLite outbox is
+//! killed with SIGKILL three times at seeded moments and started again until nothing is
+//! pending; no item may be lost, applied twice at the receiver (which dedups by
+//! `Idempotency-Key`) or dead-lettered, and the loop fails rather than hangs past 60 s. Any
 //! breach fails the command.
 //!
 //! The same seed gives every caller the same sequence of targets, methods and deadlines and
@@ -23,6 +28,7 @@
     reason = "std Instant only to time the whole run for the report"
 )]
 
+mod crash;
 mod tally;
 mod traffic;
 mod world;
@@ -97,7 +103,18 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let started = std::time::Instant::now();
     let summary = rt.block_on(chaos(Duration::from_secs_f64(opts.secs), opts.seed))?;
     println!("{}", summary.breakdown());
-    let rows = summary.rows();
+    let plan = crash::Plan::new(opts.seed);
+    println!(
+        "outbox crash loop: {} items in a SQLite outbox, a worker process killed {} times …",
+        plan.items, plan.kills
+    );
+    // A copy of the running program: `cargo test` may rebuild the file it was started from.
+    let exe = std::env::current_exe().map_err(|e| format!("chaos: current exe: {e}"))?;
+    let exe = crate::interop::stable_copy(&exe, &crate::interop::target_dir(&exe))?;
+    let crashes = rt.block_on(crash::crash_loop(plan, &crash::xtask_worker(exe)))?;
+    println!("{}\n", crashes.line());
+    let mut rows = summary.rows();
+    rows.extend(crashes.rows());
     print_table("invariant", &rows);
     let failed = table::failed(&rows);
     println!(
@@ -111,6 +128,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         json["seed"] = opts.seed.into();
         json["secs"] = opts.secs.into();
         json["summary"] = summary.json();
+        json["outbox_crash"] = crashes.json();
         table::write_json(path, &json)?;
     }
     if failed == 0 {

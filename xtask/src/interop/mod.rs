@@ -42,11 +42,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         return inside(args);
     }
     let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
-    let target_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| crate::project_root().join("target"));
+    let target_dir = target_dir(&exe);
     let t = Instant::now();
     let venv = install::ensure(&target_dir)?;
     eprintln!(
@@ -260,9 +256,17 @@ impl Drop for RemoveDir {
     }
 }
 
-/// A copy of the running program under `target_dir/interop`, for the suite to run again;
-/// falls back to `exe` where `/proc/self/exe` cannot be read.
-fn stable_copy(exe: &Path, target_dir: &Path) -> Result<std::path::PathBuf, String> {
+/// The target directory `exe` was built into (`target/debug/xtask` → `target`).
+pub(crate) fn target_dir(exe: &Path) -> PathBuf {
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| crate::project_root().join("target"))
+}
+
+/// A copy of the running program under `target_dir/interop`, for the suite (and chaos's
+/// outbox crash loop) to run again; falls back to `exe` where `/proc/self/exe` cannot be read.
+pub(crate) fn stable_copy(exe: &Path, target_dir: &Path) -> Result<std::path::PathBuf, String> {
     let dir = target_dir.join("interop");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let copy = dir.join("xtask-running");
