@@ -1,12 +1,14 @@
 //! `cargo xtask demo`: the project's main job on an embedded default, in a few seconds.
 //!
-//! Starts [`FaultServer`]s on loopback and drives one [`Client`] through six phases a person
-//! can watch: a flaky endpoint retried to success, a failing one tripping the circuit breaker
-//! and recovering through HalfOpen, a concurrency limit, SSRF attempts refused, a first-byte
-//! timeout, and a cached GET (the same client with a `CacheHook`). Each phase prints a live progress line and a verdict; a final table and
-//! the events counted by the demo's own [`Observer`] follow. The exit code is non-zero when
-//! any phase did not behave as expected, so the demo doubles as a smoke test (and a `#[test]`
-//! runs the same scenario in-process).
+//! Starts [`FaultServer`]s on loopback and drives one [`Client`] through phases a person can
+//! watch: a flaky endpoint retried to success, a failing one tripping the circuit breaker and
+//! recovering through HalfOpen, a concurrency limit, SSRF attempts refused, a first-byte
+//! timeout, a cached GET (the same client with a `CacheHook`), two instances sharing a quota
+//! on Redis, and an outbox on SQLite (a temp file) delivering a POST on its third try with one
+//! `Idempotency-Key` and a delayed item not before its time. Each phase prints a live progress
+//! line and a verdict; a final table and the events counted by the demo's own [`Observer`]
+//! follow. The exit code is non-zero when any phase did not behave as expected, so the demo
+//! doubles as a smoke test (and a `#[test]` runs the same scenario in-process).
 //!
 //! It never leaves loopback: the guard grants only `127.0.0.0/8`, DNS goes to a closed
 //! loopback port (the system resolver is never used), and the dialer refuses — and counts —
@@ -25,21 +27,25 @@ use std::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use parking_lot::Mutex;
 use soulbase_net_core::{
     BreakerState, ErrorCode, ErrorKind, NetClient, NetError, NetEvent, NetRequest, NetResponse,
-    Observer, Phase, TimeoutCfg,
+    Observer, OutboxStep, Phase, TimeoutCfg,
 };
 use soulbase_net_interceptors::CacheHook;
+use soulbase_net_outbox::{Outbox, OutboxItem, SqliteStore};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, FaultServerBuilder, RandomFaults, Reply, Script};
 use tokio::time::Instant;
 
-use crate::loopback::LoopbackDialer;
+use crate::{
+    loopback::LoopbackDialer,
+    outbox_kit::{self, Applied, TempDir},
+};
 
 /// The breaker opens after this many failed attempts in a row.
 const BREAKER_THRESHOLD: u32 = 5;
@@ -151,6 +157,9 @@ impl Report {
             ("blocked (guard)", c.blocked),
             ("timed out", c.timed_out),
             ("redirects followed", c.redirected),
+            ("outbox deliveries", c.outbox_delivered),
+            ("outbox retries", c.outbox_retried),
+            ("outbox dead letters", c.outbox_dead),
         ];
         for (name, n) in rows {
             let _ = writeln!(out, "  {name:<31} {n}");
@@ -188,6 +197,9 @@ struct Counts {
     blocked: u64,
     timed_out: u64,
     redirected: u64,
+    outbox_delivered: u64,
+    outbox_retried: u64,
+    outbox_dead: u64,
 }
 
 /// Counts the events the client reports; keeps the breaker transitions in order.
@@ -202,6 +214,9 @@ struct DemoObserver {
     blocked: AtomicU64,
     timed_out: AtomicU64,
     redirected: AtomicU64,
+    outbox_delivered: AtomicU64,
+    outbox_retried: AtomicU64,
+    outbox_dead: AtomicU64,
     transitions: Mutex<Vec<(String, BreakerState, BreakerState)>>,
 }
 
@@ -217,6 +232,12 @@ impl Observer for DemoObserver {
             NetEvent::Blocked { .. } => &self.blocked,
             NetEvent::TimedOut { .. } => &self.timed_out,
             NetEvent::Redirected { .. } => &self.redirected,
+            NetEvent::Outbox { step, .. } => match step {
+                OutboxStep::Delivered => &self.outbox_delivered,
+                OutboxStep::Retried => &self.outbox_retried,
+                OutboxStep::Dead => &self.outbox_dead,
+                _ => return,
+            },
             NetEvent::BreakerTransition { key, from, to } => {
                 self.transitions
                     .lock()
@@ -243,6 +264,9 @@ impl DemoObserver {
             blocked: get(&self.blocked),
             timed_out: get(&self.timed_out),
             redirected: get(&self.redirected),
+            outbox_delivered: get(&self.outbox_delivered),
+            outbox_retried: get(&self.outbox_retried),
+            outbox_dead: get(&self.outbox_dead),
         }
     }
 
@@ -351,7 +375,7 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
     // The same client with a response cache in front, for the cached-GET phase.
     let cached = Client::builder()
         .policy(demo_policy())
-        .observer(both)
+        .observer(both.clone())
         .dialer(dialer.clone())
         .interceptor(CacheHook::new())
         .build()
@@ -365,6 +389,7 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
         phase_timeout(&client, progress).await?,
         phase_cache(&cached, progress).await?,
         phase_fleet(&dialer, progress).await?,
+        phase_outbox(&dialer, both, &observer, progress).await?,
     ] {
         phases.push(phase);
     }
@@ -810,6 +835,205 @@ async fn phase_fleet(
     Ok(result)
 }
 
+/// When the outbox phase's delayed item is due, after it is enqueued.
+const OUTBOX_DELAY: Duration = Duration::from_millis(300);
+
+/// (h) An outbox on SQLite (a temp file, removed after): a POST whose upstream answers 503
+/// twice, then 200, is delivered on the third try, the three attempts carrying one
+/// `Idempotency-Key`; an item due 300 ms later arrives not before its time.
+async fn phase_outbox(
+    dialer: &Arc<LoopbackDialer>,
+    observe: Arc<dyn Observer>,
+    counted: &DemoObserver,
+    progress: Progress,
+) -> Result<PhaseResult, String> {
+    const NAME: &str = "(h) outbox";
+    let started = Instant::now();
+    // The receiver notes when the delayed item arrives, on the wall clock its due time is on.
+    let arrived: Arc<Mutex<Option<SystemTime>>> = Arc::default();
+    let srv = {
+        let arrived = arrived.clone();
+        server(8, move |b| {
+            b.route("/hook", Script::status(503).times(2).then(Reply::ok("ok")))
+                .route(
+                    "/later",
+                    Script::respond_with(move |_| {
+                        arrived.lock().get_or_insert_with(SystemTime::now);
+                        Reply::ok("ok")
+                    }),
+                )
+        })
+        .await?
+    };
+    let dir = TempDir::new("demo-outbox")?;
+    let outbox = Arc::new(demo_outbox(&dir.file("outbox.db"), dialer, observe).await?);
+    let running = {
+        let o = outbox.clone();
+        tokio::spawn(async move { o.run().await })
+    };
+    let due = SystemTime::now() + OUTBOX_DELAY;
+    let delivered = deliver_both(&outbox, &srv, due, progress).await;
+    outbox.shutdown();
+    let ran = match running.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("the outbox stopped: {e}")),
+        Err(e) => Err(format!("the outbox's task: {e}")),
+    };
+    let arrival = *arrived.lock();
+    let seen = OutboxSeen {
+        hook: Applied::of(&srv.requests("/hook")),
+        key: srv
+            .requests("/hook")
+            .first()
+            .and_then(|r| r.header("idempotency-key"))
+            .map(|k| k.chars().take(8).collect())
+            .unwrap_or_default(),
+        later_hits: srv.hits("/later"),
+        // How far past its due time the delayed item arrived; negative: early.
+        lateness_ms: arrival.map(|at| match at.duration_since(due) {
+            Ok(late) => late.as_secs_f64() * 1e3,
+            Err(early) => -early.duration().as_secs_f64() * 1e3,
+        }),
+        dead: outbox
+            .store()
+            .dead_letters()
+            .await
+            .map_or(usize::MAX, |d| d.len()),
+        counts: counted.counts(),
+        failure: delivered.and(ran).err(),
+    };
+    srv.join().await;
+    let result = PhaseResult {
+        name: NAME,
+        expected: "delivered on the 3rd try, 1 key on 3 attempts; delayed item not early"
+            .to_owned(),
+        measured: seen.measured(),
+        passed: seen.passed(),
+        elapsed: started.elapsed(),
+    };
+    progress.finish(&result);
+    Ok(result)
+}
+
+/// The outbox phase's outbox: its client has the demo's policy (loopback granted, nothing
+/// else) without retries of its own — the outbox retries across time —, and short backoff
+/// (50 ms up to 200 ms) so the phase takes well under a second.
+async fn demo_outbox(
+    db: &str,
+    dialer: &Arc<LoopbackDialer>,
+    observe: Arc<dyn Observer>,
+) -> Result<Outbox, String> {
+    let mut policy = demo_policy();
+    policy.retry.enabled = false;
+    let client = Client::builder()
+        .policy(policy)
+        .observer(observe.clone())
+        .dialer(dialer.clone())
+        .build()
+        .map_err(|e| format!("could not build the outbox's client: {e}"))?;
+    let store = SqliteStore::open(db)
+        .await
+        .map_err(|e| format!("could not open the outbox's SQLite file: {e}"))?;
+    Outbox::builder()
+        .store(Arc::new(store))
+        .client(Arc::new(client))
+        .workers(4)
+        .backoff(Duration::from_millis(50), Duration::from_millis(200))
+        .poll(Duration::from_millis(50))
+        .observer(observe)
+        .build()
+        .map_err(|e| format!("could not build the outbox: {e}"))
+}
+
+/// Enqueues the phase's two items and waits (each step within 5 s) for the three attempts at
+/// `/hook`, the one at `/later`, and both acknowledged.
+async fn deliver_both(
+    outbox: &Outbox,
+    srv: &FaultServer,
+    due: SystemTime,
+    progress: Progress,
+) -> Result<(), String> {
+    const NAME: &str = "(h) outbox";
+    const WITHIN: Duration = Duration::from_secs(5);
+    progress.update(
+        NAME,
+        "enqueue POST /hook (503, 503, then 200) and POST /later (due in 300 ms) …",
+    );
+    for item in [
+        OutboxItem::post(srv.url("/hook"), "order=42"),
+        OutboxItem::post(srv.url("/later"), "reminder").deliver_at(due),
+    ] {
+        outbox.enqueue(item).await.map_err(|e| e.to_string())?;
+    }
+    for n in 1..=3 {
+        tokio::time::timeout(WITHIN, srv.wait_for_hits("/hook", n))
+            .await
+            .map_err(|_| format!("POST /hook: attempt {n} did not come within 5 s"))?;
+        progress.update(NAME, &format!("POST /hook: attempt {n} arrived …"));
+    }
+    tokio::time::timeout(WITHIN, srv.wait_for_hits("/later", 1))
+        .await
+        .map_err(|_| "POST /later did not come within 5 s".to_owned())?;
+    progress.update(NAME, "POST /later arrived; waiting for the acks …");
+    outbox_kit::drained(&**outbox.store(), WITHIN).await
+}
+
+/// What the outbox phase saw.
+#[derive(Debug)]
+struct OutboxSeen {
+    /// What `/hook`'s receiver applied (dedup by key).
+    hook: Applied,
+    /// The start of the key `/hook` saw first.
+    key: String,
+    later_hits: u64,
+    /// The delayed item's arrival against its due time, in ms (negative: early).
+    lateness_ms: Option<f64>,
+    dead: usize,
+    counts: Counts,
+    /// A wait that timed out, or the outbox failing.
+    failure: Option<String>,
+}
+
+impl OutboxSeen {
+    fn passed(&self) -> bool {
+        // Three attempts, every one with the same key, one item.
+        let one_key_three_tries = self.hook
+            == Applied {
+                on_wire: 3,
+                effects: 1,
+                items: 1,
+                shared_keys: 0,
+            };
+        let c = &self.counts;
+        self.failure.is_none()
+            && one_key_three_tries
+            && self.later_hits == 1
+            && self.lateness_ms.is_some_and(|ms| ms >= 0.0)
+            && self.dead == 0
+            && (c.outbox_delivered, c.outbox_retried, c.outbox_dead) == (2, 2, 0)
+    }
+
+    fn measured(&self) -> String {
+        let later = match self.lateness_ms {
+            Some(ms) if ms >= 0.0 => format!("{ms:.1} ms after its time"),
+            Some(ms) => format!("{:.1} ms EARLY", -ms),
+            None => "never arrived".to_owned(),
+        };
+        format!(
+            "/hook delivered on try {}, {} key on its attempts ({}…); /later {later}; {} delivered, {} retried, {} dead{}",
+            self.hook.on_wire,
+            self.hook.effects,
+            self.key,
+            self.counts.outbox_delivered,
+            self.counts.outbox_retried,
+            self.dead,
+            self.failure
+                .as_ref()
+                .map_or(String::new(), |f| format!("; {f}"))
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -834,6 +1058,20 @@ mod tests {
         );
         assert!(
             report.exposition.contains("net_circuit_open_total"),
+            "{}",
+            report.exposition
+        );
+        // The outbox phase: two deliveries after two retries, and nothing dead.
+        assert_eq!(
+            (
+                report.counts.outbox_delivered,
+                report.counts.outbox_retried,
+                report.counts.outbox_dead
+            ),
+            (2, 2, 0)
+        );
+        assert!(
+            report.exposition.contains("net_outbox_delivered_total 2"),
             "{}",
             report.exposition
         );

@@ -31,7 +31,8 @@ usage: cargo xtask <command>
 
 commands:
   demo    the main job on loopback in seconds: retries, the breaker opening and recovering,
-          a rate limit, SSRF refused, a timeout; exits non-zero if any phase misbehaves
+          a rate limit, SSRF refused, a timeout, a cached GET, a fleet quota, an outbox
+          delivering on its third try; exits non-zero if any phase misbehaves
   bench   [--json PATH] [--secs S] [--concurrency C] [--rounds R]
           [--clients hyper,reqwest,soulbase_min,soulbase_full]
           hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
