@@ -17,6 +17,8 @@
 //! - [`RedisServer`]: a throwaway `redis-server` on a free loopback port (stopped, paused,
 //!   restarted at will) for tests of state a fleet shares; [`RedisCluster`] (three masters)
 //!   and [`RedisSentinel`] (a master found through a sentinel) likewise.
+//! - [`PostgresServer`]: a throwaway PostgreSQL cluster on a free loopback port, for the
+//!   outbox's fleet store; stopped, paused, restarted (data kept) at will.
 //! - [`trace_init`]: `tracing` output through the test harness.
 //!
 //! It depends on `soulbase-net-core` only, never on the runtime. Everything listens on
@@ -131,6 +133,8 @@
 
 mod certkit;
 mod dns;
+mod postgres;
+mod process;
 mod proxy;
 mod redis;
 mod server;
@@ -139,6 +143,7 @@ mod trace;
 
 pub use certkit::{crypto_provider, CertKit, Leaf, LOCAL_NAMES};
 pub use dns::{DnsQuery, MockDns};
+pub use postgres::{PostgresServer, PostgresServerBuilder, REQUIRE_POSTGRES};
 pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
 pub use redis::{RedisCluster, RedisSentinel, RedisServer, REQUIRE_REDIS};
 pub use server::{

@@ -45,8 +45,12 @@ const STEPS: &[Step] = &[
     Step {
         title: "tests",
         args: &["test", "--workspace", "--all-features"],
-        // Tests of state a fleet shares start their own redis-server; in CI they never skip.
-        env: &[("SOULBASE_REQUIRE_REDIS", "1")],
+        // Tests of state a fleet shares start their own redis-server and PostgreSQL; in CI
+        // they never skip.
+        env: &[
+            ("SOULBASE_REQUIRE_REDIS", "1"),
+            ("SOULBASE_REQUIRE_POSTGRES", "1"),
+        ],
     },
     Step {
         title: "docs",
@@ -60,7 +64,11 @@ const STEPS: &[Step] = &[
 const FEATURES_ALONE_AFTER: &str = "clippy";
 
 /// Servers the tests start throwaway instances of (Debian package, program).
-const SERVERS: &[(&str, &str)] = &[("redis-server", "redis-server")];
+const SERVERS: &[(&str, &str)] = &[
+    ("redis-server", "redis-server"),
+    // Debian keeps PostgreSQL's programs out of PATH, in a directory per major version.
+    ("postgresql", "/usr/lib/postgresql/*/bin/initdb"),
+];
 
 /// The chaos run of CI: short, with the default seed.
 const CHAOS_ARGS: [&str; 2] = ["--secs", "5"];

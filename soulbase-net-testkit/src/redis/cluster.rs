@@ -3,7 +3,8 @@
 
 use std::{io, net::SocketAddr, path::PathBuf, time::Duration};
 
-use super::{free_port, resp, start_or_skip_with, try_start_with, RedisServer, Role};
+use super::{resp, RedisServer, Role, REDIS};
+use crate::process::free_port;
 
 /// The hash slots of a Redis Cluster.
 const SLOTS: usize = 16_384;
@@ -41,7 +42,7 @@ impl RedisCluster {
     /// # Panics
     /// As said, and when the servers are installed but the cluster does not form within 10 s.
     pub fn start_or_skip(test: &str) -> Option<Self> {
-        start_or_skip_with(test, "the Redis Cluster did not form", Self::start)
+        REDIS.start_or_skip(test, "the Redis Cluster did not form", Self::start)
     }
 
     /// Starts one; `Ok(None)` when `redis-server` is not installed. For a demo or a tool;
@@ -50,7 +51,7 @@ impl RedisCluster {
     /// # Errors
     /// The servers are installed but the cluster did not form within 10 s.
     pub fn try_start() -> io::Result<Option<Self>> {
-        try_start_with(Self::start)
+        REDIS.try_start(Self::start)
     }
 
     fn start(program: PathBuf) -> io::Result<Self> {

@@ -8,11 +8,13 @@ mod sentinel;
 
 use std::{
     io,
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::Duration,
 };
+
+use crate::process::{self, free_port, Installed};
 
 pub use self::cluster::RedisCluster;
 pub use self::sentinel::RedisSentinel;
@@ -69,7 +71,7 @@ impl RedisServer {
     /// As said, with [`REQUIRE_REDIS`] set; and when the server is installed but does not
     /// start (a broken install must not pass as a skip).
     pub fn start_or_skip(test: &str) -> Option<Self> {
-        start_or_skip_with(test, "redis-server did not start", Self::start)
+        REDIS.start_or_skip(test, "redis-server did not start", Self::start)
     }
 
     /// Starts one; `Ok(None)` when `redis-server` is not installed (the caller says why it
@@ -78,7 +80,7 @@ impl RedisServer {
     /// # Errors
     /// The server is installed but did not start.
     pub fn try_start() -> io::Result<Option<Self>> {
-        try_start_with(Self::start)
+        REDIS.try_start(Self::start)
     }
 
     fn start(program: PathBuf) -> io::Result<Self> {
@@ -133,7 +135,7 @@ impl RedisServer {
     /// # Panics
     /// As [`start_or_skip`](Self::start_or_skip).
     pub fn start_tls_or_skip(test: &str, cert_pem: &str, key_pem: &str) -> Option<Self> {
-        start_or_skip_with(test, "redis-server with TLS did not start", |program| {
+        REDIS.start_or_skip(test, "redis-server with TLS did not start", |program| {
             let dir = std::env::temp_dir().join(format!(
                 "soulbase-redis-tls-{}-{}",
                 std::process::id(),
@@ -174,10 +176,7 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL, by PID): connections drop, the port refuses.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        process::stop(&mut self.child, &[], false);
     }
 
     /// Starts the server again on the same port (empty: no persistence), after [`stop`]
@@ -270,17 +269,7 @@ impl RedisServer {
     }
 
     fn signal(&self, sig: &str) -> io::Result<()> {
-        let Some(child) = &self.child else {
-            return Err(io::Error::new(io::ErrorKind::NotFound, "not running"));
-        };
-        let status = Command::new("kill")
-            .args([sig, &child.id().to_string()])
-            .status()?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(io::Error::other(format!("kill {sig} failed: {status}")))
-        }
+        process::signal(self.child.as_ref(), sig, false)
     }
 }
 
@@ -298,45 +287,12 @@ impl Drop for RedisServer {
     }
 }
 
-/// What `start` makes of `redis-server`; `None` after printing that `test` is skipped when it
-/// is not installed (a panic with [`REQUIRE_REDIS`] set), and a panic saying `what` when it is
-/// installed but `start` fails (a broken install must not pass as a skip).
-#[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
-fn start_or_skip_with<T>(
-    test: &str,
-    what: &str,
-    start: impl FnOnce(PathBuf) -> io::Result<T>,
-) -> Option<T> {
-    match start(program_or_skip(test)?) {
-        Ok(started) => Some(started),
-        Err(e) => panic!("{test}: {what}: {e}"),
-    }
-}
-
-/// What `start` makes of `redis-server`; `Ok(None)` when it is not installed.
-fn try_start_with<T>(start: impl FnOnce(PathBuf) -> io::Result<T>) -> io::Result<Option<T>> {
-    find("redis-server").map(start).transpose()
-}
-
-/// `redis-server`, or — when it is not installed — `None` after printing that `test` is
-/// skipped (a panic with [`REQUIRE_REDIS`] set).
-#[allow(clippy::panic, reason = "a test's setup: failing loudly is the point")]
-fn program_or_skip(test: &str) -> Option<PathBuf> {
-    let found = find("redis-server");
-    if found.is_none() {
-        if std::env::var_os(REQUIRE_REDIS).is_some() {
-            panic!("{test}: redis-server is not installed and {REQUIRE_REDIS} is set");
-        }
-        eprintln!("SKIPPED {test}: redis-server is not installed (cargo xtask ci installs it)");
-    }
-    found
-}
-
-/// A loopback port free right now.
-fn free_port() -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    listener.local_addr()
-}
+/// `redis-server`: missing is a skip, or an error with [`REQUIRE_REDIS`] set.
+const REDIS: Installed = Installed {
+    name: "redis-server",
+    require: REQUIRE_REDIS,
+    find: || process::find("redis-server"),
+};
 
 /// One `PING`, answered `PONG`.
 fn ping(addr: SocketAddr) -> io::Result<()> {
@@ -346,15 +302,4 @@ fn ping(addr: SocketAddr) -> io::Result<()> {
             "unexpected answer to PING: {other:?}"
         ))),
     }
-}
-
-/// `program` on PATH or in the sbin directories.
-fn find(program: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/sbin", "/sbin", "/usr/bin"])
-        .map(|dir| std::path::Path::new(dir).join(program))
-        .find(|p| p.is_file());
-    found
 }

@@ -3,7 +3,8 @@
 
 use std::{io, path::PathBuf, time::Duration};
 
-use super::{free_port, resp, start_or_skip_with, try_start_with, RedisServer, Role};
+use super::{resp, RedisServer, Role, REDIS};
+use crate::process::free_port;
 
 /// A master and one sentinel of its own (quorum 1), loopback only, no persistence; the
 /// sentinel names the master [`MASTER_NAME`](Self::MASTER_NAME). Both are stopped by PID
@@ -39,7 +40,7 @@ impl RedisSentinel {
     /// As said, and when the servers are installed but the sentinel does not see its master
     /// within 10 s.
     pub fn start_or_skip(test: &str) -> Option<Self> {
-        start_or_skip_with(test, "the sentinel did not start", Self::start)
+        REDIS.start_or_skip(test, "the sentinel did not start", Self::start)
     }
 
     /// Starts both; `Ok(None)` when `redis-server` is not installed. For a demo or a tool;
@@ -48,7 +49,7 @@ impl RedisSentinel {
     /// # Errors
     /// The servers are installed but the sentinel did not see its master within 10 s.
     pub fn try_start() -> io::Result<Option<Self>> {
-        try_start_with(Self::start)
+        REDIS.try_start(Self::start)
     }
 
     fn start(program: PathBuf) -> io::Result<Self> {

@@ -5,6 +5,7 @@
 mod dns;
 mod faults;
 mod http2;
+mod postgres;
 mod proxy;
 mod redis;
 mod support;

@@ -27,7 +27,9 @@ const DEBS: &[(&str, &str)] = &[
 const PIP: &[&str] = &["httpbin==0.10.4", "gunicorn==27.0.1"];
 
 /// Installs the Debian packages of `debs` (package, a program it provides) that are missing,
-/// then checks each program is there.
+/// then checks each program is there: a name is looked up on PATH, an absolute path may hold
+/// one `*` for a directory name (`/usr/lib/postgresql/*/bin/initdb`: Debian keeps PostgreSQL's
+/// programs out of PATH, in a directory per version).
 pub(crate) fn ensure_debs(debs: &[(&str, &str)]) -> Result<(), String> {
     let missing: Vec<&str> = debs
         .iter()
@@ -45,8 +47,13 @@ pub(crate) fn ensure_debs(debs: &[(&str, &str)]) -> Result<(), String> {
         }
     }
     for (pkg, program) in debs {
-        if find_program(program).is_none() {
-            return Err(format!("{pkg} is installed but `{program}` is not on PATH"));
+        let found = if program.starts_with('/') {
+            path_matches(program)
+        } else {
+            find_program(program).is_some()
+        };
+        if !found {
+            return Err(format!("{pkg} is installed but `{program}` is not there"));
         }
     }
     Ok(())
@@ -81,6 +88,19 @@ pub(crate) fn ensure(target_dir: &Path) -> Result<PathBuf, String> {
         )?;
     }
     Ok(venv)
+}
+
+/// Whether a file matches `pattern`: an absolute path, with at most one `*` standing for one
+/// directory name.
+fn path_matches(pattern: &str) -> bool {
+    let Some((dir, rest)) = pattern.split_once("/*/") else {
+        return Path::new(pattern).is_file();
+    };
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .any(|entry| entry.path().join(rest).is_file())
 }
 
 fn deb_installed(pkg: &str) -> bool {
@@ -118,5 +138,23 @@ pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{what} failed ({status})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_matches;
+
+    #[test]
+    fn a_star_in_a_path_stands_for_one_directory_name() {
+        let root = std::env::temp_dir().join(format!("xtask-path-matches-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("15").join("bin")).unwrap();
+        std::fs::write(root.join("15").join("bin").join("initdb"), "").unwrap();
+        let root_s = root.display();
+        assert!(path_matches(&format!("{root_s}/*/bin/initdb")));
+        assert!(path_matches(&format!("{root_s}/15/bin/initdb")));
+        assert!(!path_matches(&format!("{root_s}/*/bin/postgres")));
+        assert!(!path_matches(&format!("{root_s}/*/initdb")));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
