@@ -274,6 +274,24 @@ macro_rules! sql_store {
                 .await
             }
 
+            async fn enqueue_batch(
+                &self,
+                items: Vec<$crate::StoredItem>,
+            ) -> Result<Vec<$crate::Enqueued>, soulbase_net_core::NetError> {
+                let what = "storing a batch of items";
+                let fail = |e| $crate::store::io(what, e);
+                $crate::store::timed(self.options.op_timeout, what, async {
+                    let mut tx = self.pool.begin().await.map_err(fail)?;
+                    let mut done = Vec::with_capacity(items.len());
+                    for item in &items {
+                        done.push(self.insert(&mut *tx, item).await?);
+                    }
+                    tx.commit().await.map_err(fail)?;
+                    Ok(done)
+                })
+                .await
+            }
+
             async fn claim_due(
                 &self,
                 now: std::time::SystemTime,

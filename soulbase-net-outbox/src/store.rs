@@ -72,6 +72,8 @@ pub struct DeadLetter {
 pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// Stores `item` durably (returns after the commit).
     async fn enqueue(&self, item: StoredItem) -> Result<Enqueued, NetError>;
+    /// Stores `items` durably in one transaction: all or none (returns after the commit).
+    async fn enqueue_batch(&self, items: Vec<StoredItem>) -> Result<Vec<Enqueued>, NetError>;
     /// Claims up to `limit` items due at `now` for `lease` (claimed items are not claimed again
     /// until the lease ends: a crashed worker's claims come back). Each copy carries its
     /// [`claim`](StoredItem::claim).

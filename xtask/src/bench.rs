@@ -11,6 +11,8 @@
 //! the spread. Then the breaker scenario: a failing upstream, and how many attempts reach it
 //! with the breaker off and on.
 //!
+//! `cargo xtask bench --outbox` measures the outbox instead (see [`outbox`]).
+//!
 //! Numbers are only representative in release: `cargo run --release -p xtask -- bench`
 //! (`cargo xtask bench` runs in whatever profile xtask was built, and says which).
 #![allow(
@@ -29,6 +31,8 @@ use std::{
     },
     time::Duration,
 };
+
+mod outbox;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, Uri};
@@ -130,6 +134,9 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
 
 /// `cargo xtask bench`: runs the comparison and the breaker scenario, prints, writes JSON.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) == Some("--outbox") {
+        return outbox::run(&args[1..]);
+    }
     let opts = parse_args(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,11 +1,20 @@
-//! `cargo xtask outbox --db PATH list | requeue ID | purge`: an outbox's dead letters, by hand;
-//! and `cargo xtask outbox-worker`: one process delivering an outbox (SQLite file) to loopback
-//! — the process the crash test kills with SIGKILL and starts again (`--db PATH`, `--secs S`
-//! at most, default 60; it stops earlier once nothing is pending).
+//! `cargo xtask outbox --db STORE list | requeue ID | purge`: an outbox's dead letters, by hand;
+//! and `cargo xtask outbox-worker`: one process delivering an outbox to loopback — the process
+//! the crash and fleet tests kill with SIGKILL, start again, or run three of at once (`--db
+//! STORE`, `--secs S` at most, default 60; it stops earlier once nothing is pending, and then
+//! prints `delivered N`). STORE is a SQLite file path (or `sqlite:PATH`) or a
+//! `postgres://` URL.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
-use soulbase_net_outbox::{Outbox, OutboxStore, SqliteStore};
+use soulbase_net_core::{NetEvent, Observer, OutboxStep};
+use soulbase_net_outbox::{open_store, Outbox, StoreOptions};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use tokio::time::Instant;
@@ -28,14 +37,15 @@ pub(crate) fn worker(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown option `{other}`")),
         }
     }
-    let db = db.ok_or("outbox-worker needs --db PATH")?;
+    let db = db.ok_or("outbox-worker needs --db STORE")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let outbox = Arc::new(outbox(&db).await?);
+        let delivered = Arc::new(Delivered::default());
+        let outbox = Arc::new(outbox(&db, delivered.clone()).await?);
         let running = {
             let o = outbox.clone();
             tokio::spawn(async move { o.run().await })
@@ -52,13 +62,36 @@ pub(crate) fn worker(args: &[String]) -> Result<(), String> {
         running
             .await
             .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        #[allow(clippy::print_stdout, reason = "the fleet test reads it")]
+        {
+            println!("delivered {}", delivered.0.load(Ordering::Relaxed));
+        }
+        Ok(())
     })
 }
 
-/// The outbox the crash test runs: loopback only, short leases and backoff.
-pub(crate) async fn outbox(db: &str) -> Result<Outbox, String> {
-    let store = SqliteStore::open(db).await.map_err(|e| e.to_string())?;
+/// Counts this process's acknowledged deliveries.
+#[derive(Debug, Default)]
+struct Delivered(AtomicU64);
+
+impl Observer for Delivered {
+    fn on_event(&self, event: &NetEvent<'_>) {
+        if let NetEvent::Outbox {
+            step: OutboxStep::Delivered,
+            ..
+        } = event
+        {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The outbox the crash and fleet tests run: loopback only, short leases and backoff.
+async fn outbox(db: &str, observer: Arc<dyn Observer>) -> Result<Outbox, String> {
+    let store = open_store(db, StoreOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
     let mut p = NetPolicy::default();
     p.security.grants.cidrs = vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?];
     p.dns.nameservers = vec!["127.0.0.1:9".parse().map_err(|e| format!("{e}"))?];
@@ -70,8 +103,9 @@ pub(crate) async fn outbox(db: &str) -> Result<Outbox, String> {
         .build()
         .map_err(|e| e.to_string())?;
     Outbox::builder()
-        .store(Arc::new(store))
+        .store(store)
         .client(Arc::new(client))
+        .observer(observer)
         .workers(16)
         .lease(Duration::from_secs(2))
         .backoff(Duration::from_millis(20), Duration::from_millis(200))
@@ -80,18 +114,20 @@ pub(crate) async fn outbox(db: &str) -> Result<Outbox, String> {
         .map_err(|e| e.to_string())
 }
 
-/// `cargo xtask outbox --db PATH list | requeue ID | purge`.
+/// `cargo xtask outbox --db STORE list | requeue ID | purge`.
 pub(crate) fn admin(args: &[String]) -> Result<(), String> {
     let (db, rest) = match args {
         [flag, db, rest @ ..] if flag == "--db" => (db.clone(), rest.to_vec()),
-        _ => return Err("usage: cargo xtask outbox --db PATH list | requeue ID | purge".into()),
+        _ => return Err("usage: cargo xtask outbox --db STORE list | requeue ID | purge".into()),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let store = SqliteStore::open(&db).await.map_err(|e| e.to_string())?;
+        let store = open_store(&db, StoreOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
         let lines = match rest
             .iter()
             .map(String::as_str)
@@ -128,7 +164,7 @@ pub(crate) fn admin(args: &[String]) -> Result<(), String> {
                 vec![format!("{n} dead letters purged")]
             }
             _ => {
-                return Err("usage: cargo xtask outbox --db PATH list | requeue ID | purge".into())
+                return Err("usage: cargo xtask outbox --db STORE list | requeue ID | purge".into())
             }
         };
         #[allow(clippy::print_stdout, reason = "the command's output")]
