@@ -6,7 +6,7 @@
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
-use soulbase_net_outbox::{Outbox, OutboxItem, OutboxStore, SqliteStore};
+use soulbase_net_outbox::{open_store, Outbox, OutboxItem, OutboxStore, StoreOptions};
 use soulbase_net_testkit::CapturedRequest;
 use tokio::time::Instant;
 
@@ -36,15 +36,17 @@ impl Drop for TempDir {
     }
 }
 
-/// Enqueues `items` POSTs to `url` — bodies `item 0`, `item 1`, … — into the SQLite outbox
-/// at `db` and delivers none of them (worker processes do). Returns the store, to watch it
-/// drain.
-pub(crate) async fn fill(db: &str, url: &str, items: usize) -> Result<Arc<SqliteStore>, String> {
-    let store = Arc::new(
-        SqliteStore::open(db)
-            .await
-            .map_err(|e| format!("{db}: {e}"))?,
-    );
+/// Enqueues `items` POSTs to `url` — bodies `item 0`, `item 1`, … — into the outbox at `db`
+/// (a SQLite path or a `postgres://` URL) and delivers none of them (worker processes do).
+/// Returns the store, to watch it drain.
+pub(crate) async fn fill(
+    db: &str,
+    url: &str,
+    items: usize,
+) -> Result<Arc<dyn OutboxStore>, String> {
+    let store = open_store(db, StoreOptions::default())
+        .await
+        .map_err(|e| format!("opening the outbox: {e}"))?;
     // Never run: an outbox needs a client, and this one only enqueues.
     let client = soulbase_net_runtime::Client::builder()
         .build()

@@ -1,7 +1,8 @@
 //! The outbox survives a crash: a worker *process* delivering 1 000 items is killed with
-//! SIGKILL at a seeded moment, then started again. Every item's effect is applied exactly once
-//! at the receiver (which dedups by `Idempotency-Key`), none is lost, and the duplicates on the
-//! wire (items delivered but not yet acknowledged when the process died) are counted.
+//! SIGKILL at a seeded moment, then started again — on SQLite and on PostgreSQL (a throwaway
+//! cluster; skipped loudly without it, never in CI). Every item's effect is applied exactly
+//! once at the receiver (which dedups by `Idempotency-Key`), none is lost, and the duplicates
+//! on the wire (items delivered but not yet acknowledged when the process died) are counted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 // The pieces `cargo xtask chaos`'s crash loop uses too (a binary crate's modules cannot be
@@ -12,7 +13,7 @@ mod outbox_kit;
 use std::{process::Command, sync::Arc, time::Duration};
 
 use outbox_kit::{Applied, TempDir};
-use soulbase_net_outbox::{Outbox, OutboxItem, OutboxStore, SqliteStore};
+use soulbase_net_outbox::{Outbox, OutboxItem, SqliteStore};
 use soulbase_net_testkit::{FaultServer, Reply};
 
 const ITEMS: usize = 1000;
@@ -26,13 +27,29 @@ fn worker(db: &str) -> std::process::Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_loses_nothing_and_applies_each_effect_once() {
+    let dir = TempDir::new("outbox-crash").unwrap();
+    crash_and_restart("SQLite", &dir.file("outbox.db")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_on_postgres_loses_nothing_and_applies_each_effect_once() {
+    let Some(pg) = soulbase_net_testkit::PostgresServer::start_or_skip(
+        "a_killed_worker_on_postgres_loses_nothing_and_applies_each_effect_once",
+    ) else {
+        return;
+    };
+    crash_and_restart("PostgreSQL", &pg.create_database("crash").unwrap()).await;
+}
+
+/// Fills the outbox at `db`, kills its worker process once mid-run, restarts it, and checks
+/// the receiver.
+async fn crash_and_restart(engine: &str, db: &str) {
     let srv = FaultServer::http1()
         .route("/effect", Reply::ok("applied"))
         .start()
         .await
         .unwrap();
-    let dir = TempDir::new("outbox-crash").unwrap();
-    let db = dir.file("outbox.db");
+    let db = db.to_owned();
     // Fill the outbox (enqueue only: this process delivers nothing).
     let store = outbox_kit::fill(&db, &srv.url("/effect"), ITEMS)
         .await
@@ -59,7 +76,7 @@ async fn a_killed_worker_loses_nothing_and_applies_each_effect_once() {
     let applied = Applied::of(&srv.requests("/effect"));
     let duplicates = applied.duplicates_on_wire();
     eprintln!(
-        "killed after {at_kill} deliveries; {} distinct items applied once each, {} on the wire, {duplicates} duplicates (delivered, not yet acknowledged at the kill)",
+        "{engine}: killed after {at_kill} deliveries; {} distinct items applied once each, {} on the wire, {duplicates} duplicates (delivered, not yet acknowledged at the kill)",
         applied.items, applied.on_wire
     );
     assert_eq!(applied.items, ITEMS, "none lost");
