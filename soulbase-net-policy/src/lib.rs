@@ -46,6 +46,10 @@
 //! seed 004 (endpoint freezing for 10m; DNS cached for 1h, persisted, refreshed every 30m).
 //! Where the seeds are silent, the choice follows Envoy, Finagle, gRPC and resilience4j, and
 //! the field's documentation says so.
+//!
+//! Features: `redis` — `RedisConnection`, the connection to the Redis deployment a
+//! document's `[store]` section names (one server, a cluster, or the master sentinels name),
+//! which the runtime's and the interceptors' shared stores use.
 
 mod document;
 mod guard;
@@ -77,5 +81,7 @@ pub use crate::policy::tls::{MtlsCfg, TlsPolicy, TlsVersion};
 pub use crate::policy::NetPolicy;
 pub use crate::resolver::{PolicyResolver, PolicyView, Snapshot, SnapshotResolver};
 pub use crate::size::{ByteSize, ParseByteSizeError};
-pub use crate::store::StoreConfig;
+#[cfg(feature = "redis")]
+pub use crate::store::{RedisConnection, RedisHandle};
+pub use crate::store::{RedisSentinel, RedisTarget, StoreConfig};
 pub use crate::validate::{PolicyError, Problem};

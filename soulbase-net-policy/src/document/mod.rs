@@ -145,8 +145,8 @@ impl PolicyDocument {
         self
     }
 
-    /// The `[store]` section: where the fleet's shared state lives (a Redis URL), if the
-    /// document says.
+    /// The `[store]` section: where the fleet's shared state lives (a Redis server, a Redis
+    /// Cluster or the master sentinels name), if the document says.
     pub fn store(&self) -> Option<&StoreConfig> {
         self.store.as_ref()
     }

@@ -304,3 +304,24 @@ fn the_store_section_is_checked_on_load_and_never_shows_its_credentials() {
     assert!(text.contains("store.memcached"), "{text}");
     assert!(!text.contains("hunter2"), "{text}");
 }
+
+#[test]
+fn a_cluster_or_a_sentinel_in_the_store_section_round_trips_without_showing_credentials() {
+    for section in [
+        r#"redis_cluster = ["redis://:hunter2@10.0.0.5:7000", "redis://:hunter2@10.0.0.6:7000"]"#,
+        r#"redis_sentinel = { master = "mymaster", nodes = ["redis://:hunter2@10.0.0.8:26379"], username = "app", password = "hunter3", db = 4 }"#,
+    ] {
+        let doc = PolicyDocument::from_toml_str(&format!("[store]\n{section}\n")).unwrap();
+        let store = doc.store().unwrap();
+        assert!(store.redis_target().is_some() && store.redis_url().is_none());
+        let shown = format!("{doc:?}");
+        assert!(
+            !shown.contains("hunter") && !shown.contains("app"),
+            "{shown}"
+        );
+        let again = PolicyDocument::from_toml_str(&doc.to_toml_string().unwrap()).unwrap();
+        assert_eq!(again.store(), doc.store(), "{section}");
+        let json = PolicyDocument::from_json_str(&doc.to_json_string()).unwrap();
+        assert_eq!(json.store(), doc.store(), "{section}");
+    }
+}
