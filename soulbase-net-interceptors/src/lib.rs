@@ -13,9 +13,10 @@
 //! | `sandbox`     | `SandboxGuard`     | host allow-list and literal-IP checks before anything is sent |
 //! | `qos`         | `QosBytes`         | bytes out/in per tenant and host; budgets per tenant and tenant + host, total or per window, with reserve/settle |
 //! | `cache`       | `CacheHook`        | shared HTTP cache for GET (RFC 9111): max-age / s-maxage / Expires, Age, Vary variants, conditional revalidation, stale-while-revalidate, must-revalidate |
+//! | `redis`       | `RedisCacheStore`, `RedisDedupStore` | the HTTP cache and the idempotency dedup window shared by a fleet: one Redis, a Redis Cluster or the master sentinels name (not a default) |
 //!
-//! Interceptors depend on `soulbase-net-core` (and `soulbase-net-policy` for the sandbox rules)
-//! only; the runtime reaches them through the trait.
+//! Interceptors depend on `soulbase-net-core` (and `soulbase-net-policy` for the sandbox rules
+//! and the connection to a `[store]`'s Redis) only; the runtime reaches them through the trait.
 //!
 //! ```
 //! # #[cfg(feature = "trace")] {
@@ -74,5 +75,3 @@ pub use crate::cache::{CacheHook, CacheStore, CachedResponse, MemoryStore};
 
 #[cfg(any(feature = "trace", feature = "idempotency"))]
 mod hex;
-#[cfg(feature = "redis")]
-mod redis_conn;

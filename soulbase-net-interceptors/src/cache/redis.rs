@@ -14,18 +14,19 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use soulbase_net_core::{
     bytes::Bytes,
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode},
     NetError, NetEvent, Observer,
 };
+use soulbase_net_policy::{RedisConnection, RedisHandle, RedisTarget};
 use tokio::time::Instant;
 
 use super::store::{CacheStore, CachedResponse};
 
-/// The prefix of every entry's key.
+/// The prefix of every entry's key. An entry is one key (a hash), so on a Redis Cluster each
+/// call is one node's business.
 const PREFIX: &str = "soulbase:cache:";
 
 /// How long past its last usable moment an entry with a validator is kept for a 304.
@@ -36,9 +37,11 @@ const REVALIDATION_GRACE: Duration = Duration::from_secs(600);
 /// stored; every Redis call is bounded by `timeout` (default 20ms) and a failure is a miss (a
 /// get) or a skipped store (a put) — never an error for the call —, counted in
 /// [`errors`](Self::errors) and reported to the observer as `StoreError { store: "cache" }`.
-/// The URL is never shown by `Debug` or in errors (only its host part is).
+/// Redis is one server, a Redis Cluster or the master sentinels name
+/// ([`from_target`](Self::from_target)); its URLs are never shown by `Debug` or in errors
+/// (only hosts and ports are).
 pub struct RedisCacheStore {
-    conn: crate::redis_conn::RedisConn,
+    conn: RedisConnection,
     max_body: usize,
     timeout: Duration,
     errors: AtomicU64,
@@ -66,7 +69,7 @@ impl RedisCacheStore {
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL.
     pub fn new(url: &str) -> Result<Self, NetError> {
-        Ok(Self::with_conn(crate::redis_conn::RedisConn::new(url)?))
+        Self::from_target(&RedisTarget::Server(url.to_owned()))
     }
 
     /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
@@ -75,12 +78,25 @@ impl RedisCacheStore {
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
     pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
-        Ok(Self::with_conn(
-            crate::redis_conn::RedisConn::with_root_pem(url, root_pem)?,
-        ))
+        let target = RedisTarget::Server(url.to_owned());
+        Ok(Self::from_connection(RedisConnection::with_root_pem(
+            &target, root_pem,
+        )?))
     }
 
-    fn with_conn(conn: crate::redis_conn::RedisConn) -> Self {
+    /// A store on the Redis deployment `target` names — one server, a Redis Cluster, or the
+    /// master sentinels name (a `[store]` section's `redis_target()`); nothing is connected
+    /// until first use.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `target` is not usable.
+    pub fn from_target(target: &RedisTarget) -> Result<Self, NetError> {
+        Ok(Self::from_connection(RedisConnection::new(target)?))
+    }
+
+    /// A store on `conn` (e.g. a cluster reached over TLS with a private CA:
+    /// `RedisConnection::with_root_pem`).
+    pub fn from_connection(conn: RedisConnection) -> Self {
         Self {
             conn,
             max_body: 1 << 20,
@@ -114,21 +130,12 @@ impl RedisCacheStore {
     }
 
     /// Runs `op` on Redis within the timeout; a failure is counted, reported and `None`.
-    async fn call<T, F>(
-        &self,
-        what: &'static str,
-        op: impl FnOnce(ConnectionManager) -> F,
-    ) -> Option<T>
+    async fn call<T, F>(&self, what: &'static str, op: impl FnOnce(RedisHandle) -> F) -> Option<T>
     where
         F: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let outcome = match self.conn.manager() {
-            Some(con) => tokio::time::timeout(self.timeout, op(con)).await,
-            None => Ok(Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "no connection",
-            )))),
-        };
+        let call = async { op(self.conn.handle().await?).await };
+        let outcome = tokio::time::timeout(self.timeout, call).await;
         match outcome {
             Ok(Ok(v)) => Some(v),
             other => {

@@ -16,6 +16,7 @@ use soulbase_net_core::{
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode},
     ErrorKind, NetError, NetEvent, NetResponse, Observer,
 };
+use soulbase_net_policy::{RedisConnection, RedisTarget};
 
 /// Claims a key, or answers what is known of it: {2, meta, body} stored, {1} claimed now,
 /// {0} in flight elsewhere. KEYS: the stored response, the in-flight marker (one hash slot);
@@ -45,8 +46,12 @@ return 0
 /// reported (`StoreError { store: "dedup" }`) and the call is sent without dedup — or refused,
 /// with [`refuse_when_down`](Self::refuse_when_down), for calls where a duplicate is worse
 /// than no call.
+///
+/// Redis is one server, a Redis Cluster or the master sentinels name
+/// ([`from_target`](Self::from_target)); a key's two entries share one hash slot, so on a
+/// cluster each claim is one node's atomic script.
 pub struct RedisDedupStore {
-    conn: crate::redis_conn::RedisConn,
+    conn: RedisConnection,
     pub(super) timeout: Duration,
     pub(super) in_flight: Duration,
     pub(super) wait: Duration,
@@ -84,7 +89,7 @@ impl RedisDedupStore {
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL.
     pub fn new(url: &str) -> Result<Self, NetError> {
-        Ok(Self::with_conn(crate::redis_conn::RedisConn::new(url)?))
+        Self::from_target(&RedisTarget::Server(url.to_owned()))
     }
 
     /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
@@ -93,12 +98,25 @@ impl RedisDedupStore {
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
     pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
-        Ok(Self::with_conn(
-            crate::redis_conn::RedisConn::with_root_pem(url, root_pem)?,
-        ))
+        let target = RedisTarget::Server(url.to_owned());
+        Ok(Self::from_connection(RedisConnection::with_root_pem(
+            &target, root_pem,
+        )?))
     }
 
-    fn with_conn(conn: crate::redis_conn::RedisConn) -> Self {
+    /// A store on the Redis deployment `target` names — one server, a Redis Cluster, or the
+    /// master sentinels name (a `[store]` section's `redis_target()`); nothing is connected
+    /// until first use.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `target` is not usable.
+    pub fn from_target(target: &RedisTarget) -> Result<Self, NetError> {
+        Ok(Self::from_connection(RedisConnection::new(target)?))
+    }
+
+    /// A store on `conn` (e.g. a cluster reached over TLS with a private CA:
+    /// `RedisConnection::with_root_pem`).
+    pub fn from_connection(conn: RedisConnection) -> Self {
         Self {
             conn,
             timeout: Duration::from_millis(20),
@@ -163,14 +181,14 @@ impl RedisDedupStore {
 
     /// Claims `(tenant, key)` for `token`; `None` when Redis failed.
     pub(super) async fn claim(&self, tenant: &str, key: &str, token: &str) -> Option<Claim> {
-        let Some(mut con) = self.conn.manager() else {
-            return self.failed("claim", false);
-        };
         let (stored, marker) = Self::keys(tenant, key);
         let in_flight = u64::try_from(self.in_flight.as_millis()).unwrap_or(u64::MAX);
         let mut invocation = self.claim.key(stored);
         invocation.key(marker).arg(token).arg(in_flight);
-        let call = invocation.invoke_async::<redis::Value>(&mut con);
+        let call = async {
+            let mut con = self.conn.handle().await?;
+            invocation.invoke_async::<redis::Value>(&mut con).await
+        };
         let value = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(v)) => v,
             Ok(Err(_)) => return self.failed("claim", false),
@@ -203,9 +221,6 @@ impl RedisDedupStore {
         response: Option<(String, Bytes)>,
         window: Duration,
     ) {
-        let Some(mut con) = self.conn.manager() else {
-            return self.failed("finish", false).unwrap_or(());
-        };
         let (stored, marker) = Self::keys(tenant, key);
         let outcome = match response {
             Some((meta, body)) => {
@@ -227,12 +242,19 @@ impl RedisDedupStore {
                     .arg(&marker)
                     .ignore()
                     .to_owned();
-                tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut con)).await
+                let call = async {
+                    let mut con = self.conn.handle().await?;
+                    pipe.query_async::<()>(&mut con).await
+                };
+                tokio::time::timeout(self.timeout, call).await
             }
             None => {
                 let mut invocation = self.release.key(marker);
                 invocation.arg(token);
-                let release = invocation.invoke_async::<()>(&mut con);
+                let release = async {
+                    let mut con = self.conn.handle().await?;
+                    invocation.invoke_async::<()>(&mut con).await
+                };
                 tokio::time::timeout(self.timeout, release).await
             }
         };

@@ -172,8 +172,8 @@ impl ClientBuilder {
     }
 
     /// Where the fleet's shared state lives, as a policy document's `[store]` section says
-    /// (`PolicyDocument::store`): with a Redis URL, shared rate limits go to a
-    /// [`RedisRateStore`](crate::fleet::RedisRateStore) — unless
+    /// (`PolicyDocument::store`): with a Redis server, cluster or sentinel-named master,
+    /// shared rate limits go to a [`RedisRateStore`](crate::fleet::RedisRateStore) — unless
     /// [`rate_store`](Self::rate_store) gave one. Needs the `redis` feature; `build` says so
     /// when it is missing.
     pub fn store(mut self, store: soulbase_net_policy::StoreConfig) -> Self {
@@ -268,10 +268,10 @@ impl ClientBuilder {
         };
         let rate_store = match (
             self.rate_store,
-            self.store.as_ref().and_then(|s| s.redis_url()),
+            self.store.as_ref().and_then(|s| s.redis_target()),
         ) {
             (Some(store), _) => store,
-            (None, Some(url)) => redis_rate_store(url)?,
+            (None, Some(target)) => redis_rate_store(target)?,
             (None, None) => Arc::new(crate::fleet::MemoryRateStore::new()),
         };
         let transports = Transports::new(transport::Settings {
@@ -437,15 +437,19 @@ impl Client {
     }
 }
 
-/// The rate store of a `[store]` section naming Redis.
+/// The rate store of a `[store]` section naming Redis (a server, a cluster or a sentinel).
 #[cfg(feature = "redis")]
-fn redis_rate_store(url: &str) -> Result<Arc<dyn crate::fleet::RateStore>, NetError> {
-    Ok(Arc::new(crate::fleet::RedisRateStore::new(url)?))
+fn redis_rate_store(
+    target: &soulbase_net_policy::RedisTarget,
+) -> Result<Arc<dyn crate::fleet::RateStore>, NetError> {
+    Ok(Arc::new(crate::fleet::RedisRateStore::from_target(target)?))
 }
 
 /// Without the `redis` feature, a `[store]` naming Redis cannot be honoured: said at build.
 #[cfg(not(feature = "redis"))]
-fn redis_rate_store(_url: &str) -> Result<Arc<dyn crate::fleet::RateStore>, NetError> {
+fn redis_rate_store(
+    _target: &soulbase_net_policy::RedisTarget,
+) -> Result<Arc<dyn crate::fleet::RateStore>, NetError> {
     Err(NetError::invalid_request(
         "the policy's [store] names Redis, but soulbase-net-runtime was built without its `redis` feature",
     ))

@@ -1,9 +1,9 @@
 //! [`RedisRateStore`]: GCRA buckets in Redis, one Lua script per take.
 
-use std::{fmt, sync::OnceLock, time::Duration};
+use std::{fmt, time::Duration};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use soulbase_net_core::NetError;
+use soulbase_net_policy::{RedisConnection, RedisTarget};
 
 use super::{RateStore, StoreError, TakeFuture, TakeRequest, Taken};
 
@@ -33,16 +33,19 @@ redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.floor((tat - now
 return {fits, 0}
 ";
 
-/// The prefix of every bucket's key.
+/// The prefix of every bucket's key. A bucket is one key, so on a Redis Cluster each take is
+/// one node's business (no cross-slot script).
 const PREFIX: &str = "soulbase:gcra:";
 
 /// Shared rate buckets in Redis (feature `redis`): each take is one `EVALSHA` of a GCRA
 /// script, atomic and exact however many instances ask at once; keys expire when their
 /// bucket is full again. The connection is made on first use and remade by itself after
-/// Redis went away (`redis`' connection manager).
+/// Redis went away.
 ///
-/// The URL is `redis://[user:password@]host:port[/db]` or `redis+unix:///path`; it is never
-/// shown by `Debug` or in errors (only its host part is).
+/// Redis is one server (`redis://[user:password@]host:port[/db]`, `rediss://…` for TLS,
+/// `redis+unix:///path`), a Redis Cluster or the master sentinels name
+/// ([`from_target`](Self::from_target)); its URLs are never shown by `Debug` or in errors (only
+/// hosts and ports are).
 ///
 /// # Examples
 /// ```no_run
@@ -55,12 +58,8 @@ const PREFIX: &str = "soulbase:gcra:";
 /// # let _ = client; Ok(()) }
 /// ```
 pub struct RedisRateStore {
-    client: redis::Client,
-    /// Made on first use, inside a runtime.
-    manager: OnceLock<ConnectionManager>,
+    conn: RedisConnection,
     script: redis::Script,
-    /// Where it points, for `Debug` and errors: host and port only.
-    shown: String,
 }
 
 impl RedisRateStore {
@@ -71,10 +70,7 @@ impl RedisRateStore {
     /// `InvalidRequest` when `url` is not a Redis URL (the message never repeats the URL's
     /// credentials).
     pub fn new(url: &str) -> Result<Self, NetError> {
-        let client = redis::Client::open(url).map_err(|e| {
-            NetError::invalid_request(format!("not a valid redis url: {:?}", e.kind()))
-        })?;
-        Ok(Self::with_client(client))
+        Self::from_target(&RedisTarget::Server(url.to_owned()))
     }
 
     /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
@@ -83,48 +79,45 @@ impl RedisRateStore {
     /// # Errors
     /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
     pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
-        let certs = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(root_pem.to_vec()),
-        };
-        let client = redis::Client::build_with_tls(url, certs).map_err(|e| {
-            NetError::invalid_request(format!("not a valid redis TLS setup: {:?}", e.kind()))
-        })?;
-        Ok(Self::with_client(client))
+        let target = RedisTarget::Server(url.to_owned());
+        Ok(Self::from_connection(RedisConnection::with_root_pem(
+            &target, root_pem,
+        )?))
     }
 
-    fn with_client(client: redis::Client) -> Self {
-        let shown = format!("{}", client.get_connection_info().addr());
+    /// A store on the Redis deployment `target` names — one server, a Redis Cluster, or the
+    /// master sentinels name (a `[store]` section's
+    /// [`redis_target`](soulbase_net_policy::StoreConfig::redis_target)); nothing is
+    /// connected yet.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `target` is not usable.
+    pub fn from_target(target: &RedisTarget) -> Result<Self, NetError> {
+        Ok(Self::from_connection(RedisConnection::new(target)?))
+    }
+
+    /// A store on `conn` (e.g. a cluster reached over TLS with a private CA:
+    /// [`RedisConnection::with_root_pem`]).
+    pub fn from_connection(conn: RedisConnection) -> Self {
         Self {
-            client,
-            manager: OnceLock::new(),
+            conn,
             script: redis::Script::new(GCRA),
-            shown,
         }
     }
 
-    fn manager(&self) -> Result<ConnectionManager, StoreError> {
-        if let Some(m) = self.manager.get() {
-            return Ok(m.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(None)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500))
-            .set_number_of_retries(usize::MAX);
-        let made =
-            ConnectionManager::new_lazy_with_config(self.client.clone(), config).map_err(|e| {
-                StoreError::new(format!("redis at {}: {:?}", self.shown, e.kind()), None)
-            })?;
-        Ok(self.manager.get_or_init(|| made).clone())
+    /// A store error for `e`, naming where Redis is and what kind of failure it was.
+    fn failed(&self, e: redis::RedisError) -> StoreError {
+        StoreError::new(
+            format!("redis at {}: {:?}", self.conn.shown(), e.kind()),
+            Some(Box::new(e)),
+        )
     }
 }
 
 impl fmt::Debug for RedisRateStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisRateStore")
-            .field("at", &self.shown)
+            .field("at", &self.conn.shown())
             .finish_non_exhaustive()
     }
 }
@@ -132,7 +125,7 @@ impl fmt::Debug for RedisRateStore {
 impl RateStore for RedisRateStore {
     fn take<'a>(&'a self, req: TakeRequest<'a>) -> TakeFuture<'a> {
         Box::pin(async move {
-            let mut con = self.manager()?;
+            let mut con = self.conn.handle().await.map_err(|e| self.failed(e))?;
             let interval = 1_000_000u64.div_ceil(u64::from(req.rps.max(1)));
             let tolerance = interval * u64::from(req.burst.max(1) - 1);
             let (granted, wait_us): (i64, i64) = self
@@ -144,12 +137,7 @@ impl RateStore for RedisRateStore {
                 .arg(req.at_least.clamp(1, req.want.max(1)))
                 .invoke_async(&mut con)
                 .await
-                .map_err(|e| {
-                    StoreError::new(
-                        format!("redis at {}: {:?}", self.shown, e.kind()),
-                        Some(Box::new(e)),
-                    )
-                })?;
+                .map_err(|e| self.failed(e))?;
             Ok(Taken {
                 granted: u32::try_from(granted.max(0)).unwrap_or(0),
                 retry_after: Duration::from_micros(u64::try_from(wait_us.max(0)).unwrap_or(0)),

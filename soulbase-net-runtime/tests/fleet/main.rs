@@ -1,9 +1,13 @@
 //! Limits shared by a fleet, on a real Redis (a throwaway `redis-server` on a free loopback
 //! port): one quota for several clients, leases, and what each `on_store_error` mode does when
-//! Redis is gone or slow. Without `redis-server` installed, each test prints a line and is
-//! skipped; CI installs it and sets `SOULBASE_REQUIRE_REDIS`, so there they never skip.
+//! Redis is gone or slow; the same on a Redis Cluster and through Sentinel. Without
+//! `redis-server` installed, each test prints a line and is skipped; CI installs it and sets
+//! `SOULBASE_REQUIRE_REDIS`, so there they never skip.
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cluster;
+mod sentinel;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 

@@ -1,6 +1,9 @@
 //! The HTTP cache shared by a fleet in Redis: one instance's response is another's fresh hit,
 //! a 304 revalidation serves the body another instance stored, big bodies stay out, and a
-//! Redis that is gone is a miss, not an error.
+//! Redis that is gone is a miss, not an error. The same on a Redis Cluster and through
+//! Sentinel in `deployments`.
+
+mod deployments;
 
 use std::{sync::Arc, time::Duration};
 
@@ -12,10 +15,12 @@ use crate::support::client;
 
 /// An instance: a client whose cache is the shared one at `url`.
 fn instance(url: &str) -> (soulbase_net_runtime::Client, Arc<CacheHook>) {
-    let store = RedisCacheStore::new(url)
-        .unwrap()
-        .timeout(Duration::from_millis(500))
-        .max_body(1024);
+    instance_on(RedisCacheStore::new(url).unwrap())
+}
+
+/// An instance whose cache is `store`.
+fn instance_on(store: RedisCacheStore) -> (soulbase_net_runtime::Client, Arc<CacheHook>) {
+    let store = store.timeout(Duration::from_millis(500)).max_body(1024);
     let hook = Arc::new(CacheHook::with_store(store));
     (client(vec![hook.clone()]), hook)
 }
@@ -82,10 +87,18 @@ async fn instances_share_fresh_hits_and_revalidations() {
 
 /// An instance whose dedup window is the shared one at `url`.
 fn deduping(url: &str, wait: Duration) -> soulbase_net_runtime::Client {
-    let store = soulbase_net_interceptors::RedisDedupStore::new(url)
-        .unwrap()
-        .timeout(Duration::from_millis(500))
-        .wait(wait);
+    deduping_on(
+        soulbase_net_interceptors::RedisDedupStore::new(url).unwrap(),
+        wait,
+    )
+}
+
+/// An instance whose dedup window is `store`.
+fn deduping_on(
+    store: soulbase_net_interceptors::RedisDedupStore,
+    wait: Duration,
+) -> soulbase_net_runtime::Client {
+    let store = store.timeout(Duration::from_millis(500)).wait(wait);
     let keys = soulbase_net_interceptors::IdempotencyKey::random()
         .dedup_window(Duration::from_secs(60))
         .shared_dedup(store);
