@@ -365,3 +365,93 @@ async fn spread_over_time(
     // bounds it (and the poll interval, 50 ms on SQLite); a loaded one adds its own delays.
     assert!(p99 < Duration::from_secs(5), "p99 {p99:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_waits_as_long_as_its_retry_after_says() {
+    // The receiver notes when each attempt arrives: the first is refused for a second.
+    let times = Arc::new(parking_lot::Mutex::new(Vec::<Instant>::new()));
+    let seen = times.clone();
+    let srv = FaultServer::http1()
+        .route(
+            "/busy",
+            Script::respond_with(move |_| {
+                let mut t = seen.lock();
+                t.push(Instant::now());
+                if t.len() == 1 {
+                    Reply::status(429).retry_after(Duration::from_secs(1))
+                } else {
+                    Reply::ok("ok")
+                }
+            }),
+        )
+        .start()
+        .await
+        .unwrap();
+    // Without Retry-After the next attempt would come within 10 ms (the backoff's base).
+    let store = SqliteStore::open(db("retry-after")).await.unwrap();
+    let o = Arc::new(
+        Outbox::builder()
+            .store(Arc::new(store))
+            .client(client())
+            .backoff(Duration::from_millis(10), Duration::from_secs(5))
+            .poll(Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    );
+    let _run = run(&o);
+    o.enqueue(OutboxItem::post(srv.url("/busy"), "x"))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), srv.wait_for_hits("/busy", 2))
+        .await
+        .unwrap();
+    until("the ack", async || o.store().pending().await.unwrap() == 0).await;
+    let t = times.lock().clone();
+    let gap = t[1] - t[0];
+    assert!(
+        gap >= Duration::from_millis(990) && gap < Duration::from_secs(3),
+        "the second attempt came {gap:?} after the 429"
+    );
+    srv.join().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passed_deadline_moves_the_item_to_the_dead_letters() {
+    let srv = FaultServer::http1()
+        .route("/down", Reply::status(503))
+        .start()
+        .await
+        .unwrap();
+    let store = SqliteStore::open(db("deadline")).await.unwrap();
+    let o = Arc::new(
+        Outbox::builder()
+            .store(Arc::new(store))
+            .client(client())
+            .backoff(Duration::from_millis(50), Duration::from_millis(100))
+            .poll(Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    );
+    let _run = run(&o);
+    let sent = Instant::now();
+    o.enqueue(
+        OutboxItem::post(srv.url("/down"), "x")
+            .deadline(Duration::from_millis(400))
+            .max_attempts(1000),
+    )
+    .await
+    .unwrap();
+    until("the dead letter", async || {
+        o.store().dead_letters().await.unwrap().len() == 1
+    })
+    .await;
+    let took = sent.elapsed();
+    let dead = o.store().dead_letters().await.unwrap().remove(0);
+    assert!(dead.reason.contains("deadline"), "{}", dead.reason);
+    assert_eq!(u64::from(dead.item.attempts), srv.hits("/down"));
+    assert!(dead.item.attempts >= 2, "retried until the deadline");
+    // Given up before the next wait would pass the deadline, not long after it.
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(o.store().pending().await.unwrap(), 0);
+    srv.join().await;
+}
