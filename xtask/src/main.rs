@@ -37,6 +37,9 @@ commands:
           [--clients hyper,reqwest,soulbase_min,soulbase_full]
           hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
           plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
+  bench --outbox [--items N]
+          the outbox on SQLite and PostgreSQL: enqueue/s (one caller, batched), deliveries/s,
+          enqueue-to-delivered latency
   ci      repository rules, fmt check, clippy -D warnings, features alone, tests, docs,
           contracts, chaos, interop (what CI runs)
   features
