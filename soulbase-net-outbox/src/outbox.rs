@@ -28,6 +28,7 @@ pub struct OutboxBuilder {
     poll: Duration,
     backoff_base: Duration,
     backoff_cap: Duration,
+    grace: Duration,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -53,6 +54,7 @@ pub struct Outbox {
     poll: Duration,
     backoff_base: Duration,
     backoff_cap: Duration,
+    grace: Duration,
     wake: Notify,
     stop: watch::Sender<bool>,
     observer: Arc<dyn Observer>,
@@ -146,6 +148,14 @@ impl OutboxBuilder {
         self
     }
 
+    /// How long [`Outbox::shutdown`] lets deliveries in flight finish before
+    /// [`run`](Outbox::run) abandons them (their items stay claimed until the lease ends, then
+    /// are delivered again: nothing is lost). Default 30s.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
     /// The outbox.
     ///
     /// # Errors
@@ -169,6 +179,7 @@ impl OutboxBuilder {
             poll: self.poll,
             backoff_base: self.backoff_base,
             backoff_cap: self.backoff_cap,
+            grace: self.grace,
             wake: Notify::new(),
             stop: watch::Sender::new(false),
             observer,
@@ -195,6 +206,7 @@ impl Outbox {
             poll: Duration::from_millis(500),
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
+            grace: Duration::from_secs(30),
             observer: None,
         }
     }
@@ -252,7 +264,7 @@ impl Outbox {
     }
 
     /// Delivers due items until [`shutdown`](Self::shutdown); deliveries in flight then finish
-    /// (each bounded by the client's own deadline), and what is left stays in the store.
+    /// within the grace period ([`OutboxBuilder::grace`]), and what is left stays in the store.
     ///
     /// # Errors
     /// The store failing to claim items (reported, and the loop goes on after a poll
@@ -330,7 +342,17 @@ impl Outbox {
                 _ = stop.changed() => {}
             }
         }
-        while in_flight.join_next().await.is_some() {}
+        // Deliveries in flight get the grace period; what is still running then is dropped
+        // (its claim runs out and the item is delivered again later).
+        let drained = async { while in_flight.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.grace, drained).await.is_err() {
+            tracing::warn!(
+                abandoned = in_flight.len(),
+                "outbox: deliveries still in flight after the grace period are left to their lease"
+            );
+            in_flight.abort_all();
+            while in_flight.join_next().await.is_some() {}
+        }
         Ok(())
     }
 

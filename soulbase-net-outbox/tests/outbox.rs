@@ -455,3 +455,51 @@ async fn a_passed_deadline_moves_the_item_to_the_dead_letters() {
     assert_eq!(o.store().pending().await.unwrap(), 0);
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_delivery_only_as_long_as_the_grace_period() {
+    // The upstream holds its answer until the gate opens: the delivery is in flight.
+    let gate = soulbase_net_testkit::Gate::new();
+    let srv = FaultServer::http1()
+        .route("/slow", Reply::ok("ok").after(&gate))
+        .start()
+        .await
+        .unwrap();
+    let path = db("grace");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let o = Arc::new(
+        Outbox::builder()
+            .store(Arc::new(store))
+            .client(client())
+            .grace(Duration::from_millis(300))
+            .poll(Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    );
+    let running = {
+        let o = o.clone();
+        tokio::spawn(async move { o.run().await })
+    };
+    o.enqueue(OutboxItem::post(srv.url("/slow"), "x"))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), srv.wait_for_hits("/slow", 1))
+        .await
+        .unwrap();
+    let asked = Instant::now();
+    o.shutdown();
+    tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .expect("run ends after the grace period")
+        .unwrap()
+        .unwrap();
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    // The abandoned delivery is not lost: still stored, delivered again after its lease.
+    assert_eq!(o.store().pending().await.unwrap(), 1);
+    gate.open();
+    srv.join().await;
+}
