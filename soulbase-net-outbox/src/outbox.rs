@@ -391,8 +391,7 @@ async fn deliver(
     let mut req = NetRequest::new(item.method.clone(), item.url.as_str())
         .headers(item.headers.clone())
         .body(item.body.clone())
-        .header("idempotency-key", item.idempotency_key.as_str())
-        .idempotent(true);
+        .idempotency_key(item.idempotency_key.as_str());
     if let Some(t) = &item.tenant {
         req = req.tenant(t.as_str());
     }

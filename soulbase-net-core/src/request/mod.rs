@@ -211,6 +211,22 @@ impl NetRequest {
         self
     }
 
+    /// Sends `key` as the `Idempotency-Key` header and marks the call idempotent, in one
+    /// step: a POST or PATCH carrying a key may be retried (the upstream dedups by the key),
+    /// and the `IdempotencyKey` interceptor keeps a key that is already there.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_core::NetRequest;
+    ///
+    /// let req = NetRequest::post("https://pay.example/charges").idempotency_key("order-42-charge");
+    /// assert!(req.is_retryable_method());
+    /// assert_eq!(req.headers["idempotency-key"], "order-42-charge");
+    /// ```
+    pub fn idempotency_key(self, key: impl AsRef<[u8]>) -> Self {
+        self.header("idempotency-key", key).idempotent(true)
+    }
+
     /// Sets the tenant.
     pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
