@@ -26,6 +26,7 @@ mod body;
 mod client;
 mod error;
 mod event;
+mod fanout;
 mod interceptor;
 mod key;
 pub mod recent;
@@ -40,6 +41,7 @@ pub use crate::event::{
     BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,
     NoopObserver, Observer, OutboxStep, Outcome, RequestInfo,
 };
+pub use crate::fanout::Fanout;
 pub use crate::interceptor::{Hooks, Interceptor};
 pub use crate::key::new_idempotency_key;
 pub use crate::request::{check_url, NetRequest};

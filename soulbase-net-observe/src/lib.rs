@@ -28,7 +28,6 @@
 //!
 //! This crate depends on `soulbase-net-core` only; it has no features.
 
-mod fanout;
 mod gauges;
 mod hot;
 mod labels;
@@ -36,7 +35,9 @@ mod metrics;
 mod sli;
 mod trace;
 
-pub use crate::fanout::Fanout;
+/// [`Fanout`](soulbase_net_core::Fanout) lives in core (a client fans out to several
+/// observers itself); re-exported here beside the observers it combines.
+pub use soulbase_net_core::Fanout;
 pub use crate::metrics::{Metrics, MetricsBuilder, LATENCY_BUCKETS_MS};
 pub use crate::sli::Slis;
 pub use crate::trace::TracingObserver;

@@ -6,18 +6,23 @@ mod chain;
 mod follow;
 mod gauges;
 mod hedged;
+mod in_flight;
 mod intercept;
 mod learn;
 mod retries;
 mod send;
+mod service;
 mod transport;
+
+pub use self::service::ResponseFuture;
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::HeaderValue;
 use rustls::pki_types::CertificateDer;
 use soulbase_net_core::{
-    GaugeSource, Interceptor, NetClient, NetError, NetRequest, NetResponse, NoopObserver, Observer,
+    Fanout, GaugeSource, Interceptor, NetClient, NetError, NetRequest, NetResponse, NoopObserver,
+    Observer,
 };
 use soulbase_net_policy::{NetPolicy, PolicyResolver, SnapshotResolver};
 
@@ -45,8 +50,7 @@ pub struct ClientBuilder {
     resolver: Option<Arc<dyn PolicyResolver>>,
     policy: Option<NetPolicy>,
     interceptors: Vec<Arc<dyn Interceptor>>,
-    observer: Arc<dyn Observer>,
-    observed: bool,
+    observers: Vec<Arc<dyn Observer>>,
     dialer: Arc<dyn Dialer>,
     extra_roots: Vec<CertificateDer<'static>>,
     user_agent: HeaderValue,
@@ -59,6 +63,7 @@ pub struct ClientBuilder {
     max_response_head_bytes: usize,
     rate_store: Option<Arc<dyn crate::fleet::RateStore>>,
     store: Option<soulbase_net_policy::StoreConfig>,
+    max_in_flight: Option<usize>,
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -75,9 +80,15 @@ pub struct ClientBuilder {
 /// `error.type`, `http.request.resend_count`; plus `tenant`, `request.id`, and `trace_id` /
 /// `span_id` of the `traceparent` the request carries (set by `TraceUa`). Without a
 /// subscriber that wants them, the spans cost a check of a static flag.
+///
+/// `Client` is also a `tower::Service<http::Request<B>>` (see its `Service` impl for what
+/// `poll_ready` can and cannot know), so tower and tower-http layers compose in front of it
+/// and tower-based clients such as tonic send through its policy.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The tower face's slot reserved by `poll_ready`; a clone starts without one.
+    ready: service::Readiness,
 }
 
 struct Inner {
@@ -98,6 +109,8 @@ struct Inner {
     endpoints: learn::Endpoints,
     /// Shared rate limits (`limits.global`), through the rate store.
     global: crate::fleet::GlobalLimiter,
+    /// The client's cap on calls in flight (`ClientBuilder::max_in_flight`), if any.
+    in_flight: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 // === impl ClientBuilder ===
@@ -110,8 +123,7 @@ impl ClientBuilder {
             resolver: None,
             policy: None,
             interceptors: Vec::new(),
-            observer: Arc::new(NoopObserver),
-            observed: false,
+            observers: Vec::new(),
             dialer: Arc::new(TcpDialer),
             extra_roots: Vec::new(),
             user_agent: HeaderValue::from_static(DEFAULT_USER_AGENT),
@@ -124,6 +136,7 @@ impl ClientBuilder {
             max_response_head_bytes: 64 * 1024,
             rate_store: None,
             store: None,
+            max_in_flight: None,
         }
     }
 
@@ -155,10 +168,38 @@ impl ClientBuilder {
         self
     }
 
-    /// Receives every event of the runtime. Default is none.
-    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
-        self.observer = observer;
-        self.observed = true;
+    /// Adds an observer: every event of the runtime (and the client's gauges) goes to each
+    /// observer given, in the order given — metrics and tracing together, say. Default is
+    /// none. Takes the observer itself or an `Arc` of it (an `Arc<T>` is an observer too);
+    /// [`observer_arc`](Self::observer_arc) takes an `Arc<dyn Observer>` as it is.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::{atomic::{AtomicU64, Ordering}, Arc};
+    /// use soulbase_net_core::{NetEvent, Observer};
+    /// use soulbase_net_runtime::Client;
+    ///
+    /// #[derive(Default)]
+    /// struct Count(AtomicU64);
+    /// impl Observer for Count {
+    ///     fn on_event(&self, _: &NetEvent<'_>) {
+    ///         self.0.fetch_add(1, Ordering::Relaxed);
+    ///     }
+    /// }
+    ///
+    /// let (a, b) = (Arc::new(Count::default()), Arc::new(Count::default()));
+    /// // Both see every event: the second call adds, it does not replace.
+    /// let client = Client::builder().observer(a.clone()).observer(b.clone()).build()?;
+    /// # drop(client);
+    /// # Ok::<(), soulbase_net_core::NetError>(())
+    /// ```
+    pub fn observer(self, observer: impl Observer + 'static) -> Self {
+        self.observer_arc(Arc::new(observer))
+    }
+
+    /// Adds a shared observer, as it is (see [`observer`](Self::observer)).
+    pub fn observer_arc(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observers.push(observer);
         self
     }
 
@@ -253,11 +294,32 @@ impl ClientBuilder {
         self
     }
 
+    /// At most `max` calls of this client in flight at once, all hosts and tenants together,
+    /// whichever face they come through (`NetClient::send` or `tower::Service::call`); a
+    /// call holds its slot until its response head arrives (or it fails). Over the cap,
+    /// `NetClient::send` fails at once with `RateLimited` (scope `ClientConcurrency`) unless
+    /// the call's `limits.max_wait` allows a bounded wait, while the tower face's
+    /// `poll_ready` is `Pending` until a slot is free — the backpressure tower layers expect.
+    /// Default is no cap (the policy's per-host and per-tenant limits still apply).
+    ///
+    /// # Examples
+    /// ```
+    /// let client = soulbase_net_runtime::Client::builder().max_in_flight(256).build()?;
+    /// # let _ = client;
+    /// # Ok::<(), soulbase_net_core::NetError>(())
+    /// ```
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = Some(max);
+        self
+    }
+
     /// Builds the client.
     ///
     /// # Errors
-    /// `InvalidRequest` when the policy is invalid (every problem listed).
+    /// `InvalidRequest` when the policy is invalid (every problem listed), or when
+    /// [`max_in_flight`](Self::max_in_flight) is 0.
     pub fn build(self) -> Result<Client, NetError> {
+        let in_flight = in_flight::cap(self.max_in_flight)?;
         let resolver: Arc<dyn PolicyResolver> = match (self.resolver, self.policy) {
             (Some(r), _) => r,
             (None, policy) => Arc::new(
@@ -274,9 +336,17 @@ impl ClientBuilder {
             (None, Some(target)) => redis_rate_store(target)?,
             (None, None) => Arc::new(crate::fleet::MemoryRateStore::new()),
         };
+        // Without an observer the response body is not wrapped to count bytes nobody sees.
+        let observed = !self.observers.is_empty();
+        let mut observers = self.observers;
+        let observer: Arc<dyn Observer> = if observers.len() > 1 {
+            Arc::new(observers.into_iter().collect::<Fanout>())
+        } else {
+            observers.pop().unwrap_or_else(|| Arc::new(NoopObserver))
+        };
         let transports = Transports::new(transport::Settings {
             dialer: self.dialer,
-            observer: self.observer.clone(),
+            observer: observer.clone(),
             extra_roots: self.extra_roots,
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
@@ -296,7 +366,7 @@ impl ClientBuilder {
             Some(file) => learn::Endpoints::persisted(crate::dns::frozen_path(file))?,
             None => learn::Endpoints::default(),
         };
-        let events = self.observer.clone();
+        let events = observer.clone();
         let listener: crate::resilience::Listener = Box::new(move |key: &str, t: Transition| {
             events.on_event(&soulbase_net_core::NetEvent::BreakerTransition {
                 key,
@@ -319,13 +389,13 @@ impl ClientBuilder {
             budgets: budgets.clone(),
             transports: transports.clone(),
         });
-        self.observer.on_gauges(&gauges);
+        observer.on_gauges(&gauges);
         Ok(Client {
             inner: Arc::new(Inner {
                 resolver,
                 interceptors: chain::Chain::new(self.interceptors),
-                observer: self.observer,
-                observed: self.observed,
+                observer,
+                observed,
                 user_agent: self.user_agent,
                 decompress: self.decompress,
                 transports,
@@ -336,7 +406,9 @@ impl ClientBuilder {
                 latencies: learn::Latencies::default(),
                 endpoints,
                 global: crate::fleet::GlobalLimiter::new(rate_store),
+                in_flight,
             }),
+            ready: service::Readiness::default(),
         })
     }
 }
@@ -357,6 +429,7 @@ impl fmt::Debug for ClientBuilder {
             .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
             .field("pool_max_lifetime", &self.pool_max_lifetime)
             .field("http2_prior_knowledge", &self.http2_prior_knowledge)
+            .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -483,6 +556,6 @@ impl NetClient for Client {
         'life0: 'async_trait,
         Self: 'async_trait,
     {
-        Box::pin(self.inner.send(req))
+        Box::pin(self.inner.send(req, None))
     }
 }

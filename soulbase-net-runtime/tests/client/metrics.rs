@@ -397,3 +397,29 @@ async fn latency_percentiles_follow_the_server_delays() {
     assert!(slis.p50_ms < 100.0, "{slis:?}");
     srv.join().await;
 }
+
+#[tokio::test]
+async fn observers_add_up_and_each_sees_every_event() {
+    let srv = FaultServer::http1()
+        .route("/ok", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    // The harness gives the client its own event recorder; a second observer is added to it,
+    // not put in its place.
+    let metrics = Arc::new(Metrics::new());
+    let h = harness_with(loopback_policy(), |b| b.observer(metrics.clone()));
+    let res = h.client.send(NetRequest::get(srv.url("/ok"))).await.unwrap();
+    res.bytes().await.unwrap();
+    let text = metrics.encode();
+    let ok =
+        r#"net_requests_total{tenant="",host="127.0.0.1",method="GET",scheme="http",outcome="ok"}"#;
+    assert_eq!(sample(&text, ok), Some(1.0), "{text}");
+    let seen = h.events.seen.lock().clone();
+    assert!(
+        seen.iter().any(|e| e.starts_with("finish ok")),
+        "the first observer still sees the call: {seen:?}"
+    );
+    // The gauges reach both as well (the metrics' limiter gauge needs the source).
+    assert!(text.contains("net_pool_open_connections"), "{text}");
+}

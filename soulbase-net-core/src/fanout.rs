@@ -2,21 +2,31 @@
 
 use std::{fmt, sync::Arc};
 
-use soulbase_net_core::{GaugeSource, NetEvent, Observer};
+use crate::{GaugeSource, NetEvent, Observer};
 
 /// Forwards each event (and each client's gauge source) to every observer it holds, in the
-/// order they were added.
+/// order they were added. A client given several observers (`ClientBuilder::observer` called
+/// more than once) holds them in one of these.
 ///
 /// Default is empty (events are dropped).
 ///
 /// # Examples
 /// ```
-/// use std::sync::Arc;
-/// use soulbase_net_observe::{Fanout, Metrics, TracingObserver};
+/// use std::sync::{atomic::{AtomicU64, Ordering}, Arc};
+/// use soulbase_net_core::{Fanout, NetEvent, NoopObserver, Observer};
 ///
-/// let metrics = Arc::new(Metrics::new());
-/// let observer = Fanout::new().with(metrics.clone()).with(Arc::new(TracingObserver::new()));
-/// assert_eq!(observer.len(), 2);
+/// #[derive(Default)]
+/// struct Count(AtomicU64);
+/// impl Observer for Count {
+///     fn on_event(&self, _: &NetEvent<'_>) {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+///
+/// let (a, b) = (Arc::new(Count::default()), Arc::new(Count::default()));
+/// let observer = Fanout::new().with(a.clone()).with(b.clone()).with(Arc::new(NoopObserver));
+/// assert_eq!(observer.len(), 3);
+/// # let _ = observer;
 /// ```
 #[derive(Clone, Default)]
 pub struct Fanout {
