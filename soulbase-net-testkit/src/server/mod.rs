@@ -5,6 +5,7 @@ mod body;
 mod capture;
 mod conn;
 mod encode;
+mod forward;
 mod gate;
 mod reply;
 mod script;
@@ -50,13 +51,16 @@ const DEFAULT_CAPTURE_LIMIT: usize = 16 * 1024 * 1024;
 /// Builds a [`FaultServer`]; see [`FaultServer::builder`].
 ///
 /// Defaults: [`Protocol::Auto`], plain TCP, `127.0.0.1:0`, no routes (every path answers
-/// `404`), 16 MiB captured per request body.
+/// `404`, or is forwarded with [`forward_to`](Self::forward_to)), 16 MiB captured per request
+/// body.
 pub struct FaultServerBuilder {
     protocol: Protocol,
     bind: SocketAddr,
     tls: Option<Arc<rustls::ServerConfig>>,
     routes: Vec<Route>,
-    fallback: Script,
+    /// `None`: `404`, or [`Reply::forward`] when there is an upstream.
+    fallback: Option<Script>,
+    upstream: Option<String>,
     capture_limit: usize,
     blackhole: bool,
 }
@@ -68,6 +72,7 @@ impl std::fmt::Debug for FaultServerBuilder {
             .field("bind", &self.bind)
             .field("tls", &self.tls.is_some())
             .field("routes", &self.routes.len())
+            .field("upstream", &self.upstream)
             .finish_non_exhaustive()
     }
 }
@@ -79,7 +84,8 @@ impl Default for FaultServerBuilder {
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             tls: None,
             routes: Vec::new(),
-            fallback: Script::status(404),
+            fallback: None,
+            upstream: None,
             capture_limit: DEFAULT_CAPTURE_LIMIT,
             blackhole: false,
         }
@@ -146,9 +152,52 @@ impl FaultServerBuilder {
         )
     }
 
-    /// The script for requests no route matches. Default is `404`.
+    /// The script for requests no route matches. Default is `404`, or [`Reply::forward`] on
+    /// a server with an upstream ([`forward_to`](Self::forward_to)).
     pub fn fallback(mut self, script: impl Into<Script>) -> Self {
-        self.fallback = script.into();
+        self.fallback = Some(script.into());
+        self
+    }
+
+    /// Puts the server in front of the upstream at `url` (`http://` on a loopback address or
+    /// `localhost`, for example a wiremock `MockServer`'s `uri()`; a path is a prefix added to
+    /// every request path). Requests no route matches are forwarded (the [`fallback`](Self::fallback)
+    /// becomes [`Reply::forward`]), and a route's script forwards a hit with
+    /// [`Reply::forward`], so its faults go around the upstream's answers:
+    ///
+    /// - forwarded: the method, the path and query, the headers less the hop-by-hop ones
+    ///   (`Connection` and those it names, `Keep-Alive`, `TE`, `Trailer`,
+    ///   `Transfer-Encoding`, `Upgrade`, `Proxy-*`) and `Host` (the upstream's own is sent), and
+    ///   the body; then the upstream's status, headers (less hop-by-hop) and body come back;
+    /// - toward the client, everything the server does applies as usual: HTTP/1.1 or HTTP/2,
+    ///   [TLS](Self::tls), resets, stalls, slow bodies, 5xx bursts. The upstream is always
+    ///   spoken to in HTTP/1.1 over plain TCP;
+    /// - every request still counts in [`FaultServer::hits`] and [`FaultServer::requests`],
+    ///   forwarded or not.
+    ///
+    /// Default is no upstream.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_testkit::{FaultServer, Reply, Script};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let upstream = FaultServer::builder().route("/users/1", Reply::ok("ann")).start().await?;
+    /// let front = FaultServer::builder()
+    ///     .forward_to(upstream.origin())
+    ///     // The first hit resets the connection, later ones reach the upstream.
+    ///     .route("/users/1", Script::reply(Reply::reset()).times(1).then(Reply::forward()))
+    ///     .start()
+    ///     .await?;
+    /// assert!(front.url("/users/1").starts_with("http://127.0.0.1:"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`start`](Self::start) fails (`InvalidInput`) for an upstream that is not `http://` on
+    /// loopback.
+    pub fn forward_to(mut self, url: impl Into<String>) -> Self {
+        self.upstream = Some(url.into());
         self
     }
 
@@ -205,7 +254,8 @@ impl FaultServerBuilder {
     /// Binds and starts serving.
     ///
     /// # Errors
-    /// The bind address is not loopback, the port cannot be bound, or the TLS config is unusable.
+    /// The bind address is not loopback, the port cannot be bound, the TLS config is unusable,
+    /// or the upstream of [`forward_to`](Self::forward_to) is not `http://` on loopback.
     pub async fn start(self) -> io::Result<FaultServer> {
         if !self.bind.ip().is_loopback() {
             return Err(io::Error::new(
@@ -213,6 +263,15 @@ impl FaultServerBuilder {
                 "FaultServer only listens on loopback",
             ));
         }
+        let upstream = self
+            .upstream
+            .as_deref()
+            .map(forward::Upstream::new)
+            .transpose()?;
+        let fallback = self.fallback.unwrap_or_else(|| match upstream {
+            Some(_) => Script::reply(Reply::forward()),
+            None => Script::status(404),
+        });
         let listener = TcpListener::bind(self.bind).await?;
         let addr = listener.local_addr()?;
         let scheme = if self.tls.is_some() { "https" } else { "http" };
@@ -230,9 +289,10 @@ impl FaultServerBuilder {
             fallback: Route {
                 method: None,
                 path: String::new(),
-                script: self.fallback,
+                script: fallback,
                 hits: AtomicU64::new(0),
             },
+            upstream,
             stats: Mutex::new(HashMap::new()),
             hit: tokio::sync::Notify::new(),
             connections: AtomicU64::new(0),

@@ -11,6 +11,7 @@ use super::body::{pieces_len, Cut, FaultBody, Piece};
 use super::capture::CapturedRequest;
 use super::conn::ConnCtl;
 use super::encode;
+use super::forward::Forwarded;
 
 /// What to do instead of sending a response head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +32,8 @@ enum Kind {
         etag: Option<String>,
         last_modified: Option<SystemTime>,
     },
+    /// The upstream's answer (see [`Reply::forward`]); replaced by it before rendering.
+    Forward,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,6 +190,39 @@ impl Reply {
             }
             .header("content-encoding", "gzip"),
             Err(e) => Self::invalid(format!("gzip bomb failed: {e}")),
+        }
+    }
+
+    /// Pass the request on to the server's upstream (see
+    /// [`FaultServerBuilder::forward_to`](crate::FaultServerBuilder::forward_to)) and answer
+    /// with what it answers: its status, headers (less the hop-by-hop ones) and body.
+    ///
+    /// The modifiers still apply, to the upstream's answer on its way back: the request
+    /// reaches the upstream first, then [`delay`](Self::delay) and [`after`](Self::after) hold
+    /// the head, [`header`](Self::header) adds headers, and [`slow_body`](Self::slow_body),
+    /// [`stall_after`](Self::stall_after), [`reset_after`](Self::reset_after) and
+    /// [`close_after`](Self::close_after) shape the body (the upstream's `Content-Length` is
+    /// kept, so a cut body is visibly incomplete). A `Location` pointing at the upstream is
+    /// rewritten to point at this server, so redirects come back through it.
+    ///
+    /// When the upstream cannot be reached the client gets `502` with a body saying why;
+    /// without an upstream, `500` naming the problem.
+    ///
+    /// This is the default reply of a forwarding server's unmatched paths.
+    ///
+    /// ```
+    /// use soulbase_net_testkit::{Reply, Script};
+    ///
+    /// // The upstream's answer, its body dripped 16 bytes every 10 ms.
+    /// let slow = Reply::forward().slow_body(16, std::time::Duration::from_millis(10));
+    /// // Three 503s, then the upstream's answers.
+    /// let burst = Script::status(503).times(3).then(Reply::forward());
+    /// # let _ = (slow, burst);
+    /// ```
+    pub fn forward() -> Self {
+        Self {
+            kind: Kind::Forward,
+            ..Self::default()
         }
     }
 
@@ -376,6 +412,46 @@ impl Reply {
         self.gate.as_ref()
     }
 
+    /// Whether this reply forwards the request to the upstream (and is not a fault instead).
+    pub(crate) fn is_forward(&self) -> bool {
+        matches!(self.kind, Kind::Forward) && self.abort.is_none()
+    }
+
+    /// This reply with the upstream's answer (or the reason there is none) in place of its
+    /// status and body; its own headers come after the upstream's, its faults stay.
+    /// `upstream` is the upstream's origin: a `Location` under it now points at this server.
+    pub(crate) fn with_forwarded(
+        mut self,
+        answer: Result<Forwarded, String>,
+        upstream: &str,
+    ) -> Self {
+        self.kind = Kind::Plain;
+        let answer = match answer {
+            Ok(a) => a,
+            Err(why) => {
+                self.status = StatusCode::BAD_GATEWAY;
+                self.pieces = Arc::new(vec![Piece::Bytes(Bytes::from(format!("testkit: {why}")))]);
+                return self;
+            }
+        };
+        self.status = answer.status;
+        let mut headers = Vec::with_capacity(answer.headers.len() + self.headers.len());
+        for (name, value) in &answer.headers {
+            let value = match value.to_str() {
+                Ok(v) if *name == header::LOCATION && v.starts_with(upstream) => {
+                    let rest = &v[upstream.len()..];
+                    HeaderValue::from_str(&format!("{{origin}}{rest}")).unwrap_or(value.clone())
+                }
+                _ => value.clone(),
+            };
+            headers.push((name.clone(), value));
+        }
+        headers.append(&mut self.headers);
+        self.headers = headers;
+        self.pieces = Arc::new(vec![Piece::Bytes(answer.body)]);
+        self
+    }
+
     pub(crate) fn render(
         &self,
         req: &CapturedRequest,
@@ -385,7 +461,16 @@ impl Reply {
         if let Some(a) = self.abort {
             return Action::Abort(a);
         }
-        if let Some(msg) = &self.invalid {
+        let no_upstream;
+        let invalid = match (&self.invalid, &self.kind) {
+            (Some(msg), _) => Some(msg),
+            (None, Kind::Forward) => {
+                no_upstream = "Reply::forward() on a server without forward_to(..)".to_owned();
+                Some(&no_upstream)
+            }
+            (None, _) => None,
+        };
+        if let Some(msg) = invalid {
             let mut res = Response::new(FaultBody::new(
                 vec![Piece::Bytes(Bytes::from(format!("testkit: {msg}")))],
                 None,
@@ -399,7 +484,7 @@ impl Reply {
         let mut status = self.status;
         let mut pieces: Vec<Piece> = self.pieces.as_ref().clone();
         match &self.kind {
-            Kind::Plain => {}
+            Kind::Plain | Kind::Forward => {}
             Kind::Echo => {
                 pieces = vec![Piece::Bytes(Bytes::from(req.to_json().to_string()))];
             }

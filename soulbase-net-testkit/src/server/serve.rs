@@ -10,7 +10,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -24,6 +24,7 @@ use tokio_rustls::TlsAcceptor;
 use super::body::FaultBody;
 use super::capture::{CapturedRequest, PathStats};
 use super::conn::{ConnCtl, CtlIo};
+use super::forward::Upstream;
 use super::reply::{Abort, Action, RenderCtx};
 use super::{Protocol, Script};
 use crate::signal::Signal;
@@ -61,6 +62,8 @@ pub(super) struct Shared {
     pub(super) origin: String,
     pub(super) authority: String,
     pub(super) capture_limit: usize,
+    /// Where [`Reply::forward`](super::Reply::forward) sends requests, if anywhere.
+    pub(super) upstream: Option<Upstream>,
     pub(super) shutdown: Signal,
     pub(super) panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
@@ -230,22 +233,28 @@ async fn handle(
     ctl: Arc<ConnCtl>,
 ) -> Response<FaultBody> {
     let (parts, mut body) = req.into_parts();
-    let mut captured = BytesMut::new();
+    // A forwarding server keeps the whole body for the upstream; the capture is its prefix.
+    let keep = match shared.upstream {
+        Some(_) => usize::MAX,
+        None => shared.capture_limit,
+    };
+    let mut kept = BytesMut::new();
     let mut body_len = 0u64;
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { break };
         if let Ok(data) = frame.into_data() {
             body_len += data.len() as u64;
-            let room = shared.capture_limit.saturating_sub(captured.len());
-            captured.extend_from_slice(&data[..data.len().min(room)]);
+            let room = keep.saturating_sub(kept.len());
+            kept.extend_from_slice(&data[..data.len().min(room)]);
         }
     }
+    let whole = kept.freeze();
     let req = CapturedRequest {
         method: parts.method,
         uri: parts.uri,
         version: parts.version,
         headers: parts.headers,
-        body: Bytes::from(captured),
+        body: whole.slice(..whole.len().min(shared.capture_limit)),
         body_len,
         connection: ctl.id,
     };
@@ -259,7 +268,11 @@ async fn handle(
         s.requests.push(req.clone());
     }
     shared.hit.notify_waiters();
-    let reply = route.script.pick(hit, &req);
+    let mut reply = route.script.pick(hit, &req);
+    if let (true, Some(upstream)) = (reply.is_forward(), &shared.upstream) {
+        let answer = upstream.forward(&req, whole).await;
+        reply = reply.with_forwarded(answer, upstream.origin());
+    }
     if let Some(d) = reply.delay_before_head() {
         tokio::time::sleep(d).await;
     }

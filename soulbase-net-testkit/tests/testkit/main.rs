@@ -4,6 +4,7 @@
 
 mod dns;
 mod faults;
+mod forward;
 mod http2;
 mod postgres;
 mod proxy;

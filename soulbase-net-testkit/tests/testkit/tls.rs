@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-async fn connect(
+pub(crate) async fn connect(
     addr: SocketAddr,
     cfg: Arc<ClientConfig>,
     name: &str,
@@ -35,7 +35,7 @@ fn rustls_error(e: &io::Error) -> &rustls::Error {
         .unwrap_or_else(|| panic!("not a rustls error: {e:?}"))
 }
 
-async fn get_over(tls: TlsStream<TcpStream>, url: &str) -> (Version, Bytes) {
+pub(crate) async fn get_over(tls: TlsStream<TcpStream>, url: &str) -> (Version, Bytes) {
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let req = Request::get(url).body(Empty::<Bytes>::new()).unwrap();
     let res = if h2 {
