@@ -10,7 +10,9 @@ use soulbase_net_testkit::{FaultServer, RedisServer, Reply};
 
 const PROCESSES: usize = 4;
 const RPS: u64 = 200;
-const BURST: u64 = 10;
+/// Room for every instance's lease of 10 (`burst ≥ instances × lease`, as docs/policy.md
+/// advises): with `burst = lease` a bucket that fills while no instance asks loses its refill.
+const BURST: u64 = 40;
 const SECS: u64 = 10;
 
 /// One fleet instance's report: `admitted=… refused=… errors=… store_calls=…`.
