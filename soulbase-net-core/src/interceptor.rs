@@ -59,7 +59,9 @@ pub trait Interceptor: Send + Sync {
 
     /// Runs before every attempt, `attempt` counting from 1 across the whole call (retries,
     /// hedged attempts and a resend after [`should_resend`](Interceptor::should_resend)
-    /// included, so no two attempts of a call share a number).
+    /// included, so no two attempts of a call share a number). The runtime's client calls it
+    /// inside the attempt's own span (`http.client.attempt`), so the current span is the
+    /// attempt's.
     fn on_attempt(&self, _req: &mut NetRequest, _attempt: u32) {}
 
     /// Asks the client to send the request once more after this response, e.g. a 401 after

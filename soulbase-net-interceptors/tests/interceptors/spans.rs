@@ -1,7 +1,7 @@
 //! The client's spans, seen by a real subscriber around a real call: the call runs inside
 //! `http.client.request` (so logs from interceptors and observers are its children), each
-//! attempt inside `http.client.attempt`, with OpenTelemetry field names, and the span carries
-//! the trace id of the `traceparent` TraceUa sent.
+//! attempt (and its `on_attempt` hooks) inside `http.client.attempt`, with OpenTelemetry field
+//! names, and the span carries the trace id of the `traceparent` TraceUa sent.
 
 use std::{
     cell::RefCell,
@@ -153,8 +153,12 @@ impl Interceptor for Logs {
         tracing::info!(marker = "after", "from an interceptor");
         Ok(())
     }
+    fn on_attempt(&self, _req: &mut NetRequest, attempt: u32) {
+        tracing::info!(marker = "on_attempt", attempt, "from an interceptor");
+    }
     fn hooks(&self) -> soulbase_net_core::Hooks {
-        soulbase_net_core::Hooks::BEFORE | soulbase_net_core::Hooks::AFTER
+        use soulbase_net_core::Hooks;
+        Hooks::BEFORE | Hooks::AFTER | Hooks::ON_ATTEMPT
     }
     fn name(&self) -> &'static str {
         "logs"
@@ -194,6 +198,11 @@ async fn a_call_runs_inside_its_span_with_the_trace_it_sends() {
     let call = calls[0];
     assert_eq!(call.parent, Some(outer_id), "a child of the caller's span");
     let f = &call.fields;
+    // Exported through OpenTelemetry, the call is the logical (INTERNAL) span and ends in
+    // error only when the call does.
+    assert_eq!(f["otel.kind"], "internal");
+    assert_eq!(f["otel.name"], "GET");
+    assert!(!f.contains_key("otel.status_code"), "{f:?}");
     assert_eq!(f["http.request.method"], "GET");
     assert_eq!(f["server.address"], "127.0.0.1");
     assert_eq!(f["server.port"], srv.addr().port().to_string());
@@ -217,9 +226,23 @@ async fn a_call_runs_inside_its_span_with_the_trace_it_sends() {
         .collect();
     assert_eq!(attempts.len(), 2);
     assert!(attempts.iter().all(|a| a.parent == Some(call.id)));
+    // Each attempt is a CLIENT span with the HTTP client attributes of its own request.
+    for a in &attempts {
+        let f = &a.fields;
+        assert_eq!(f["otel.kind"], "client");
+        assert_eq!(f["otel.name"], "GET");
+        assert_eq!(f["http.request.method"], "GET");
+        assert_eq!(f["server.address"], "127.0.0.1");
+        assert_eq!(f["server.port"], srv.addr().port().to_string());
+        assert_eq!(f["url.full"], srv.url("/r"));
+    }
     assert_eq!(attempts[0].fields["http.response.status_code"], "503");
     assert_eq!(attempts[0].fields["error.type"], "503");
+    assert_eq!(attempts[0].fields["otel.status_code"], "error");
+    assert!(!attempts[0].fields.contains_key("http.request.resend_count"));
+    assert_eq!(attempts[1].fields["http.response.status_code"], "200");
     assert_eq!(attempts[1].fields["http.request.resend_count"], "1");
+    assert!(!attempts[1].fields.contains_key("otel.status_code"));
     // Logs from interceptors and the observer's events are the call's.
     let events = capture.events.lock().clone();
     let in_call = |marker: &str| {
@@ -230,6 +253,13 @@ async fn a_call_runs_inside_its_span_with_the_trace_it_sends() {
     };
     assert_eq!(in_call("before"), Some(Some(call.id)));
     assert_eq!(in_call("after"), Some(Some(call.id)));
+    // `on_attempt` runs inside the attempt's own span.
+    let on_attempt: Vec<_> = events
+        .iter()
+        .filter(|e| e.fields.get("marker").map(String::as_str) == Some("on_attempt"))
+        .map(|e| e.parent)
+        .collect();
+    assert_eq!(on_attempt, vec![Some(attempts[0].id), Some(attempts[1].id)]);
     let retry = events
         .iter()
         .find(|e| e.fields.get("message").map(String::as_str) == Some("retry scheduled"))

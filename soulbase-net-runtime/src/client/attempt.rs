@@ -17,10 +17,10 @@ use soulbase_net_core::{
     Phase, RespBody,
 };
 use tokio::time::Instant;
-use tracing::{field::Empty as Unset, Instrument};
+use tracing::{field::Empty as Unset, Instrument, Span};
 use url::Url;
 
-use super::send::{record_outcome, Call};
+use super::send::{host_of, record_outcome, shown_url, Call};
 use super::{
     body::{MeteredBody, Progress, SendBody},
     Inner,
@@ -43,18 +43,13 @@ impl Inner {
         hedge: bool,
     ) -> Result<NetResponse, NetError> {
         let began = Instant::now();
-        let span = tracing::info_span!(
-            "http.client.attempt",
-            attempt,
-            hedge,
-            http.request.resend_count = Unset,
-            http.response.status_code = Unset,
-            error.type = Unset,
-        );
-        if attempt > 1 {
-            span.record("http.request.resend_count", attempt - 1);
-        }
+        let span = attempt_span(call, url, attempt, hedge);
+        // The `on_attempt` hooks run inside the attempt's span, so that what they take from
+        // the current span (TraceUa's `traceparent` under OpenTelemetry) is this attempt's.
         span.in_scope(|| {
+            for interceptor in &self.interceptors.on_attempt {
+                interceptor.on_attempt(req, attempt);
+            }
             self.observer.on_event(&NetEvent::AttemptStarted {
                 req: call.info(),
                 attempt,
@@ -275,6 +270,39 @@ impl Inner {
         http_req.headers_mut().remove(header::PROXY_AUTHORIZATION);
         Ok(http_req)
     }
+}
+
+/// The span an attempt runs in: `http.client.attempt`, an OpenTelemetry CLIENT span (one per
+/// request on the wire, so the upstream's span is its child) with the HTTP client attributes
+/// of the URL this attempt goes to (another base URL than the call's after a failover):
+/// `http.request.method`, `server.address`, `server.port`, `url.full` (redacted as events
+/// show it), `http.request.resend_count` from the second attempt on; at its end
+/// `http.response.status_code`, `error.type` and the error status (see `record_outcome`).
+fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Span {
+    let method = call.labels.method.as_str();
+    let span = tracing::info_span!(
+        "http.client.attempt",
+        otel.kind = "client",
+        otel.name = method,
+        otel.status_code = Unset,
+        http.request.method = method,
+        server.address = host_of(url),
+        server.port = url.port_or_known_default(),
+        url.full = Unset,
+        attempt,
+        hedge,
+        http.request.resend_count = Unset,
+        http.response.status_code = Unset,
+        error.type = Unset,
+    );
+    // Only for a subscriber that wants the span: this allocates.
+    if !span.is_disabled() {
+        span.record("url.full", shown_url(url));
+        if attempt > 1 {
+            span.record("http.request.resend_count", attempt - 1);
+        }
+    }
+    span
 }
 
 /// The proxy credentials for an `http` request that goes to a proxy in absolute form; the

@@ -43,18 +43,10 @@ impl Inner {
             }
         }
         let began = Instant::now();
-        let interceptors = &self.interceptors.on_attempt;
-        let start = |copy: &'_ mut NetRequest, attempts: &mut Attempts| {
-            let n = attempts.next();
-            for interceptor in interceptors {
-                interceptor.on_attempt(copy, n);
-            }
-            n
-        };
         let mut pending = copies.iter_mut();
         let mut running: Vec<Attempt<'_>> = Vec::new();
         if let Some(first) = pending.next() {
-            let n = start(first, attempts);
+            let n = attempts.next();
             running.push(Box::pin(self.attempt(first, url, call, limit, n, false)));
         }
         let mut last: Option<Result<NetResponse, NetError>> = None;
@@ -91,7 +83,7 @@ impl Inner {
                     .try_withdraw(budget, &call.policy.retry.budget, Instant::now());
             if allowed {
                 if let Some(copy) = pending.next() {
-                    let n = start(copy, attempts);
+                    let n = attempts.next();
                     running.push(Box::pin(self.attempt(copy, url, call, limit, n, true)));
                 }
             }

@@ -64,9 +64,6 @@ impl Inner {
                 }
                 None => {
                     let n = attempts.next();
-                    for interceptor in &self.interceptors.on_attempt {
-                        interceptor.on_attempt(req, n);
-                    }
                     self.attempt(req, &target, call, learnt, n, false).await
                 }
             };

@@ -391,12 +391,14 @@ impl Inner {
 /// without userinfo, query or fragment), `tenant` and `request.id`; at the end
 /// `http.response.status_code`, `error.type` (the error kind, or the status of a 4xx/5xx) and
 /// `http.request.resend_count`; and `trace_id`/`span_id` of the `traceparent` sent, when an
-/// interceptor set one.
+/// interceptor set one. Exported through OpenTelemetry it is an INTERNAL span (the logical
+/// call); its attempts are the CLIENT spans, one per request on the wire (`attempt_span`).
 fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
     let span = tracing::info_span!(
         "http.client.request",
-        otel.kind = "client",
+        otel.kind = "internal",
         otel.name = req.method.as_str(),
+        otel.status_code = Unset,
         http.request.method = req.method.as_str(),
         server.address = call.labels.host.as_str(),
         server.port = url.port_or_known_default(),
@@ -420,7 +422,8 @@ fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
     span
 }
 
-/// Records how a call or an attempt ended on its span.
+/// Records how a call or an attempt ended on its span; a 4xx, a 5xx or an error also sets
+/// the OpenTelemetry status to error (HTTP client semantic conventions).
 pub(super) fn record_outcome(span: &Span, outcome: &Outcome, attempts: u32) {
     if span.is_disabled() {
         return;
@@ -430,10 +433,12 @@ pub(super) fn record_outcome(span: &Span, outcome: &Outcome, attempts: u32) {
             span.record("http.response.status_code", status.as_u16());
             if status.as_u16() >= 400 {
                 span.record("error.type", status.as_str());
+                span.record("otel.status_code", "error");
             }
         }
         Outcome::Error(kind) => {
             span.record("error.type", kind.label());
+            span.record("otel.status_code", "error");
         }
     }
     if attempts > 1 {
