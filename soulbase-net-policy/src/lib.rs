@@ -47,11 +47,15 @@
 //! Where the seeds are silent, the choice follows Envoy, Finagle, gRPC and resilience4j, and
 //! the field's documentation says so.
 //!
+//! [`Snapshot::explain`] says which layer each field of an effective policy comes from (what
+//! `cargo xtask policy explain` prints).
+//!
 //! Features: `redis` — `RedisConnection`, the connection to the Redis deployment a
 //! document's `[store]` section names (one server, a cluster, or the master sentinels name),
 //! which the runtime's and the interceptors' shared stores use.
 
 mod document;
+mod explain;
 mod guard;
 mod host;
 mod policy;
@@ -62,6 +66,7 @@ mod store;
 mod validate;
 
 pub use crate::document::PolicyDocument;
+pub use crate::explain::{ExplainedField, Explanation, PolicyLayer};
 pub use crate::guard::{canonical, classify, AddressGuard, Denied, DenyRule, SpecialRange};
 pub use crate::host::{normalize_host, HostPattern, HostPatternError, HostPatternSet};
 pub use crate::policy::breaker::{CbKey, CircuitBreakerPolicy, SlowCallCfg};

@@ -5,6 +5,7 @@
 mod defaults;
 mod document;
 mod example;
+mod explain;
 mod hot_reload;
 mod merge_prop;
 mod reference;
