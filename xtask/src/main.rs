@@ -13,6 +13,7 @@ mod interop;
 mod loopback;
 mod outbox;
 mod outbox_kit;
+mod policy;
 mod table;
 mod tidy;
 
@@ -63,6 +64,10 @@ commands:
   outbox-worker --db PATH [--secs S]
           delivers the outbox in PATH (SQLite) to loopback until nothing is pending (or S
           seconds): the process the outbox crash test kills and restarts
+  policy  explain --policy FILE [--tenant T] [--key NAME] [--dns ADDR] URL | check FILE... | schema
+          the effective policy of a request with the layer of each field, the guard's verdict
+          on the addresses its host resolves to, whether its deadline closes; validation with
+          every problem's path; the document's JSON Schema (`cargo xtask policy help`)
   interop [--json PATH]
           the client against real nginx, httpbin, tinyproxy, squid and dnsmasq, installed
           if missing, run in a network namespace with only loopback
@@ -81,6 +86,7 @@ fn main() -> ExitCode {
         Some("fleet-client") => fleet::run(&args[1..]),
         Some("outbox-worker") => outbox::worker(&args[1..]),
         Some("outbox") => outbox::admin(&args[1..]),
+        Some("policy") => policy::run(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");
