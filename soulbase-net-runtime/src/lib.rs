@@ -7,13 +7,16 @@
 //! provider; then the policy's phase timeouts and size limits on each request.
 //!
 //! ```no_run
-//! # async fn run() -> Result<(), soulbase_net_core::NetError> {
-//! use soulbase_net_core::NetClientExt;
+//! # async fn run() -> Result<(), soulbase_net_runtime::prelude::NetError> {
+//! use soulbase_net_runtime::prelude::*;
 //!
-//! let client = soulbase_net_runtime::Client::builder().build()?;
+//! let client = Client::builder().build()?;
 //! let user: serde_json::Value = client.get_json("https://api.example.com/u/1", None).await?;
 //! # let _ = user; Ok(()) }
 //! ```
+//!
+//! [`prelude`] names everything a service that calls upstreams needs, from this crate and
+//! the core and policy crates, so it depends on this one crate.
 //!
 //! [`DnsResolver`] (the cache with singleflight, serve-stale, persistence and refresh) and
 //! [`tls`] are public for services that need the same TLS configuration, pinning or error
@@ -28,6 +31,7 @@ mod connect;
 mod dns;
 pub mod fleet;
 mod pool;
+pub mod prelude;
 mod redirect;
 mod resilience;
 pub mod tls;
