@@ -223,6 +223,9 @@ pub enum LimitScope {
     Quota,
     /// A rate shared across the fleet (`limits.global`).
     GlobalRate,
+    /// The client's own cap on calls in flight, all hosts and tenants together
+    /// (`ClientBuilder::max_in_flight` in the runtime).
+    ClientConcurrency,
 }
 
 /// Where a DNS answer came from.

@@ -7,7 +7,10 @@
 //! - [`NetError`]: one opaque error, one pointer wide, with its [`ErrorKind`], the stable
 //!   SB-02 [`ErrorCode`] and its public view, the attempts made, and the source chain;
 //! - [`NetClient`] (one object-safe method) and [`NetClientExt`] (`get_json`, `post_json`,
-//!   `get_bytes`, for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`]; [`GaugeSource`].
+//!   `get_bytes`, for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`]; [`GaugeSource`];
+//! - conversions to and from the `http` crate's types: `NetRequest: TryFrom<http::Request<B>>`,
+//!   `http::Response<RespBody>: From<NetResponse>`, and [`RespBody`] as an `http_body::Body`
+//!   (what the runtime's `tower::Service` face is made of).
 //!
 //! A service that only needs to call a client, or to provide a test double, depends on this
 //! crate alone; `soulbase-net-runtime` provides the real client.
@@ -28,6 +31,7 @@ mod error;
 mod event;
 mod fanout;
 mod interceptor;
+mod interop;
 mod key;
 pub mod recent;
 mod request;

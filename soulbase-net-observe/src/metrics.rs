@@ -620,6 +620,7 @@ fn scope_label(scope: LimitScope) -> &'static str {
         LimitScope::Adaptive => "adaptive",
         LimitScope::Quota => "quota",
         LimitScope::GlobalRate => "global_rate",
+        LimitScope::ClientConcurrency => "client_concurrency",
         _ => OTHER,
     }
 }

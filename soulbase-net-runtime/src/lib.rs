@@ -18,6 +18,12 @@
 //! [`prelude`] names everything a service that calls upstreams needs, from this crate and
 //! the core and policy crates, so it depends on this one crate.
 //!
+//! `Client` is also a `tower::Service<http::Request<B>>` answering
+//! `http::Response<RespBody>` (see [`Client`]'s `Service` impl and [`ResponseFuture`]): tower
+//! and tower-http layers compose in front of it, and a tonic client can use it as its
+//! channel, over HTTP/2 ([`ClientBuilder::http2_prior_knowledge`] for `http` URLs) and
+//! under the same policy.
+//!
 //! [`DnsResolver`] (the cache with singleflight, serve-stale, persistence and refresh) and
 //! [`tls`] are public for services that need the same TLS configuration, pinning or error
 //! classification outside the client.
@@ -37,7 +43,7 @@ mod resilience;
 pub mod tls;
 
 pub use crate::body::{check_content_length, collect, decode, LimitedBody};
-pub use crate::client::{Client, ClientBuilder};
+pub use crate::client::{Client, ClientBuilder, ResponseFuture};
 pub use crate::connect::{DialFuture, Dialer, TcpDialer};
 pub use crate::dns::{DnsResolver, Resolution};
 /// Put one in `NetRequest::extensions` to cancel the call from elsewhere: the call stops at

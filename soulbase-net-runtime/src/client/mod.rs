@@ -6,11 +6,15 @@ mod chain;
 mod follow;
 mod gauges;
 mod hedged;
+mod in_flight;
 mod intercept;
 mod learn;
 mod retries;
 mod send;
+mod service;
 mod transport;
+
+pub use self::service::ResponseFuture;
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -59,6 +63,7 @@ pub struct ClientBuilder {
     max_response_head_bytes: usize,
     rate_store: Option<Arc<dyn crate::fleet::RateStore>>,
     store: Option<soulbase_net_policy::StoreConfig>,
+    max_in_flight: Option<usize>,
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -75,9 +80,15 @@ pub struct ClientBuilder {
 /// `error.type`, `http.request.resend_count`; plus `tenant`, `request.id`, and `trace_id` /
 /// `span_id` of the `traceparent` the request carries (set by `TraceUa`). Without a
 /// subscriber that wants them, the spans cost a check of a static flag.
+///
+/// `Client` is also a `tower::Service<http::Request<B>>` (see its `Service` impl for what
+/// `poll_ready` can and cannot know), so tower and tower-http layers compose in front of it
+/// and tower-based clients such as tonic send through its policy.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The tower face's slot reserved by `poll_ready`; a clone starts without one.
+    ready: service::Readiness,
 }
 
 struct Inner {
@@ -98,6 +109,8 @@ struct Inner {
     endpoints: learn::Endpoints,
     /// Shared rate limits (`limits.global`), through the rate store.
     global: crate::fleet::GlobalLimiter,
+    /// The client's cap on calls in flight (`ClientBuilder::max_in_flight`), if any.
+    in_flight: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 // === impl ClientBuilder ===
@@ -123,6 +136,7 @@ impl ClientBuilder {
             max_response_head_bytes: 64 * 1024,
             rate_store: None,
             store: None,
+            max_in_flight: None,
         }
     }
 
@@ -280,11 +294,32 @@ impl ClientBuilder {
         self
     }
 
+    /// At most `max` calls of this client in flight at once, all hosts and tenants together,
+    /// whichever face they come through (`NetClient::send` or `tower::Service::call`); a
+    /// call holds its slot until its response head arrives (or it fails). Over the cap,
+    /// `NetClient::send` fails at once with `RateLimited` (scope `ClientConcurrency`) unless
+    /// the call's `limits.max_wait` allows a bounded wait, while the tower face's
+    /// `poll_ready` is `Pending` until a slot is free — the backpressure tower layers expect.
+    /// Default is no cap (the policy's per-host and per-tenant limits still apply).
+    ///
+    /// # Examples
+    /// ```
+    /// let client = soulbase_net_runtime::Client::builder().max_in_flight(256).build()?;
+    /// # let _ = client;
+    /// # Ok::<(), soulbase_net_core::NetError>(())
+    /// ```
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = Some(max);
+        self
+    }
+
     /// Builds the client.
     ///
     /// # Errors
-    /// `InvalidRequest` when the policy is invalid (every problem listed).
+    /// `InvalidRequest` when the policy is invalid (every problem listed), or when
+    /// [`max_in_flight`](Self::max_in_flight) is 0.
     pub fn build(self) -> Result<Client, NetError> {
+        let in_flight = in_flight::cap(self.max_in_flight)?;
         let resolver: Arc<dyn PolicyResolver> = match (self.resolver, self.policy) {
             (Some(r), _) => r,
             (None, policy) => Arc::new(
@@ -371,7 +406,9 @@ impl ClientBuilder {
                 latencies: learn::Latencies::default(),
                 endpoints,
                 global: crate::fleet::GlobalLimiter::new(rate_store),
+                in_flight,
             }),
+            ready: service::Readiness::default(),
         })
     }
 }
@@ -392,6 +429,7 @@ impl fmt::Debug for ClientBuilder {
             .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
             .field("pool_max_lifetime", &self.pool_max_lifetime)
             .field("http2_prior_knowledge", &self.http2_prior_knowledge)
+            .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -518,6 +556,6 @@ impl NetClient for Client {
         'life0: 'async_trait,
         Self: 'async_trait,
     {
-        Box::pin(self.inner.send(req))
+        Box::pin(self.inner.send(req, None))
     }
 }

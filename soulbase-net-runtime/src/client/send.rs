@@ -118,7 +118,13 @@ impl Call<'_> {
 }
 
 impl Inner {
-    pub(super) async fn send(&self, mut req: NetRequest) -> Result<NetResponse, NetError> {
+    /// One call. `reserved` is the in-flight slot the tower face's `poll_ready` took for it,
+    /// if any (see `in_flight.rs`).
+    pub(super) async fn send(
+        &self,
+        mut req: NetRequest,
+        reserved: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Result<NetResponse, NetError> {
         let started = Instant::now();
         let id = next_request_id();
         let url = match req.validate(u64::MAX) {
@@ -187,6 +193,19 @@ impl Inner {
             }
             let token = req.extensions.get::<CancellationToken>().cloned();
             let work = async {
+                // Held until the call ends: the client's cap counts calls, not attempts.
+                let _in_flight = match self
+                    .in_flight_slot(reserved, &policy.limits, call.deadline)
+                    .await
+                {
+                    Ok(permit) => permit,
+                    Err(no) => {
+                        let err = self
+                            .no_slot(&call, no, "the client")
+                            .at(&call.labels.method, &req.url);
+                        return Err(self.after_error(&req, err).await);
+                    }
+                };
                 let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
                 match self.slot(host, tenant, &policy.limits, call.deadline).await {
                     Ok(permit) => {
@@ -401,7 +420,7 @@ fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
         otel.status_code = Unset,
         http.request.method = req.method.as_str(),
         server.address = call.labels.host.as_str(),
-        server.port = url.port_or_known_default(),
+        server.port = url.port_or_known_default().map(i64::from),
         url.scheme = call.labels.scheme,
         url.full = Unset,
         tenant = Unset,
@@ -423,14 +442,16 @@ fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
 }
 
 /// Records how a call or an attempt ended on its span; a 4xx, a 5xx or an error also sets
-/// the OpenTelemetry status to error (HTTP client semantic conventions).
+/// the OpenTelemetry status to error (HTTP client semantic conventions). Numbers the
+/// conventions type as integers are recorded as `i64`: tracing-opentelemetry exports a `u64`
+/// as a string.
 pub(super) fn record_outcome(span: &Span, outcome: &Outcome, attempts: u32) {
     if span.is_disabled() {
         return;
     }
     match outcome {
         Outcome::Response(status) => {
-            span.record("http.response.status_code", status.as_u16());
+            span.record("http.response.status_code", i64::from(status.as_u16()));
             if status.as_u16() >= 400 {
                 span.record("error.type", status.as_str());
                 span.record("otel.status_code", "error");
@@ -442,7 +463,7 @@ pub(super) fn record_outcome(span: &Span, outcome: &Outcome, attempts: u32) {
         }
     }
     if attempts > 1 {
-        span.record("http.request.resend_count", attempts - 1);
+        span.record("http.request.resend_count", i64::from(attempts - 1));
     }
 }
 

@@ -1,0 +1,253 @@
+//! A tonic gRPC client whose channel is the client: HTTP/2 prior knowledge (h2c) to a tonic
+//! service on loopback, with the address guard, the interceptors, the observer and the
+//! timeouts of the client's policy applying to each gRPC call.
+
+use std::{
+    error::Error as _,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use http::Version;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use soulbase_net_core::{
+    ErrorCode, ErrorKind, NetError, NetEvent, NetRequest, Observer, Outcome, Phase,
+};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_runtime::Client;
+use tokio::{net::TcpListener, task::JoinSet};
+use tonic::{codegen::tokio_stream, Request, Response, Status};
+
+use super::{
+    bounded,
+    echo::{
+        echo_client::EchoClient,
+        echo_server::{Echo, EchoServer},
+        CountRequest, SayReply, SayRequest,
+    },
+    loopback_policy, LoopbackOnly,
+};
+
+/// The service: echoes, naming the `x-through` header it got; counts up; or never answers
+/// (`"stall"`).
+struct Echoer;
+
+#[tonic::async_trait]
+impl Echo for Echoer {
+    async fn say(&self, request: Request<SayRequest>) -> Result<Response<SayReply>, Status> {
+        let through = request
+            .metadata()
+            .get("x-through")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_owned();
+        let text = request.into_inner().text;
+        if text == "stall" {
+            std::future::pending::<()>().await;
+        }
+        Ok(Response::new(SayReply {
+            text: format!("{text} via {through}"),
+        }))
+    }
+
+    type CountStream = tokio_stream::Iter<std::vec::IntoIter<Result<SayReply, Status>>>;
+
+    async fn count(
+        &self,
+        request: Request<CountRequest>,
+    ) -> Result<Response<Self::CountStream>, Status> {
+        let replies: Vec<_> = (1..=request.into_inner().count)
+            .map(|n| {
+                Ok(SayReply {
+                    text: n.to_string(),
+                })
+            })
+            .collect();
+        Ok(Response::new(tokio_stream::iter(replies)))
+    }
+}
+
+/// The tonic service served by hyper's HTTP/2 server on a loopback port, counting the
+/// connections it accepts and the HTTP/2 requests it gets.
+struct GrpcServer {
+    addr: SocketAddr,
+    connections: Arc<AtomicU64>,
+    h2_requests: Arc<AtomicU64>,
+    tasks: JoinSet<()>,
+}
+
+impl GrpcServer {
+    async fn start() -> GrpcServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicU64::new(0));
+        let h2_requests = Arc::new(AtomicU64::new(0));
+        let mut tasks = JoinSet::new();
+        let (accepted, seen) = (connections.clone(), h2_requests.clone());
+        tasks.spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                accepted.fetch_add(1, Ordering::SeqCst);
+                let seen = seen.clone();
+                let svc = hyper::service::service_fn(move |req: http::Request<_>| {
+                    if req.version() == Version::HTTP_2 {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let mut echo = EchoServer::new(Echoer);
+                    tower::Service::call(&mut echo, req)
+                });
+                conns.spawn(async move {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        GrpcServer {
+            addr,
+            connections,
+            h2_requests,
+            tasks,
+        }
+    }
+
+    fn origin(&self) -> http::Uri {
+        format!("http://{}", self.addr).parse().unwrap()
+    }
+}
+
+impl Drop for GrpcServer {
+    fn drop(&mut self) {
+        self.tasks.abort_all();
+    }
+}
+
+/// Adds `x-through: soulbase` to every request: an interceptor of the client, run on gRPC
+/// calls as on any other.
+struct Through;
+
+#[async_trait::async_trait]
+impl soulbase_net_core::Interceptor for Through {
+    async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        req.headers
+            .insert("x-through", http::HeaderValue::from_static("soulbase"));
+        Ok(())
+    }
+}
+
+/// Counts calls started and calls finished with a 200 response.
+#[derive(Debug, Default)]
+struct Calls {
+    started: AtomicU64,
+    ok: AtomicU64,
+}
+
+impl Observer for Calls {
+    fn on_event(&self, ev: &NetEvent<'_>) {
+        match ev {
+            NetEvent::RequestStarted { .. } => {
+                self.started.fetch_add(1, Ordering::SeqCst);
+            }
+            NetEvent::RequestFinished {
+                outcome: Outcome::Response(http::StatusCode::OK),
+                ..
+            } => {
+                self.ok.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn grpc_client(policy: NetPolicy, calls: Arc<Calls>) -> Client {
+    Client::builder()
+        .policy(policy)
+        .http2_prior_knowledge(true)
+        .dialer(Arc::new(LoopbackOnly))
+        .interceptor(Through)
+        .observer(calls)
+        .build()
+        .unwrap()
+}
+
+/// The client's error inside a tonic `Status`.
+fn net_error(status: &Status) -> &NetError {
+    status
+        .source()
+        .and_then(|e| e.downcast_ref::<NetError>())
+        .unwrap_or_else(|| panic!("no NetError under {status:?}"))
+}
+
+#[tokio::test]
+async fn a_tonic_client_calls_through_the_client_over_h2c() {
+    let server = GrpcServer::start().await;
+    let calls = Arc::new(Calls::default());
+    let client = grpc_client(loopback_policy(), calls.clone());
+    let mut grpc = EchoClient::with_origin(client, server.origin());
+
+    let reply = bounded(grpc.say(SayRequest {
+        text: "hello".into(),
+    }))
+    .await
+    .unwrap();
+    assert_eq!(reply.into_inner().text, "hello via soulbase");
+
+    // A server stream: messages as they come, then the trailers' grpc-status.
+    let mut stream = bounded(grpc.count(CountRequest { count: 3 }))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    while let Some(reply) = bounded(stream.message()).await.unwrap() {
+        got.push(reply.text);
+    }
+    assert_eq!(got, ["1", "2", "3"]);
+
+    // Both calls went through the client's pipeline, as HTTP/2 on one connection.
+    assert_eq!(calls.started.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.ok.load(Ordering::SeqCst), 2);
+    assert_eq!(server.h2_requests.load(Ordering::SeqCst), 2);
+    assert_eq!(server.connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_address_guard_refuses_a_grpc_call_before_any_connection() {
+    let server = GrpcServer::start().await;
+    // The default policy: loopback is not granted.
+    let mut policy = NetPolicy::default();
+    policy.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
+    let mut grpc = EchoClient::with_origin(grpc_client(policy, Arc::default()), server.origin());
+
+    let status = bounded(grpc.say(SayRequest { text: "x".into() }))
+        .await
+        .unwrap_err();
+    let err = net_error(&status);
+    assert_eq!(err.kind(), ErrorKind::Blocked);
+    assert_eq!(err.code(), ErrorCode::AuthForbidden);
+    assert_eq!(server.connections.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn the_policys_first_byte_timeout_ends_a_stalled_grpc_call() {
+    let server = GrpcServer::start().await;
+    let mut policy = loopback_policy();
+    let t = &mut policy.timeout;
+    (t.connect, t.read, t.write) = (Duration::from_millis(200), t.attempt, t.attempt);
+    t.ttfb = Duration::from_millis(200);
+    let mut grpc = EchoClient::with_origin(grpc_client(policy, Arc::default()), server.origin());
+
+    let status = bounded(grpc.say(SayRequest {
+        text: "stall".into(),
+    }))
+    .await
+    .unwrap_err();
+    assert_eq!(net_error(&status).kind(), ErrorKind::Timeout(Phase::Ttfb));
+    assert_eq!(server.h2_requests.load(Ordering::SeqCst), 1);
+}

@@ -1,0 +1,55 @@
+//! The tower face of the client: tower-http layers in front of it, `poll_ready` under the
+//! in-flight cap, and a tonic gRPC client whose channel is the client — all over loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod grpc;
+mod layers;
+mod ready;
+
+/// The code `tonic-prost-build` 0.14 generated from `echo.proto` (with
+/// `build_transport(false)`), checked in so that building the tests needs no `protoc`.
+#[path = "echo.v1.rs"]
+#[allow(unreachable_pub, clippy::all, clippy::pedantic)]
+mod echo;
+
+use std::{net::SocketAddr, time::Duration};
+
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_runtime::{DialFuture, Dialer, TcpDialer};
+
+/// Refuses (without dialling) any address that is not loopback, so a broken guard fails the
+/// test instead of reaching the network.
+#[derive(Debug)]
+struct LoopbackOnly;
+
+impl Dialer for LoopbackOnly {
+    fn dial(&self, addr: SocketAddr) -> DialFuture {
+        if !addr.ip().is_loopback() {
+            return Box::pin(async move {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("test dialer refuses non-loopback {addr}"),
+                ))
+            });
+        }
+        TcpDialer.dial(addr)
+    }
+}
+
+/// The default policy with loopback granted, quick retries, and no name server off the
+/// machine.
+fn loopback_policy() -> NetPolicy {
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    p.retry.backoff.base = Duration::from_millis(1);
+    p.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
+    p
+}
+
+/// Runs `f` within 20 seconds; fails the test when it takes longer.
+async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("the test exceeded its time bound")
+}
