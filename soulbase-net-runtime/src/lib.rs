@@ -60,3 +60,9 @@ struct ReadmeQuickStart;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/testing.md")]
 struct TestingGuide;
+
+/// `docs/from-reqwest.md`, the migration guide from reqwest, compiled and run as doctests so
+/// that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/from-reqwest.md")]
+struct FromReqwestGuide;
