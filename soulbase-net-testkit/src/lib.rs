@@ -7,7 +7,9 @@
 //!   [`Script`] of [`Reply`]s and faults — status and headers, delays, slow bodies, stalls,
 //!   resets, clean closes, hangs, huge streamed bodies, lying `Content-Length`, redirects,
 //!   gzip/br bodies and decompression bombs, echo, conditional `304`s, sequences and seeded
-//!   random faults — with hit counters, captured requests and a connection count.
+//!   random faults — with hit counters, captured requests and a connection count. With
+//!   [`FaultServerBuilder::forward_to`] it sits in front of any upstream on loopback (a
+//!   wiremock `MockServer`, say) and applies its faults around the upstream's answers.
 //! - [`CertKit`]: a test PKI with good and broken certificates, client certificates for mTLS,
 //!   SPKI pins and PEM export.
 //! - [`MockDns`]: an authoritative DNS server (UDP + TCP) with changeable records, poisoned
