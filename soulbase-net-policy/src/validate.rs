@@ -106,6 +106,37 @@ impl fmt::Display for PolicyError {
     }
 }
 
+/// A policy error as the client's error, so that setup needs one `?`: kind
+/// [`InvalidRequest`](soulbase_net_core::ErrorKind::InvalidRequest), code
+/// `SCHEMA.VALIDATION_FAILED`, the message `invalid policy: ` followed by every problem (one
+/// per line, as `path: reason`), and the `PolicyError` itself as the source, so the problems
+/// stay retrievable with [`NetError::find_source`](soulbase_net_core::NetError::find_source).
+///
+/// # Examples
+/// ```
+/// use soulbase_net_core::{ErrorCode, NetError};
+/// use soulbase_net_policy::{PolicyDocument, PolicyError};
+///
+/// fn load() -> Result<PolicyDocument, NetError> {
+///     Ok(PolicyDocument::from_toml_str(
+///         "[default]\nretry.max_attempts = 0\nretry.backoff.jitter = 2.0",
+///     )?)
+/// }
+///
+/// let err = load().unwrap_err();
+/// assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+/// let message = err.message().unwrap();
+/// assert!(message.contains("default.retry.max_attempts"), "{message}");
+/// assert!(message.contains("default.retry.backoff.jitter"), "{message}");
+/// let problems = err.find_source::<PolicyError>().unwrap().problems();
+/// assert_eq!(problems.len(), 2);
+/// ```
+impl From<PolicyError> for soulbase_net_core::NetError {
+    fn from(e: PolicyError) -> Self {
+        soulbase_net_core::NetError::invalid_request(format!("invalid policy: {e}")).with_source(e)
+    }
+}
+
 // === helpers for the checks of each sub-policy ===
 
 /// Collects problems under a path prefix (`retry`, `retry.backoff`, …).

@@ -16,7 +16,14 @@ mod transport;
 
 pub use self::service::ResponseFuture;
 
-use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    future::Future,
+    path::{Path, PathBuf},
+    pin::Pin,
+    sync::Arc,
+    time::Duration,
+};
 
 use http::HeaderValue;
 use rustls::pki_types::CertificateDer;
@@ -24,7 +31,7 @@ use soulbase_net_core::{
     Fanout, GaugeSource, Interceptor, NetClient, NetError, NetRequest, NetResponse, NoopObserver,
     Observer,
 };
-use soulbase_net_policy::{NetPolicy, PolicyResolver, SnapshotResolver};
+use soulbase_net_policy::{NetPolicy, PolicyDocument, PolicyResolver, SnapshotResolver};
 
 use self::transport::Transports;
 use crate::connect::{Dialer, TcpDialer};
@@ -49,6 +56,8 @@ const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSIO
 pub struct ClientBuilder {
     resolver: Option<Arc<dyn PolicyResolver>>,
     policy: Option<NetPolicy>,
+    /// A document or a file to read at `build`, so that its errors come out of `build`.
+    document: Option<DocumentSource>,
     interceptors: Vec<Arc<dyn Interceptor>>,
     observers: Vec<Arc<dyn Observer>>,
     dialer: Arc<dyn Dialer>,
@@ -64,6 +73,13 @@ pub struct ClientBuilder {
     rate_store: Option<Arc<dyn crate::fleet::RateStore>>,
     store: Option<soulbase_net_policy::StoreConfig>,
     max_in_flight: Option<usize>,
+}
+
+/// Where [`ClientBuilder::policy_document`] and [`ClientBuilder::policy_file`] take the
+/// policy from.
+enum DocumentSource {
+    Document(PolicyDocument),
+    File(PathBuf),
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -122,6 +138,7 @@ impl ClientBuilder {
         ClientBuilder {
             resolver: None,
             policy: None,
+            document: None,
             interceptors: Vec::new(),
             observers: Vec::new(),
             dialer: Arc::new(TcpDialer),
@@ -145,6 +162,7 @@ impl ClientBuilder {
     pub fn policy(mut self, policy: NetPolicy) -> Self {
         self.policy = Some(policy);
         self.resolver = None;
+        self.document = None;
         self
     }
 
@@ -152,6 +170,69 @@ impl ClientBuilder {
     /// [`SnapshotResolver`]. Replaces [`ClientBuilder::policy`].
     pub fn policy_resolver(mut self, resolver: Arc<dyn PolicyResolver>) -> Self {
         self.resolver = Some(resolver);
+        self.policy = None;
+        self.document = None;
+        self
+    }
+
+    /// Uses a policy document: its default, overrides by host and tenant, and named keys,
+    /// resolved per request; its `[store]` section too, unless [`store`](Self::store) gives
+    /// one. `build` validates it, and fails with every problem listed. Replaces
+    /// [`policy`](Self::policy) and [`policy_resolver`](Self::policy_resolver).
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_runtime::prelude::*;
+    ///
+    /// let doc = PolicyDocument::from_toml_str(r#"
+    ///     [overrides."*.example.com"]
+    ///     retry.max_attempts = 2
+    /// "#)?;
+    /// let client = Client::builder().policy_document(doc).build()?;
+    /// # drop(client);
+    /// # Ok::<(), NetError>(())
+    /// ```
+    pub fn policy_document(mut self, doc: PolicyDocument) -> Self {
+        self.document = Some(DocumentSource::Document(doc));
+        self.resolver = None;
+        self.policy = None;
+        self
+    }
+
+    /// Reads the policy document from a `.toml` or `.json` file at `build` (see
+    /// [`policy_document`](Self::policy_document)), so that setup is one expression with one
+    /// `?`. The file is read once; to reload it while the service runs, keep a
+    /// [`SnapshotResolver::from_path`] and call its `reload_from_file` from a file watcher or
+    /// a signal handler, and give it to [`policy_resolver`](Self::policy_resolver).
+    ///
+    /// # Errors
+    /// None here; `build` fails with `InvalidRequest` (`SCHEMA.VALIDATION_FAILED`) when the
+    /// file cannot be read or parsed, or the document is invalid: the message lists every
+    /// problem, and the source is the policy crate's `PolicyError`.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_runtime::prelude::*;
+    ///
+    /// fn client(path: &std::path::Path) -> Result<Client, NetError> {
+    ///     Ok(Client::builder().policy_file(path).build()?)
+    /// }
+    ///
+    /// let dir = std::env::temp_dir().join(format!("sbn-policy-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("policy.toml");
+    /// std::fs::write(&path, "[default]\nretry.max_attempts = 2\n").unwrap();
+    /// assert!(client(&path).is_ok());
+    ///
+    /// std::fs::write(&path, "[default]\nretry.max_attempts = 0\n").unwrap();
+    /// let err = client(&path).unwrap_err();
+    /// assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+    /// assert!(err.message().unwrap().contains("default.retry.max_attempts"));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn policy_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.document = Some(DocumentSource::File(path.as_ref().to_path_buf()));
+        self.resolver = None;
         self.policy = None;
         self
     }
@@ -320,17 +401,24 @@ impl ClientBuilder {
     /// [`max_in_flight`](Self::max_in_flight) is 0.
     pub fn build(self) -> Result<Client, NetError> {
         let in_flight = in_flight::cap(self.max_in_flight)?;
-        let resolver: Arc<dyn PolicyResolver> = match (self.resolver, self.policy) {
-            (Some(r), _) => r,
-            (None, policy) => Arc::new(
-                SnapshotResolver::from_policy(policy.unwrap_or_default()).map_err(|e| {
-                    NetError::invalid_request(format!("invalid policy: {e}")).with_source(e)
-                })?,
-            ),
+        let document = match self.document {
+            Some(DocumentSource::Document(doc)) => Some(doc),
+            Some(DocumentSource::File(path)) => Some(PolicyDocument::from_path(&path)?),
+            None => None,
+        };
+        let store = self
+            .store
+            .or_else(|| document.as_ref().and_then(|d| d.store().cloned()));
+        let resolver: Arc<dyn PolicyResolver> = match (self.resolver, document, self.policy) {
+            (Some(r), _, _) => r,
+            (None, Some(doc), _) => Arc::new(SnapshotResolver::new(doc)?),
+            (None, None, policy) => {
+                Arc::new(SnapshotResolver::from_policy(policy.unwrap_or_default())?)
+            }
         };
         let rate_store = match (
             self.rate_store,
-            self.store.as_ref().and_then(|s| s.redis_target()),
+            store.as_ref().and_then(|s| s.redis_target()),
         ) {
             (Some(store), _) => store,
             (None, Some(target)) => redis_rate_store(target)?,
