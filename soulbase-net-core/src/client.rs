@@ -220,7 +220,10 @@ mod tests {
         ] {
             let c = recorder(status, "{}");
             let err = c.get_bytes("http://h.example/", None).await.unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::Status(status));
+            assert_eq!(
+                err.kind(),
+                ErrorKind::Status(http::StatusCode::from_u16(status).unwrap())
+            );
             assert_eq!(err.code(), code);
             let err = c
                 .get_json::<serde_json::Value>("http://h.example/", None)

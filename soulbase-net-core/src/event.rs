@@ -160,7 +160,7 @@ impl Outcome {
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Response(s) if s.as_u16() < 400 => "ok",
-            Outcome::Response(s) => ErrorKind::Status(s.as_u16()).label(),
+            Outcome::Response(s) => ErrorKind::Status(*s).label(),
             Outcome::Error(kind) => kind.label(),
         }
     }

@@ -113,7 +113,7 @@ pub(crate) const fn kind_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::TlsVerify | ErrorKind::Blocked => ErrorCode::AuthForbidden,
         ErrorKind::InvalidRequest | ErrorKind::Decode => ErrorCode::SchemaValidationFailed,
         ErrorKind::RateLimited | ErrorKind::QuotaExceeded => ErrorCode::QuotaRateLimited,
-        ErrorKind::Status(status) => status_code(status),
+        ErrorKind::Status(status) => status_code(status.as_u16()),
     }
 }
 
@@ -122,6 +122,14 @@ mod tests {
     use super::*;
     use crate::error::Phase;
     use ErrorCode::*;
+
+    /// A status by number, in a `const` table.
+    const fn st(n: u16) -> http::StatusCode {
+        match http::StatusCode::from_u16(n) {
+            Ok(s) => s,
+            Err(_) => panic!("not a status"),
+        }
+    }
 
     /// Seed 000 §8.2, row by row: (kind, code, public view with QoS off, with QoS on).
     const TABLE: &[(ErrorKind, ErrorCode, ErrorCode, ErrorCode)] = &[
@@ -270,67 +278,67 @@ mod tests {
             QuotaRateLimited,
         ),
         (
-            ErrorKind::Status(500),
+            ErrorKind::Status(st(500)),
             ProviderUnavailable,
             ProviderUnavailable,
             ProviderUnavailable,
         ),
         (
-            ErrorKind::Status(503),
+            ErrorKind::Status(st(503)),
             ProviderUnavailable,
             ProviderUnavailable,
             ProviderUnavailable,
         ),
         (
-            ErrorKind::Status(429),
+            ErrorKind::Status(st(429)),
             QuotaRateLimited,
             ProviderUnavailable,
             QuotaRateLimited,
         ),
         (
-            ErrorKind::Status(401),
+            ErrorKind::Status(st(401)),
             AuthForbidden,
             AuthForbidden,
             AuthForbidden,
         ),
         (
-            ErrorKind::Status(403),
+            ErrorKind::Status(st(403)),
             AuthForbidden,
             AuthForbidden,
             AuthForbidden,
         ),
         (
-            ErrorKind::Status(407),
+            ErrorKind::Status(st(407)),
             AuthForbidden,
             AuthForbidden,
             AuthForbidden,
         ),
         (
-            ErrorKind::Status(408),
+            ErrorKind::Status(st(408)),
             ProviderTimeout,
             ProviderUnavailable,
             ProviderUnavailable,
         ),
         (
-            ErrorKind::Status(400),
+            ErrorKind::Status(st(400)),
             SchemaValidationFailed,
             SchemaValidationFailed,
             SchemaValidationFailed,
         ),
         (
-            ErrorKind::Status(404),
+            ErrorKind::Status(st(404)),
             SchemaValidationFailed,
             SchemaValidationFailed,
             SchemaValidationFailed,
         ),
         (
-            ErrorKind::Status(422),
+            ErrorKind::Status(st(422)),
             SchemaValidationFailed,
             SchemaValidationFailed,
             SchemaValidationFailed,
         ),
         (
-            ErrorKind::Status(302),
+            ErrorKind::Status(st(302)),
             ProviderUnavailable,
             ProviderUnavailable,
             ProviderUnavailable,

@@ -100,7 +100,16 @@ pub enum ErrorKind {
     RedirectLimit,
     /// The response had an error status (see `error_for_status()`); the code depends on the
     /// status, as documented on [`status_code`](crate::status_code).
-    Status(u16),
+    ///
+    /// ```
+    /// use soulbase_net_core::{ErrorKind, NetError};
+    /// use http::StatusCode;
+    ///
+    /// let err = NetError::status(StatusCode::NOT_FOUND);
+    /// assert_eq!(err.kind(), ErrorKind::Status(StatusCode::NOT_FOUND));
+    /// assert!(matches!(err.kind(), ErrorKind::Status(s) if s.is_client_error()));
+    /// ```
+    Status(http::StatusCode),
     /// The response body could not be decoded (JSON, UTF-8). `SCHEMA.VALIDATION_FAILED`.
     Decode,
     /// Reading or writing the connection failed after it was established.
@@ -132,7 +141,7 @@ impl ErrorKind {
         ErrorKind::TooLarge,
         ErrorKind::InvalidRequest,
         ErrorKind::RedirectLimit,
-        ErrorKind::Status(503),
+        ErrorKind::Status(http::StatusCode::SERVICE_UNAVAILABLE),
         ErrorKind::Decode,
         ErrorKind::Io,
         ErrorKind::Proxy,
@@ -172,10 +181,12 @@ impl ErrorKind {
             ErrorKind::TooLarge => "too_large",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::RedirectLimit => "redirect_limit",
-            ErrorKind::Status(429) => "status_429",
-            ErrorKind::Status(500..=599) => "status_5xx",
-            ErrorKind::Status(400..=499) => "status_4xx",
-            ErrorKind::Status(_) => "status_other",
+            ErrorKind::Status(status) => match status.as_u16() {
+                429 => "status_429",
+                500..=599 => "status_5xx",
+                400..=499 => "status_4xx",
+                _ => "status_other",
+            },
             ErrorKind::Decode => "decode",
             ErrorKind::Io => "io",
             ErrorKind::Proxy => "proxy",
@@ -205,7 +216,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => f.write_str("response body too large"),
             ErrorKind::InvalidRequest => f.write_str("invalid request"),
             ErrorKind::RedirectLimit => f.write_str("too many redirects"),
-            ErrorKind::Status(status) => write!(f, "http status {status}"),
+            ErrorKind::Status(status) => write!(f, "http status {}", status.as_u16()),
             ErrorKind::Decode => f.write_str("response body could not be decoded"),
             ErrorKind::Io => f.write_str("connection i/o failed"),
             ErrorKind::Proxy => f.write_str("proxy failed"),

@@ -71,7 +71,7 @@ impl NetError {
 
     /// An [`ErrorKind::Status`] for an HTTP error status.
     pub fn status(status: http::StatusCode) -> Self {
-        NetError::new(ErrorKind::Status(status.as_u16()))
+        NetError::new(ErrorKind::Status(status))
     }
 
     /// An [`ErrorKind::Decode`] caused by `source`.
@@ -164,7 +164,7 @@ impl NetError {
     /// The HTTP status for [`ErrorKind::Status`] errors.
     pub fn status_code(&self) -> Option<http::StatusCode> {
         match self.inner.kind {
-            ErrorKind::Status(s) => http::StatusCode::from_u16(s).ok(),
+            ErrorKind::Status(s) => Some(s),
             _ => None,
         }
     }

@@ -162,8 +162,7 @@ impl NetResponse {
         if !(self.status.is_client_error() || self.status.is_server_error()) {
             return None;
         }
-        let mut err =
-            NetError::new(ErrorKind::Status(self.status.as_u16())).with_attempts(self.attempts);
+        let mut err = NetError::new(ErrorKind::Status(self.status)).with_attempts(self.attempts);
         if !self.url.is_empty() {
             err = err.with_context(self.url.clone());
         }

@@ -157,7 +157,7 @@ pub(crate) fn is_retryable(on: &RetryOn, outcome: Outcome) -> bool {
 pub(crate) fn status_of(outcome: Outcome) -> Option<u16> {
     match outcome {
         Outcome::Response(s) => Some(s.as_u16()),
-        Outcome::Error(ErrorKind::Status(s)) => Some(s),
+        Outcome::Error(ErrorKind::Status(s)) => Some(s.as_u16()),
         Outcome::Error(_) => None,
     }
 }

@@ -203,7 +203,10 @@ fn some_outcomes_are_never_retried() {
         let d = run(&RetryPolicy::default(), true, &end(1, o));
         assert!(matches!(d, RetryDecision::Stop(_)), "{o:?}");
     }
-    assert!(is_retryable(&on, Outcome::Error(ErrorKind::Status(502))));
+    assert!(is_retryable(
+        &on,
+        Outcome::Error(ErrorKind::Status(http::StatusCode::BAD_GATEWAY))
+    ));
 }
 
 fn outcome() -> impl Strategy<Value = Outcome> {
