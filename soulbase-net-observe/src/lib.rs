@@ -35,12 +35,12 @@ mod metrics;
 mod sli;
 mod trace;
 
-/// [`Fanout`](soulbase_net_core::Fanout) lives in core (a client fans out to several
-/// observers itself); re-exported here beside the observers it combines.
-pub use soulbase_net_core::Fanout;
 pub use crate::metrics::{Metrics, MetricsBuilder, LATENCY_BUCKETS_MS};
 pub use crate::sli::Slis;
 pub use crate::trace::TracingObserver;
+/// [`Fanout`](soulbase_net_core::Fanout) lives in core (a client fans out to several
+/// observers itself); re-exported here beside the observers it combines.
+pub use soulbase_net_core::Fanout;
 
 /// Re-exported so that users name the registry type of [`Metrics::registry`] without a
 /// version mismatch.

@@ -409,7 +409,11 @@ async fn observers_add_up_and_each_sees_every_event() {
     // not put in its place.
     let metrics = Arc::new(Metrics::new());
     let h = harness_with(loopback_policy(), |b| b.observer(metrics.clone()));
-    let res = h.client.send(NetRequest::get(srv.url("/ok"))).await.unwrap();
+    let res = h
+        .client
+        .send(NetRequest::get(srv.url("/ok")))
+        .await
+        .unwrap();
     res.bytes().await.unwrap();
     let text = metrics.encode();
     let ok =
