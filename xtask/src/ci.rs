@@ -2,6 +2,10 @@
 //! suite (root, package registries) runs last; `XTASK_SKIP_INTEROP=1` skips it on a machine
 //! that cannot install packages.
 //!
+//! After the tests, the instruction budget: `cargo xtask bench --instructions` counts each
+//! client's instructions per request under callgrind and fails more than 3 % above
+//! `docs/bench-budget.json`.
+//!
 //! After the workspace clippy, the "features alone" step lints each library crate on its own
 //! (so no other crate's feature requests are unified into it) without default features, and
 //! each feature of a crate alone: "depend only on what you need" holds only if every such
@@ -63,11 +67,18 @@ const STEPS: &[Step] = &[
 /// shares.
 const FEATURES_ALONE_AFTER: &str = "clippy";
 
+/// Where the instruction budget's check goes: after this step of [`STEPS`]. It counts the
+/// clients of the xtask running this (a debug build: the `debug` section of
+/// `docs/bench-budget.json`), so it needs no build of its own.
+const INSTRUCTIONS_AFTER: &str = "tests";
+
 /// Servers the tests start throwaway instances of (Debian package, program).
 const SERVERS: &[(&str, &str)] = &[
     ("redis-server", "redis-server"),
     // Debian keeps PostgreSQL's programs out of PATH, in a directory per major version.
     ("postgresql", "/usr/lib/postgresql/*/bin/initdb"),
+    // The instruction budget's counts (callgrind).
+    ("valgrind", "valgrind"),
 ];
 
 /// The chaos run of CI: short, with the default seed.
@@ -86,6 +97,15 @@ pub(crate) fn run() -> Result<(), String> {
         run_cargo(&cargo, &root, step.title, step.args, step.env)?;
         if step.title == FEATURES_ALONE_AFTER {
             run_features_alone(&cargo, &root)?;
+        }
+        if step.title == INSTRUCTIONS_AFTER {
+            step_banner("instructions");
+            let t = Instant::now();
+            crate::bench::run(&["--instructions".to_owned()])?;
+            eprintln!(
+                "xtask: instructions ok in {:.1}s",
+                t.elapsed().as_secs_f64()
+            );
         }
     }
     step_banner("contract");

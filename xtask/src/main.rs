@@ -34,10 +34,16 @@ commands:
   demo    the main job on loopback in seconds: retries, the breaker opening and recovering,
           a rate limit, SSRF refused, a timeout, a cached GET, a fleet quota, an outbox
           delivering on its third try; exits non-zero if any phase misbehaves
-  bench   [--json PATH] [--secs S] [--concurrency C] [--rounds R]
-          [--clients hyper,reqwest,soulbase_min,soulbase_full]
-          hyper-util vs reqwest vs soulbase-net (minimal and full policy) over loopback,
-          plus the breaker scenario; `cargo run --release -p xtask -- bench` for real numbers
+  bench   [--scenario NAME[,NAME]] [--clients hyper,reqwest,soulbase_min,soulbase_full]
+          [--secs S] [--rounds R] [--concurrency C] [--json PATH]
+          hyper vs reqwest vs soulbase-net (minimal and full policy) over loopback, the
+          server in a process of its own, ratios paired by round; scenarios h1-256, h1-16,
+          h1-1, h2c-256, h2-tls-256, body-1m, hosts-10k, breaker, fleet (default: all);
+          `cargo run --release -p xtask -- bench` for real numbers
+  bench --instructions [--update-budget] [--requests N] [--clients ...]
+          instructions per request of each client under callgrind (the server in its own
+          process), checked against docs/bench-budget.json's section for the build
+          profile running (fails more than 3 % above it)
   bench --outbox [--items N]
           the outbox on SQLite and PostgreSQL: enqueue/s (one caller, batched), deliveries/s,
           enqueue-to-delivered latency
@@ -78,6 +84,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::run(),
         Some("bench") => bench::run(&args[1..]),
+        Some("bench-server") => bench::server_main(),
+        Some("bench-client") => bench::instructions::client_main(&args[1..]),
         Some("ci") => ci::run(),
         Some("features") => ci::features(),
         Some("contract") => contract::run(&args[1..]),

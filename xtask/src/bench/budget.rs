@@ -1,0 +1,166 @@
+//! The instruction budget (`docs/bench-budget.json`): per build profile, each client's
+//! instructions per request; a count more than [`TOLERANCE`] above its budget fails.
+//!
+//! Two profiles, because they answer two questions: `release` holds the figures that mean
+//! something (what the README reports; checked by `cargo run --release -p xtask -- bench
+//! --instructions`), `debug` the ones `cargo xtask ci` checks on the xtask it is already
+//! running — no release build of the workspace in CI (about 4 minutes of both cores here),
+//! and unoptimised code makes added work per request show at least as clearly.
+#![allow(
+    clippy::print_stdout,
+    reason = "a command a person runs: the table goes to stdout"
+)]
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::clients::Kind;
+
+/// How far above its budget a client may go before the check fails.
+pub(crate) const TOLERANCE: f64 = 0.03;
+/// Where the budget lives, from the workspace root.
+pub(crate) const BUDGET_FILE: &str = "docs/bench-budget.json";
+
+/// One client's count against its budget.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Verdict {
+    pub(crate) kind: Kind,
+    pub(crate) measured: f64,
+    pub(crate) budget: Option<f64>,
+    pub(crate) ok: bool,
+}
+
+/// Each measured client against the `profile` section of `budget`: over by more than
+/// [`TOLERANCE`], or without a budget, fails.
+pub(crate) fn judge(measured: &[(Kind, f64)], budget: &Value, profile: &str) -> Vec<Verdict> {
+    measured
+        .iter()
+        .map(|&(kind, m)| {
+            let b = budget["instructions_per_request"][profile][kind.key()].as_f64();
+            Verdict {
+                kind,
+                measured: m,
+                budget: b,
+                ok: b.is_some_and(|b| m <= b * (1.0 + TOLERANCE)),
+            }
+        })
+        .collect()
+}
+
+/// The verdicts as a Markdown table; `updating` says the figures become the budget.
+pub(crate) fn print_table(verdicts: &[Verdict], updating: bool) {
+    println!(
+        "\n| client | instructions / request | budget | change | verdict |\n\
+         | --- | --- | --- | --- | --- |"
+    );
+    for v in verdicts {
+        let (budget, change) = match v.budget {
+            Some(b) => (
+                format!("{b:.0}"),
+                format!("{:+.2} %", (v.measured / b - 1.0) * 100.0),
+            ),
+            None => ("none".to_owned(), "—".to_owned()),
+        };
+        let verdict = match (updating, v.ok) {
+            (true, _) => "new budget",
+            (false, true) => "ok",
+            (false, false) => "OVER BUDGET",
+        };
+        println!(
+            "| {} | {:.0} | {budget} | {change} | {verdict} |",
+            v.kind.label(),
+            v.measured
+        );
+    }
+}
+
+/// The budget document; `null` when there is no file yet.
+pub(crate) fn read(path: &Path) -> Result<Value, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map_err(|e| format!("bench --instructions: {}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Value::Null),
+        Err(e) => Err(format!("bench --instructions: {}: {e}", path.display())),
+    }
+}
+
+/// `old` with its `profile` section replaced by `measured` (the other profile kept).
+pub(crate) fn updated(old: &Value, profile: &str, measured: &[(Kind, f64)], what: &str) -> Value {
+    let mut sections = match &old["instructions_per_request"] {
+        Value::Object(m) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let mut section = serde_json::Map::new();
+    for &(kind, m) in measured {
+        section.insert(kind.key().to_owned(), json!(m.round() as u64));
+    }
+    sections.insert(profile.to_owned(), Value::Object(section));
+    json!({
+        "what": what,
+        "check": "cargo run --release -p xtask -- bench --instructions checks `release`; cargo \
+                  xtask ci checks `debug` (cargo xtask bench --instructions); --update-budget \
+                  rewrites the section of the build it runs in",
+        "tolerance": TOLERANCE,
+        "instructions_per_request": sections,
+    })
+}
+
+/// Writes `doc` to `path`, pretty-printed.
+pub(crate) fn write(path: &Path, doc: &Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(doc).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::clients::CLIENTS;
+
+    #[test]
+    fn over_three_percent_or_without_a_budget_fails() {
+        let budget = json!({ "instructions_per_request": {
+            "release": { "hyper": 1000.0, "reqwest": 2000.0 },
+            "debug": { "hyper": 1.0 },
+        } });
+        let v = judge(
+            &[
+                (Kind::Hyper, 1030.0),
+                (Kind::Reqwest, 2061.0),
+                (Kind::SoulbaseMin, 10.0),
+            ],
+            &budget,
+            "release",
+        );
+        let ok: Vec<bool> = v.iter().map(|v| v.ok).collect();
+        assert_eq!(ok, [true, false, false]);
+        assert!(judge(&[(Kind::Hyper, 900.0)], &budget, "release")[0].ok);
+        assert!(!judge(&[(Kind::Hyper, 900.0)], &budget, "debug")[0].ok);
+    }
+
+    #[test]
+    fn an_update_keeps_the_other_profile() {
+        let old = json!({ "instructions_per_request": { "debug": { "hyper": 5.0 } } });
+        let new = updated(&old, "release", &[(Kind::Hyper, 1234.4)], "w");
+        assert_eq!(new["instructions_per_request"]["debug"]["hyper"], 5.0);
+        assert_eq!(new["instructions_per_request"]["release"]["hyper"], 1234);
+        let fresh = updated(&Value::Null, "debug", &[(Kind::Reqwest, 2.0)], "w");
+        assert_eq!(fresh["instructions_per_request"]["debug"]["reqwest"], 2);
+    }
+
+    /// The checked-in budget names every client in both profiles.
+    #[test]
+    fn the_checked_in_budget_covers_every_client() {
+        let budget = read(&crate::project_root().join(BUDGET_FILE)).unwrap();
+        for profile in ["release", "debug"] {
+            for kind in CLIENTS {
+                let b = budget["instructions_per_request"][profile][kind.key()].as_f64();
+                assert!(
+                    b.is_some_and(|b| b > 1000.0),
+                    "{profile} {kind:?}: {budget}"
+                );
+            }
+        }
+        assert_eq!(budget["tolerance"].as_f64(), Some(TOLERANCE));
+    }
+}

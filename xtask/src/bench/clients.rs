@@ -1,0 +1,366 @@
+//! The clients under test, and the policies soulbase-net runs them with.
+
+use std::{
+    future::Future,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use bytes::Bytes;
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::{
+    client::legacy::{
+        connect::{dns::Name, HttpConnector},
+        Client as HyperClient,
+    },
+    rt::{TokioExecutor, TokioIo},
+};
+use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_runtime::Client;
+
+use super::scenario::{Proto, Scenario};
+
+/// The clients, in the order they take turns.
+pub(crate) const CLIENTS: [Kind; 4] = [
+    Kind::Hyper,
+    Kind::Reqwest,
+    Kind::SoulbaseMin,
+    Kind::SoulbaseFull,
+];
+
+/// A client under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The limit: hyper-util's legacy client over HTTP/1.1; over HTTP/2, hyper's own
+    /// `client::conn::http2` on one connection.
+    Hyper,
+    /// What users would pick instead.
+    Reqwest,
+    /// soulbase-net, retries and breaker off, the guard on.
+    SoulbaseMin,
+    /// soulbase-net with everything a production service runs (see [`full_policy`]).
+    SoulbaseFull,
+}
+
+impl Kind {
+    /// The key in the JSON report and on the command line.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Kind::Hyper => "hyper",
+            Kind::Reqwest => "reqwest",
+            Kind::SoulbaseMin => "soulbase_min",
+            Kind::SoulbaseFull => "soulbase_full",
+        }
+    }
+
+    /// The client's name in tables.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Hyper => "hyper (the limit)",
+            Kind::Reqwest => "reqwest",
+            Kind::SoulbaseMin => "soulbase-net minimal",
+            Kind::SoulbaseFull => "soulbase-net full",
+        }
+    }
+
+    /// The client named `key`.
+    pub(crate) fn parse(key: &str) -> Option<Kind> {
+        CLIENTS.into_iter().find(|k| k.key() == key)
+    }
+}
+
+/// Where a scenario's requests go: one URL, or many (one per host), taken in turn.
+#[derive(Clone, Debug)]
+pub(crate) struct Targets {
+    urls: Vec<String>,
+    uris: Vec<Uri>,
+    /// The root certificate of the TLS listener, for TLS scenarios.
+    root: Option<CertificateDer<'static>>,
+}
+
+impl Targets {
+    /// `urls`, with `root_pem` (when given) trusted for `https` ones.
+    pub(crate) fn new(urls: Vec<String>, root_pem: Option<&str>) -> Result<Self, String> {
+        let uris = urls
+            .iter()
+            .map(|u| u.parse().map_err(|e| format!("bench: bad url {u}: {e}")))
+            .collect::<Result<_, _>>()?;
+        let root = root_pem
+            .map(|pem| CertificateDer::from_pem_slice(pem.as_bytes()))
+            .transpose()
+            .map_err(|e| format!("bench: the server's root certificate: {e}"))?;
+        Ok(Self { urls, uris, root })
+    }
+
+    /// How many distinct URLs.
+    pub(crate) fn len(&self) -> usize {
+        self.urls.len()
+    }
+
+    fn host_names(&self) -> impl Iterator<Item = &str> {
+        self.uris.iter().filter_map(Uri::host)
+    }
+}
+
+/// One client, built fresh for each run, sending to its [`Targets`].
+pub(crate) struct BenchClient {
+    inner: Inner,
+    targets: Targets,
+}
+
+enum Inner {
+    Legacy(Box<HyperClient<HttpConnector<LoopbackResolver>, Empty<Bytes>>>),
+    H2(SendRequest<Empty<Bytes>>),
+    Reqwest(reqwest::Client),
+    Soulbase(Client),
+}
+
+impl BenchClient {
+    /// `kind` as `scenario` runs it.
+    pub(crate) async fn build(
+        kind: Kind,
+        scenario: &Scenario,
+        targets: Targets,
+    ) -> Result<Self, String> {
+        let callers = scenario.callers;
+        let inner = match (kind, scenario.proto) {
+            (Kind::Hyper, Proto::H1) => {
+                let mut connector = HttpConnector::new_with_resolver(LoopbackResolver);
+                connector.set_nodelay(true);
+                let client = HyperClient::builder(TokioExecutor::new())
+                    .pool_max_idle_per_host(callers)
+                    .build(connector);
+                Inner::Legacy(Box::new(client))
+            }
+            (Kind::Hyper, proto) => Inner::H2(h2_connection(&targets, proto).await?),
+            (Kind::Reqwest, Proto::H2Tls) => {
+                return Err("bench: reqwest is built without TLS here".to_owned())
+            }
+            (Kind::Reqwest, proto) => {
+                let mut b = reqwest::Client::builder()
+                    .pool_max_idle_per_host(callers)
+                    .tcp_nodelay(true)
+                    .dns_resolver(Arc::new(LoopbackResolver));
+                if proto == Proto::H2c {
+                    b = b.http2_prior_knowledge();
+                }
+                Inner::Reqwest(b.build().map_err(|e| format!("bench: reqwest: {e}"))?)
+            }
+            (Kind::SoulbaseMin | Kind::SoulbaseFull, proto) => {
+                Inner::Soulbase(soulbase(kind, proto, callers, &targets)?)
+            }
+        };
+        Ok(Self { inner, targets })
+    }
+
+    /// A soulbase-net client built by the caller.
+    pub(crate) fn soulbase(client: Client, targets: Targets) -> Self {
+        Self {
+            inner: Inner::Soulbase(client),
+            targets,
+        }
+    }
+
+    /// One GET to the `i`-th target (modulo their number), the body read to the end;
+    /// the body's length, or `Err` for an error or a status other than 200.
+    pub(crate) async fn get(&self, i: usize) -> Result<usize, String> {
+        let i = i % self.targets.len();
+        let (status, len) = match &self.inner {
+            Inner::Legacy(client) => {
+                let res = client
+                    .get(self.targets.uris[i].clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = res.status().as_u16();
+                let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
+                (status, body.to_bytes().len())
+            }
+            Inner::H2(send) => {
+                let mut send = send.clone();
+                send.ready().await.map_err(|e| e.to_string())?;
+                let req = Request::get(self.targets.uris[i].clone())
+                    .body(Empty::new())
+                    .map_err(|e| e.to_string())?;
+                let res = send.send_request(req).await.map_err(|e| e.to_string())?;
+                let status = res.status().as_u16();
+                let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
+                (status, body.to_bytes().len())
+            }
+            Inner::Reqwest(client) => {
+                let res = client
+                    .get(&self.targets.urls[i])
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = res.status().as_u16();
+                (status, res.bytes().await.map_err(|e| e.to_string())?.len())
+            }
+            Inner::Soulbase(client) => {
+                let res = client
+                    .send(NetRequest::get(self.targets.urls[i].as_str()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let status = res.status.as_u16();
+                (status, res.bytes().await.map_err(|e| e.to_string())?.len())
+            }
+        };
+        if status == 200 {
+            Ok(len)
+        } else {
+            Err(format!("status {status}"))
+        }
+    }
+}
+
+/// One HTTP/2 connection of hyper's own client (h2c, or TLS with ALPN `h2`) to the first
+/// target, its driver spawned; every caller sends on a clone of it.
+async fn h2_connection(
+    targets: &Targets,
+    proto: Proto,
+) -> Result<SendRequest<Empty<Bytes>>, String> {
+    let uri = &targets.uris[0];
+    let port = uri.port_u16().ok_or("bench: the h2 url has no port")?;
+    let tcp = tokio::net::TcpStream::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        .await
+        .map_err(|e| format!("bench: connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+    let err = |e: hyper::Error| format!("bench: h2 handshake: {e}");
+    if proto == Proto::H2c {
+        let (send, conn) = builder.handshake(TokioIo::new(tcp)).await.map_err(err)?;
+        tokio::spawn(conn);
+        return Ok(send);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(root) = &targets.root {
+        roots
+            .add(root.clone())
+            .map_err(|e| format!("bench: root certificate: {e}"))?;
+    }
+    let mut cfg =
+        rustls::ClientConfig::builder_with_provider(soulbase_net_testkit::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("bench: TLS config: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let host = uri.host().unwrap_or("localhost").to_owned();
+    let name = ServerName::try_from(host).map_err(|e| format!("bench: server name: {e}"))?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("bench: TLS handshake: {e}"))?;
+    let (send, conn) = builder.handshake(TokioIo::new(tls)).await.map_err(err)?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Result<Client, String> {
+    let mut policy = if kind == Kind::SoulbaseMin {
+        minimal_policy(callers)
+    } else {
+        full_policy(callers)
+    };
+    // Named hosts (the many-hosts scenario) resolve to loopback without a name server.
+    for host in targets.host_names() {
+        if host.parse::<IpAddr>().is_err() {
+            policy
+                .dns
+                .static_hosts
+                .insert(host.to_owned(), vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        }
+    }
+    let mut builder = Client::builder()
+        .policy(policy)
+        .pool_max_idle_per_host(callers)
+        .http2_prior_knowledge(proto == Proto::H2c);
+    if let Some(root) = &targets.root {
+        builder = builder.add_root_certificate(root.clone());
+    }
+    if kind == Kind::SoulbaseFull {
+        // What a service runs in production: trace context and metrics too.
+        builder = builder
+            .interceptor(soulbase_net_interceptors::TraceUa::new())
+            .observer(Arc::new(soulbase_net_observe::Metrics::new()));
+    }
+    builder
+        .build()
+        .map_err(|e| format!("bench: soulbase-net client: {e}"))
+}
+
+/// The common part: the guard on with only loopback granted, DNS kept on loopback, and
+/// concurrency limits that never bind at `callers`.
+fn base_policy(callers: usize) -> NetPolicy {
+    let mut p = NetPolicy::default();
+    p.security.grants.cidrs = "127.0.0.0/8".parse().into_iter().collect();
+    p.dns.nameservers = vec![SocketAddr::from(([127, 0, 0, 1], 9))];
+    p.limits.per_host_concurrency = never_binding(callers);
+    p.limits.per_tenant_concurrency = never_binding(callers);
+    p
+}
+
+/// A limit four times the callers: on, never reached.
+fn never_binding(callers: usize) -> u32 {
+    u32::try_from(callers.saturating_mul(4)).unwrap_or(u32::MAX)
+}
+
+/// Retries and the breaker off; the guard on.
+pub(crate) fn minimal_policy(callers: usize) -> NetPolicy {
+    let mut p = base_policy(callers);
+    p.retry.enabled = false;
+    p.cbreaker.enabled = false;
+    p
+}
+
+/// Everything on: retries with their budget, the breaker, the concurrency limiter, the AIMD
+/// window (starting at its maximum, four times the callers, so it is kept but never binds) and
+/// a per-host rate limit far above any load this machine can offer; the guard. The builder
+/// adds TraceUa and the metrics observer.
+pub(crate) fn full_policy(callers: usize) -> NetPolicy {
+    let mut p = base_policy(callers);
+    p.retry.enabled = true;
+    p.retry.budget.enabled = true;
+    p.cbreaker.enabled = true;
+    p.limits.aimd.enabled = true;
+    p.limits.aimd.max = never_binding(callers);
+    p.limits.aimd.initial = p.limits.aimd.max;
+    p.limits.per_host_rate_rps = Some(10_000_000);
+    p
+}
+
+/// Resolves every name to 127.0.0.1: the many-hosts scenario's names for hyper-util and
+/// reqwest (soulbase-net gets them as `dns.static_hosts`). Nothing is ever asked of a name
+/// server.
+#[derive(Clone, Copy, Debug)]
+struct LoopbackResolver;
+
+impl tower_service::Service<Name> for LoopbackResolver {
+    type Response = std::iter::Once<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Name) -> Self::Future {
+        std::future::ready(Ok(std::iter::once(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            0,
+        )))))
+    }
+}
+
+impl reqwest::dns::Resolve for LoopbackResolver {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let addrs: reqwest::dns::Addrs =
+            Box::new(std::iter::once(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))));
+        Box::pin(std::future::ready(Ok(addrs))) as Pin<Box<dyn Future<Output = _> + Send>>
+    }
+}

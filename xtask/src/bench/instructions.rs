@@ -1,0 +1,316 @@
+//! `cargo xtask bench --instructions [--update-budget] [--requests N] [--clients K[,K]]`:
+//! the deterministic figure — instructions per request of each client alone, counted by
+//! callgrind — checked against the budget in `docs/bench-budget.json`.
+//!
+//! The bench server runs as its own process, not under valgrind. Each client runs as
+//! `valgrind --tool=callgrind <copy of this program> bench-client …`: a current-thread Tokio
+//! runtime (every task, connection driver and timer of the client is polled on the one
+//! thread), [`CALLERS`] concurrent callers, first [`WARMUP`] requests to open the
+//! connections and fill the caches, then `N` requests ([`REQUESTS`] by default) inside
+//! [`callgrind_measured_section`]. Callgrind starts with collection off and toggles it on
+//! entry to and exit from that function (`--collect-atstart=no --toggle-collect=…`), so the
+//! count is of the measured requests only: no start-up, no client build, no warm-up. The
+//! server's request counter must have grown by exactly warm-up + N.
+//!
+//! A client more than 3 % above its budget (the section of the build profile running, see
+//! [`budget`]) fails the command; `--update-budget` writes the measured figures as that
+//! section instead. Valgrind must be installed (`cargo xtask ci` installs it).
+#![allow(
+    clippy::print_stdout,
+    reason = "a command a person runs: the table goes to stdout"
+)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+};
+
+use super::{
+    budget,
+    clients::{BenchClient, Kind, Targets, CLIENTS},
+    scenario::{Proto, Scenario},
+    server::{Listener, ServerProcess},
+};
+
+/// Concurrent callers in the counted runs.
+const CALLERS: usize = 4;
+/// Requests before counting starts.
+const WARMUP: usize = 200;
+/// Requests counted, by default.
+const REQUESTS: usize = 2000;
+/// The function whose frames callgrind counts (see the module docs).
+const MEASURED: &str = "*callgrind_measured_section*";
+
+/// Options of `bench --instructions`.
+#[derive(Clone, Debug, PartialEq)]
+struct Options {
+    update: bool,
+    requests: usize,
+    clients: Vec<Kind>,
+    budget: PathBuf,
+}
+
+fn parse_args(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        update: false,
+        requests: REQUESTS,
+        clients: CLIENTS.to_vec(),
+        budget: crate::project_root().join(budget::BUDGET_FILE),
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--instructions" => {}
+            "--update-budget" => o.update = true,
+            "--requests" => o.requests = super::parsed(flag, it.next())?,
+            "--clients" => {
+                o.clients = super::parse_clients(&super::parsed::<String>(flag, it.next())?)?
+            }
+            "--budget" => o.budget = super::parsed(flag, it.next())?,
+            other => return Err(format!("bench --instructions: unknown option `{other}`")),
+        }
+    }
+    if o.requests == 0 || !o.requests.is_multiple_of(CALLERS) {
+        return Err(format!(
+            "bench --instructions: --requests must be a positive multiple of {CALLERS}"
+        ));
+    }
+    Ok(o)
+}
+
+/// The scenario of the counted runs: HTTP/1.1, a 2-byte body, [`CALLERS`] callers.
+fn scenario() -> Scenario {
+    Scenario {
+        name: "h1-4",
+        title: "HTTP/1.1, 4 callers",
+        proto: Proto::H1,
+        callers: CALLERS,
+        path: "/",
+        hosts: 1,
+    }
+}
+
+/// `cargo xtask bench --instructions`.
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let opts = parse_args(args)?;
+    let version = Command::new("valgrind").arg("--version").output();
+    if !version.is_ok_and(|o| o.status.success()) {
+        return Err("bench --instructions: valgrind is not installed \
+                    (`apt-get install valgrind`; `cargo xtask ci` installs it)"
+            .to_owned());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("could not start a tokio runtime: {e}"))?;
+    let copy = ProgramCopy::new()?;
+    let mut server = rt.block_on(ServerProcess::start(&copy.0))?;
+    let url = format!("http://127.0.0.1:{}/", server.port(Listener::H1));
+    let profile = super::profile();
+    let what = format!(
+        "client-only instructions per request (valgrind --tool=callgrind), HTTP/1.1 GET of a \
+         2-byte body over loopback, {CALLERS} callers, {} requests counted after {WARMUP}, \
+         the server in its own process",
+        opts.requests
+    );
+    println!("{what}; {profile} build");
+    let old = budget::read(&opts.budget)?;
+    let mut measured = Vec::new();
+    for &kind in &opts.clients {
+        let before = rt.block_on(server.stats())?.requests;
+        let total = count(&copy.0, kind, &url, opts.requests)?;
+        let served = rt.block_on(server.stats())?.requests - before;
+        let expected = (WARMUP + opts.requests) as u64;
+        if served != expected {
+            return Err(format!(
+                "bench --instructions: {} sent {served} requests, not {expected}",
+                kind.key()
+            ));
+        }
+        measured.push((kind, total as f64 / opts.requests as f64));
+    }
+    drop(server);
+    let verdicts = budget::judge(&measured, &old, profile);
+    budget::print_table(&verdicts, opts.update);
+    if opts.update {
+        budget::write(
+            &opts.budget,
+            &budget::updated(&old, profile, &measured, &what),
+        )?;
+        println!("wrote the {profile} budget to {}", opts.budget.display());
+        return Ok(());
+    }
+    let over: Vec<&str> = verdicts
+        .iter()
+        .filter(|v| !v.ok)
+        .map(|v| v.kind.key())
+        .collect();
+    if over.is_empty() {
+        println!(
+            "every client within {:.0} % of its {profile} budget",
+            budget::TOLERANCE * 100.0
+        );
+        Ok(())
+    } else {
+        Err(format!(
+            "bench --instructions: over the {profile} budget (+{:.0} % allowed): {}; if this \
+             is intended, run again with --update-budget",
+            budget::TOLERANCE * 100.0,
+            over.join(", ")
+        ))
+    }
+}
+
+/// A private copy of this program for valgrind to run: valgrind needs a path, and a build
+/// may replace `target/release/xtask` meanwhile. Removed when dropped.
+#[derive(Debug)]
+struct ProgramCopy(PathBuf);
+
+impl ProgramCopy {
+    fn new() -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
+        let dir = crate::interop::target_dir(&exe).join("bench");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let copy = dir.join(format!("xtask-callgrind-{}", std::process::id()));
+        std::fs::copy(super::this_program()?, &copy)
+            .map_err(|e| format!("copying this program to {}: {e}", copy.display()))?;
+        Ok(Self(copy))
+    }
+}
+
+impl Drop for ProgramCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Runs `kind` under callgrind for `requests` counted requests; the instructions counted.
+fn count(exe: &Path, kind: Kind, url: &str, requests: usize) -> Result<u64, String> {
+    let out = std::env::temp_dir().join(format!(
+        "soulbase-callgrind-{}-{}.out",
+        std::process::id(),
+        kind.key()
+    ));
+    let run = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .args([
+            "--collect-atstart=no",
+            &format!("--toggle-collect={MEASURED}"),
+        ])
+        .arg(exe)
+        .args(["bench-client", "--client", kind.key(), "--url", url])
+        .args(["--requests", &requests.to_string()])
+        .output()
+        .map_err(|e| format!("bench --instructions: running valgrind: {e}"))?;
+    let text = std::fs::read_to_string(&out);
+    let _ = std::fs::remove_file(&out);
+    if !run.status.success() {
+        return Err(format!(
+            "bench --instructions: {} under callgrind failed ({}):\n{}",
+            kind.key(),
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        ));
+    }
+    let text = text.map_err(|e| format!("bench --instructions: callgrind's output: {e}"))?;
+    let total =
+        callgrind_total(&text).ok_or("bench --instructions: no total in callgrind's output")?;
+    // Thousands of instructions per request at the very least: fewer means the toggle
+    // never matched and the count is of nothing.
+    if total < requests as u64 * 1000 {
+        return Err(format!(
+            "bench --instructions: callgrind counted {total} instructions for {requests} \
+             requests of {}: did `{MEASURED}` match nothing?",
+            kind.key()
+        ));
+    }
+    Ok(total)
+}
+
+/// The instructions of a callgrind output file: its `totals:` (or `summary:`) line.
+fn callgrind_total(text: &str) -> Option<u64> {
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+    };
+    line("totals:").or_else(|| line("summary:"))
+}
+
+/// `xtask bench-client --client K --url URL [--requests N]`: the process callgrind runs.
+pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
+    let (mut kind, mut url, mut requests) = (None, None, REQUESTS);
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--client" => kind = Kind::parse(&super::parsed::<String>(flag, it.next())?),
+            "--url" => url = Some(super::parsed::<String>(flag, it.next())?),
+            "--requests" => requests = super::parsed(flag, it.next())?,
+            other => return Err(format!("bench-client: unknown option `{other}`")),
+        }
+    }
+    let kind = kind.ok_or("bench-client: --client hyper|reqwest|soulbase_min|soulbase_full")?;
+    let url = url.ok_or("bench-client: --url needed")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("could not start a tokio runtime: {e}"))?;
+    let targets = Targets::new(vec![url], None)?;
+    let client = Arc::new(rt.block_on(BenchClient::build(kind, &scenario(), targets))?);
+    rt.block_on(drive(client.clone(), WARMUP))?;
+    callgrind_measured_section(&rt, client, requests)
+}
+
+/// The requests callgrind counts: the only frames collected (see the module docs). Not
+/// inlined, not generic, no closure inside, so that its name matches exactly one function.
+#[inline(never)]
+fn callgrind_measured_section(
+    rt: &tokio::runtime::Runtime,
+    client: Arc<BenchClient>,
+    requests: usize,
+) -> Result<(), String> {
+    rt.block_on(drive(client, requests))
+}
+
+/// `requests` GETs from [`CALLERS`] concurrent callers, each its share.
+async fn drive(client: Arc<BenchClient>, requests: usize) -> Result<(), String> {
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..CALLERS {
+        let client = client.clone();
+        set.spawn(async move {
+            for _ in 0..requests / CALLERS {
+                client.get(0).await?;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        done.map_err(|e| format!("bench-client: a caller failed: {e}"))??;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_are_read_from_callgrind_output() {
+        let out = "version: 1\ncmd: xtask\nevents: Ir\nfn=(1) main\n5 10\nsummary: 123456\ntotals: 123456\n";
+        assert_eq!(callgrind_total(out), Some(123_456));
+        assert_eq!(callgrind_total("summary: 77\n"), Some(77));
+        assert_eq!(callgrind_total("events: Ir\n"), None);
+    }
+
+    #[test]
+    fn options() {
+        let args = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let o = parse_args(&args("--instructions --update-budget --requests 400")).unwrap();
+        assert!(o.update);
+        assert_eq!((o.requests, o.clients.len()), (400, 4));
+        assert!(parse_args(&args("--instructions --requests 3")).is_err());
+        assert!(parse_args(&args("--instructions --secs 2")).is_err());
+    }
+}

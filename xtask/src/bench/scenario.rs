@@ -1,0 +1,147 @@
+//! The load scenarios: protocol, callers, route and hosts.
+
+use super::{
+    clients::{Kind, Targets},
+    server::{Listener, ServerProcess},
+};
+
+/// The wire protocol of a scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Proto {
+    /// HTTP/1.1, keep-alive, a connection per caller in flight.
+    H1,
+    /// HTTP/2 with prior knowledge on plain TCP.
+    H2c,
+    /// HTTP/2 over TLS (ALPN).
+    H2Tls,
+}
+
+/// Distinct host names of the many-hosts scenario.
+pub(crate) const MANY_HOSTS: usize = 10_000;
+
+/// One load scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Scenario {
+    /// Its name on the command line and in the JSON.
+    pub(crate) name: &'static str,
+    /// What it measures, for the table.
+    pub(crate) title: &'static str,
+    pub(crate) proto: Proto,
+    /// Concurrent callers.
+    pub(crate) callers: usize,
+    /// The route: `/` answers 2 bytes, `/big` 1 MiB.
+    pub(crate) path: &'static str,
+    /// Distinct host names the requests go to in turn (1: just `127.0.0.1`).
+    pub(crate) hosts: usize,
+}
+
+/// Every load scenario, in the order they run.
+pub(crate) fn all() -> Vec<Scenario> {
+    let s = |name, title, proto, callers, path, hosts| Scenario {
+        name,
+        title,
+        proto,
+        callers,
+        path,
+        hosts,
+    };
+    vec![
+        s("h1-256", "HTTP/1.1, 256 callers", Proto::H1, 256, "/", 1),
+        s("h1-16", "HTTP/1.1, 16 callers", Proto::H1, 16, "/", 1),
+        s("h1-1", "HTTP/1.1, 1 caller", Proto::H1, 1, "/", 1),
+        s(
+            "h2c-256",
+            "h2c, 256 callers on one connection",
+            Proto::H2c,
+            256,
+            "/",
+            1,
+        ),
+        s(
+            "h2-tls-256",
+            "HTTP/2 over TLS, 256 callers on one connection",
+            Proto::H2Tls,
+            256,
+            "/",
+            1,
+        ),
+        s(
+            "body-1m",
+            "HTTP/1.1, 1 MiB responses, 16 callers",
+            Proto::H1,
+            16,
+            "/big",
+            1,
+        ),
+        s(
+            "hosts-10k",
+            "HTTP/1.1, 10 000 distinct hosts in turn, 256 callers",
+            Proto::H1,
+            256,
+            "/",
+            MANY_HOSTS,
+        ),
+    ]
+}
+
+/// The names of the scenarios that are not load scenarios: the failing upstream (breaker
+/// and retry budget) and the fleet row (a shared limit on Redis).
+pub(crate) const EXTRAS: [&str; 2] = ["breaker", "fleet"];
+
+impl Scenario {
+    /// The listener its requests go to.
+    pub(crate) fn listener(&self) -> Listener {
+        match self.proto {
+            Proto::H1 => Listener::H1,
+            Proto::H2c => Listener::H2c,
+            Proto::H2Tls => Listener::Tls,
+        }
+    }
+
+    /// Whether `kind` takes part (reqwest is built without TLS here).
+    pub(crate) fn runs(&self, kind: Kind) -> bool {
+        !(kind == Kind::Reqwest && self.proto == Proto::H2Tls)
+    }
+
+    /// Its URLs on `server`: `127.0.0.1`, or `h<i>.bench.test` names for many hosts.
+    pub(crate) fn targets(&self, server: &ServerProcess) -> Result<Targets, String> {
+        let scheme = if self.proto == Proto::H2Tls {
+            "https"
+        } else {
+            "http"
+        };
+        let port = server.port(self.listener());
+        let urls = if self.hosts <= 1 {
+            vec![format!("{scheme}://127.0.0.1:{port}{}", self.path)]
+        } else {
+            (0..self.hosts)
+                .map(|i| format!("{scheme}://h{i}.bench.test:{port}{}", self.path))
+                .collect()
+        };
+        Targets::new(urls, Some(server.root_pem()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_issue_scenarios_are_all_there() {
+        let names: Vec<&str> = all().iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "h1-256",
+                "h1-16",
+                "h1-1",
+                "h2c-256",
+                "h2-tls-256",
+                "body-1m",
+                "hosts-10k"
+            ]
+        );
+        let tls = all().into_iter().find(|s| s.proto == Proto::H2Tls).unwrap();
+        assert!(!tls.runs(Kind::Reqwest) && tls.runs(Kind::SoulbaseFull));
+    }
+}
