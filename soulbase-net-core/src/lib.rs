@@ -7,7 +7,7 @@
 //! - [`NetError`]: one opaque error, one pointer wide, with its [`ErrorKind`], the stable
 //!   SB-02 [`ErrorCode`] and its public view, the attempts made, and the source chain;
 //! - [`NetClient`] (one object-safe method) and [`NetClientExt`] (`get_json`, `post_json`,
-//!   `get_bytes`, for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`]; [`GaugeSource`];
+//!   `get_bytes` and `for_tenant` → [`ForTenant`], for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`]; [`GaugeSource`];
 //! - conversions to and from the `http` crate's types: `NetRequest: TryFrom<http::Request<B>>`,
 //!   `http::Response<RespBody>: From<NetResponse>`, and [`RespBody`] as an `http_body::Body`
 //!   (what the runtime's `tower::Service` face is made of).
@@ -39,7 +39,7 @@ mod response;
 mod timeout;
 
 pub use crate::body::{Body, BodyStream};
-pub use crate::client::{NetClient, NetClientExt};
+pub use crate::client::{ForTenant, NetClient, NetClientExt};
 pub use crate::error::{redact_url, status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
 pub use crate::event::{
     BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,

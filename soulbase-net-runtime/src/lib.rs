@@ -11,7 +11,7 @@
 //! use soulbase_net_runtime::prelude::*;
 //!
 //! let client = Client::builder().build()?;
-//! let user: serde_json::Value = client.get_json("https://api.example.com/u/1", None).await?;
+//! let user: serde_json::Value = client.get_json("https://api.example.com/u/1").await?;
 //! # let _ = user; Ok(()) }
 //! ```
 //!

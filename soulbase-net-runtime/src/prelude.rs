@@ -10,7 +10,7 @@
 //! - requests and responses: [`NetRequest`], [`NetResponse`], [`RespBody`], [`Body`];
 //! - errors: [`NetError`], matched by [`ErrorKind`] or by the stable [`ErrorCode`];
 //! - the client traits: [`NetClient`] (`send`) and [`NetClientExt`] (`get_json`,
-//!   `post_json`, `get_bytes`);
+//!   `post_json`, `get_bytes`, and `for_tenant`, which gives a [`ForTenant`] handle);
 //! - policy: [`NetPolicy`], [`PolicyDocument`], [`SnapshotResolver`] and the
 //!   [`PolicyResolver`] trait its `resolve` comes from;
 //! - [`CancellationToken`], put in a request's extensions to cancel the call from elsewhere.
@@ -39,8 +39,8 @@
 
 pub use crate::client::{Client, ClientBuilder};
 pub use soulbase_net_core::{
-    Body, ErrorCode, ErrorKind, NetClient, NetClientExt, NetError, NetRequest, NetResponse,
-    RespBody,
+    Body, ErrorCode, ErrorKind, ForTenant, NetClient, NetClientExt, NetError, NetRequest,
+    NetResponse, RespBody,
 };
 pub use soulbase_net_policy::{NetPolicy, PolicyDocument, PolicyResolver, SnapshotResolver};
 pub use tokio_util::sync::CancellationToken;

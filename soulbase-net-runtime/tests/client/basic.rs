@@ -19,12 +19,12 @@ async fn get_json_post_json_and_echoed_headers() {
         .await
         .unwrap();
     let h = harness(loopback_policy());
-    let v: serde_json::Value = h.client.get_json(&srv.url("/j"), None).await.unwrap();
+    let v: serde_json::Value = h.client.get_json(&srv.url("/j")).await.unwrap();
     assert_eq!(v["n"], 7);
 
     let _: serde_json::Value = h
         .client
-        .post_json(&srv.url("/echo"), &serde_json::json!({"a": [1, 2]}), None)
+        .post_json(&srv.url("/echo"), &serde_json::json!({"a": [1, 2]}))
         .await
         .unwrap();
     let got = &srv.requests("/echo")[0];
@@ -330,5 +330,50 @@ async fn interceptors_can_answer_without_sending_and_ask_for_one_resend() {
         .unwrap();
     assert_eq!(res.status, 401);
     assert_eq!(srv.hits("/always401"), 2);
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_policy_file_and_a_tenant_handle_reach_the_tenants_policy() {
+    let srv = FaultServer::http1()
+        .route("/down", Reply::status(503))
+        .start()
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("sbn-tenant-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("policy.toml");
+    std::fs::write(
+        &path,
+        r#"
+        [default]
+        security.grants.cidrs = ["127.0.0.0/8"]
+        dns.nameservers = ["127.0.0.1:9"]
+        retry.backoff = { base = "1ms", cap = "5ms" }
+
+        [tenants.t1]
+        retry.max_attempts = 1
+        "#,
+    )
+    .unwrap();
+    let h = harness_with(loopback_policy(), |b| b.policy_file(&path));
+
+    // Without a tenant: the default's three attempts.
+    let err = h.client.get_bytes(&srv.url("/down")).await.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Status(http::StatusCode::SERVICE_UNAVAILABLE)
+    );
+    assert_eq!(srv.hits("/down"), 3);
+    // For tenant t1: its own section, one attempt.
+    let err = h
+        .client
+        .for_tenant("t1")
+        .get_bytes(&srv.url("/down"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.attempts(), 1);
+    assert_eq!(srv.hits("/down"), 4);
+    std::fs::remove_dir_all(&dir).unwrap();
     srv.join().await;
 }
