@@ -386,6 +386,37 @@ impl Metrics {
         text
     }
 
+    /// The `Content-Type` that [`encode`](Self::encode)'s text needs on a scrape response:
+    /// the OpenMetrics text format, version 1.0.0. (Prometheus reads it; served as
+    /// `text/plain`, the `# EOF` line and exemplars would be misread.)
+    pub const CONTENT_TYPE: &'static str =
+        "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+    /// A whole answer for a `/metrics` endpoint: status 200, `Content-Type`
+    /// [`CONTENT_TYPE`](Self::CONTENT_TYPE), and [`encode`](Self::encode)'s text as the body.
+    /// An `http::Response<String>` is what axum, hyper and tower-http serve as it is.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_core::http::{header::CONTENT_TYPE, StatusCode};
+    /// use soulbase_net_observe::Metrics;
+    ///
+    /// let metrics = Metrics::new();
+    /// // e.g. axum: `.route("/metrics", get(move || async move { metrics.http_response() }))`
+    /// let res = metrics.http_response();
+    /// assert_eq!(res.status(), StatusCode::OK);
+    /// assert_eq!(res.headers()[CONTENT_TYPE], Metrics::CONTENT_TYPE);
+    /// assert!(res.body().ends_with("# EOF\n"));
+    /// ```
+    pub fn http_response(&self) -> soulbase_net_core::http::Response<String> {
+        let mut res = soulbase_net_core::http::Response::new(self.encode());
+        res.headers_mut().insert(
+            soulbase_net_core::http::header::CONTENT_TYPE,
+            soulbase_net_core::http::HeaderValue::from_static(Self::CONTENT_TYPE),
+        );
+        res
+    }
+
     /// The SLIs of seed 001 §X (and the hedge rate of §IX) as of now.
     pub fn slis(&self) -> Slis {
         self.sli.snapshot()
