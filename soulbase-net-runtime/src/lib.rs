@@ -1,22 +1,40 @@
-//! The soulbase-net client runtime.
+//! The soulbase-net client: one HTTP client for every outbound call of a service, with its
+//! timeouts, retries, circuit breaker, limits, address guard (SSRF protection) and TLS set by
+//! a policy document rather than by code.
 //!
-//! [`Client`] implements [`soulbase_net_core::NetClient`] on hyper's connections and a pool
-//! of its own, with a connection path a security reviewer can sign off: the host allow-list, name resolution,
-//! the address guard on every address actually dialled (IP literals included), a per-origin
-//! connection cap, happy eyeballs through a replaceable [`Dialer`], and TLS 1.2+ on the ring
-//! provider; then the policy's phase timeouts and size limits on each request.
+//! What a caller needs first:
+//! - [`Client`], made by [`ClientBuilder`] (`Client::builder()`): cheap to clone, safe to
+//!   share. `send` takes a `NetRequest` and answers a `NetResponse` whatever its status;
+//!   `get_json`, `post_json` and `get_bytes` (the `NetClientExt` shortcuts) treat an error
+//!   status as an error; `for_tenant("t1")` sends on behalf of a tenant.
+//! - [`prelude`]: one import (`use soulbase_net_runtime::prelude::*;`) for the client, its
+//!   requests, responses and errors, and the policy types, from this crate and the core and
+//!   policy crates, so a service depends on this crate alone.
+//! - [`CancellationToken`]: put one in a request's extensions to cancel the call from
+//!   elsewhere.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), soulbase_net_runtime::prelude::NetError> {
 //! use soulbase_net_runtime::prelude::*;
 //!
-//! let client = Client::builder().build()?;
-//! let user: serde_json::Value = client.get_json("https://api.example.com/u/1").await?;
+//! // The policy file is read and validated here: every problem listed, one `?`.
+//! let client = Client::builder().policy_file("policy.toml").build()?;
+//!
+//! let res = client
+//!     .send(NetRequest::get("https://api.example.com/u/1").tenant("t1"))
+//!     .await?;
+//! let user: serde_json::Value = res.error_for_status()?.json().await?;
+//!
+//! // The same, shorter.
+//! let user: serde_json::Value = client.for_tenant("t1").get_json("https://api.example.com/u/1").await?;
 //! # let _ = user; Ok(()) }
 //! ```
 //!
-//! [`prelude`] names everything a service that calls upstreams needs, from this crate and
-//! the core and policy crates, so it depends on this one crate.
+//! Underneath, [`Client`] runs on hyper's connections and a pool of its own, with a
+//! connection path a security reviewer can sign off: the host allow-list, name resolution,
+//! the address guard on every address actually dialled (IP literals included), a per-origin
+//! connection cap, happy eyeballs through a replaceable [`Dialer`], and TLS 1.2+ on the ring
+//! provider; then the policy's phase timeouts and size limits on each request.
 //!
 //! `Client` is also a `tower::Service<http::Request<B>>` answering
 //! `http::Response<RespBody>` (see [`Client`]'s `Service` impl and [`ResponseFuture`]): tower
@@ -24,13 +42,15 @@
 //! channel, over HTTP/2 ([`ClientBuilder::http2_prior_knowledge`] for `http` URLs) and
 //! under the same policy.
 //!
-//! [`DnsResolver`] (the cache with singleflight, serve-stale, persistence and refresh) and
-//! [`tls`] are public for services that need the same TLS configuration, pinning or error
-//! classification outside the client.
+//! For more specialised needs: [`DnsResolver`] (the cache with singleflight, serve-stale,
+//! persistence and refresh) and [`tls`] for services that need the same TLS configuration,
+//! pinning or error classification outside the client; [`body`] for the response-body
+//! building blocks (size cap, read timeout, decoding) on bodies of their own; [`fleet`] for
+//! rate limits shared by several instances.
 
 #[doc(hidden)]
 pub mod bench_hooks;
-mod body;
+pub mod body;
 mod classify;
 mod client;
 mod connect;
@@ -42,7 +62,6 @@ mod redirect;
 mod resilience;
 pub mod tls;
 
-pub use crate::body::{check_content_length, collect, decode, LimitedBody};
 pub use crate::client::{Client, ClientBuilder, ResponseFuture};
 pub use crate::connect::{DialFuture, Dialer, TcpDialer};
 pub use crate::dns::{DnsResolver, Resolution};

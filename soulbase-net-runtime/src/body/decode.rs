@@ -62,7 +62,7 @@ type Reader = Pin<Box<dyn AsyncRead + Send>>;
 /// use bytes::Bytes;
 /// use http::{header, HeaderMap, HeaderValue};
 /// use http_body_util::{BodyExt, Full};
-/// use soulbase_net_runtime::{collect, decode};
+/// use soulbase_net_runtime::body::{collect, decode};
 ///
 /// let mut headers = HeaderMap::new();
 /// headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));

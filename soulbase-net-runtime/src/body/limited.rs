@@ -47,7 +47,7 @@ pin_project! {
     /// use bytes::Bytes;
     /// use http_body_util::Full;
     /// use soulbase_net_core::ErrorKind;
-    /// use soulbase_net_runtime::{collect, LimitedBody};
+    /// use soulbase_net_runtime::body::{collect, LimitedBody};
     ///
     /// let ok = LimitedBody::new(Full::new(Bytes::from_static(b"0123")), 4);
     /// assert_eq!(collect(ok).await.unwrap(), "0123");

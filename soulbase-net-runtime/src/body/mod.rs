@@ -1,4 +1,9 @@
 //! Response bodies as the client hands them over: size cap, read timeout, deadline, decoding.
+//!
+//! The client applies all of this itself; these building blocks are public for tools and
+//! tests that read a body of their own (a hyper `Incoming`, say) under the same rules:
+//! [`check_content_length`] before reading, [`LimitedBody`] while reading, [`decode`] for a
+//! `Content-Encoding`, and [`collect`] to read to the end.
 
 mod decode;
 mod limited;
@@ -28,7 +33,7 @@ const MAX_RESP_BYTES_FIELD: &str = "security.max_resp_bytes";
 /// ```
 /// use http::{header, HeaderMap, HeaderValue};
 /// use soulbase_net_core::ErrorKind;
-/// use soulbase_net_runtime::check_content_length;
+/// use soulbase_net_runtime::body::check_content_length;
 ///
 /// let mut headers = HeaderMap::new();
 /// headers.insert(header::CONTENT_LENGTH, HeaderValue::from(1025u64));

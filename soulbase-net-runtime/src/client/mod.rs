@@ -100,6 +100,32 @@ enum DocumentSource {
 /// `Client` is also a `tower::Service<http::Request<B>>` (see its `Service` impl for what
 /// `poll_ready` can and cannot know), so tower and tower-http layers compose in front of it
 /// and tower-based clients such as tonic send through its policy.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_runtime::prelude::*;
+/// use soulbase_net_testkit::{FaultServer, Reply};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let upstream = FaultServer::builder()
+///     .route("/u/1", Reply::json(&serde_json::json!({"id": 1})))
+///     .start()
+///     .await?;
+/// // The default policy refuses loopback and private addresses; this example grants loopback.
+/// let doc = PolicyDocument::from_toml_str(r#"
+///     [default]
+///     security.grants.cidrs = ["127.0.0.0/8"]
+/// "#)?;
+/// let client = Client::builder().policy_document(doc).build()?;
+///
+/// let res = client.send(NetRequest::get(upstream.url("/u/1")).tenant("t1")).await?;
+/// assert_eq!(res.status, http::StatusCode::OK);
+/// assert_eq!(res.attempts, 1);
+/// let user: serde_json::Value = res.json().await?;
+/// assert_eq!(user["id"], 1);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,

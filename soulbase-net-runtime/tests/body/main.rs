@@ -20,7 +20,7 @@ use hyper_util::{
     rt::TokioExecutor,
 };
 use soulbase_net_core::{ErrorKind, NetError, Phase};
-use soulbase_net_runtime::{check_content_length, collect, decode, LimitedBody};
+use soulbase_net_runtime::body::{check_content_length, collect, decode, LimitedBody};
 use soulbase_net_testkit::{FaultServer, Reply};
 use tokio::time::Instant;
 
