@@ -7,6 +7,7 @@
 //! | feature       | interceptor        | what it does |
 //! |---------------|--------------------|--------------|
 //! | `trace`       | `TraceUa`          | W3C `traceparent` (new span id per attempt), `X-Request-Id`, one `User-Agent` |
+//! | `otel`        | `TraceUa`          | the `traceparent` continues the current span's OpenTelemetry trace, the attempt's span as the parent (tracing-opentelemetry; not a default) |
 //! | `bearer`      | `Bearer`           | `Authorization: Bearer` from an async provider, cached, refreshed once on a 401 |
 //! | `idempotency` | `IdempotencyKey`   | `Idempotency-Key` on idempotent POST/PATCH, stable across retries; dedup window |
 //! | `crypto`      | `A2aJws`           | detached JWS (EdDSA) over the canonical JSON body, and `verify` |

@@ -8,6 +8,9 @@ use soulbase_net_core::{
 
 use crate::hex;
 
+#[cfg(feature = "otel")]
+mod otel;
+
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSION"));
@@ -21,6 +24,14 @@ const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSIO
 ///   every attempt gets a span id of its own: `before` gives the first attempt's,
 ///   [`on_attempt`](Interceptor::on_attempt) a new one for every later attempt (the client
 ///   numbers attempts across the whole call, a resend included).
+/// - With the `otel` feature, the current span's OpenTelemetry context comes first: when the
+///   current `tracing` span has one (a subscriber with tracing-opentelemetry's layer, e.g.
+///   `soulbase_net_observe::otel::layer`) or OpenTelemetry's own current context holds a
+///   span, the `traceparent` carries that span's trace id and flags, and its span id as the
+///   parent. The runtime's client runs `before` in the call's span and every `on_attempt` in
+///   that attempt's own span, so the upstream's span becomes a child of the attempt that
+///   reached it, in the trace of the request that caused the call. Without such a context
+///   the rules above apply unchanged.
 /// - `X-Request-Id`: kept when the caller set one, else a random 32-hex id; set once per call,
 ///   so retries carry the same id.
 /// - `User-Agent`: replaces every `User-Agent` of the request with the configured one.
@@ -96,16 +107,21 @@ impl Interceptor for TraceUa {
         // value then lives in the header, where `on_attempt` finds it for every later attempt.
         let mut ids = [0u8; TRACEPARENT_LEN + REQUEST_ID_LEN];
         let (traceparent, request_id) = ids.split_at_mut(TRACEPARENT_LEN);
-        match req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
-            Some(value) => traceparent.copy_from_slice(&value),
-            None => {
-                traceparent[..3].copy_from_slice(b"00-");
-                hex::write_hex(&mut traceparent[3..35], &nonzero_u128().to_be_bytes());
-                traceparent[35] = b'-';
-                traceparent[52..].copy_from_slice(b"-01");
+        if let Some(value) = span_traceparent() {
+            // The current span is the parent, its id as it is.
+            traceparent.copy_from_slice(&value);
+        } else {
+            match req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
+                Some(value) => traceparent.copy_from_slice(&value),
+                None => {
+                    traceparent[..3].copy_from_slice(b"00-");
+                    hex::write_hex(&mut traceparent[3..35], &nonzero_u128().to_be_bytes());
+                    traceparent[35] = b'-';
+                    traceparent[52..].copy_from_slice(b"-01");
+                }
             }
+            write_span(traceparent);
         }
-        write_span(traceparent);
         let new_id = !req.headers.contains_key(&REQUEST_ID);
         if new_id {
             hex::write_hex(request_id, &nonzero_u128().to_be_bytes());
@@ -125,6 +141,12 @@ impl Interceptor for TraceUa {
     }
 
     fn on_attempt(&self, req: &mut NetRequest, attempt: u32) {
+        // Under OpenTelemetry, the attempt's own span (the client runs this hook in it).
+        if let Some(value) = span_traceparent() {
+            req.headers
+                .insert(TRACEPARENT, ascii_value(Bytes::from_owner(value)));
+            return;
+        }
         // The first attempt goes out with the span `before` just made.
         if attempt <= 1 {
             return;
@@ -142,6 +164,18 @@ impl Interceptor for TraceUa {
     fn name(&self) -> &'static str {
         "trace_ua"
     }
+}
+
+/// The `traceparent` of the current span's OpenTelemetry context, when there is one.
+#[cfg(feature = "otel")]
+fn span_traceparent() -> Option<[u8; TRACEPARENT_LEN]> {
+    otel::current_traceparent()
+}
+
+/// Without the `otel` feature there is no span context to continue.
+#[cfg(not(feature = "otel"))]
+fn span_traceparent() -> Option<[u8; TRACEPARENT_LEN]> {
+    None
 }
 
 /// A random 128-bit value other than zero (W3C forbids all-zero ids). Drawn from the whole

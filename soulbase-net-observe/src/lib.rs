@@ -12,6 +12,9 @@
 //!   `Answered` events of `IdempotencyKey`'s dedup window, with no call of its own.
 //! - [`TracingObserver`]: the client's events (retries, redirects, refusals) as `tracing` events in the call's span.
 //! - [`Fanout`]: both at once.
+//! - [`otel`] (feature `otel`): the client's call and attempt spans exported as OpenTelemetry
+//!   spans with the HTTP client semantic conventions, and an inbound request's W3C trace
+//!   context continued by the calls it makes.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -26,12 +29,16 @@
 //! # drop(observer);
 //! ```
 //!
-//! This crate depends on `soulbase-net-core` only; it has no features.
+//! Of the workspace, this crate depends on `soulbase-net-core` only. Feature `otel` (not a
+//! default) adds opentelemetry, its SDK and tracing-opentelemetry.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod gauges;
 mod hot;
 mod labels;
 mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod sli;
 mod trace;
 
@@ -41,6 +48,12 @@ pub use crate::trace::TracingObserver;
 /// [`Fanout`](soulbase_net_core::Fanout) lives in core (a client fans out to several
 /// observers itself); re-exported here beside the observers it combines.
 pub use soulbase_net_core::Fanout;
+
+/// `docs/observability.md`, the guide to wiring metrics, logs and OpenTelemetry, compiled and
+/// run as a doctest so that it stays true.
+#[cfg(all(doctest, feature = "otel"))]
+#[doc = include_str!("../../docs/observability.md")]
+struct ObservabilityGuide;
 
 /// Re-exported so that users name the registry type of [`Metrics::registry`] without a
 /// version mismatch.

@@ -26,6 +26,8 @@ use soulbase_net_core::{NetEvent, Observer};
 ///   `idempotency_key` for a duplicate dropped by the dedup window).
 ///
 /// The events carry no headers, bodies, query strings or credentials, so neither do the logs.
+/// Exported through OpenTelemetry (feature `otel`), they are events of the call's or the
+/// attempt's span, their numbers integers.
 ///
 /// # Examples
 /// ```
@@ -64,7 +66,7 @@ impl Observer for TracingObserver {
                 delay,
                 ..
             } => {
-                let delay_ms = delay.as_millis() as u64;
+                let (attempt, delay_ms) = (i64::from(attempt), millis(delay));
                 tracing::info!(
                     attempt,
                     reason = reason.label(),
@@ -78,7 +80,7 @@ impl Observer for TracingObserver {
             NetEvent::Redirected {
                 status, location, ..
             } => {
-                let status = status.as_u16();
+                let status = i64::from(status.as_u16());
                 tracing::info!(http.response.status_code = status, location, "redirected");
             }
             NetEvent::TimedOut { phase, .. } => {
@@ -91,11 +93,16 @@ impl Observer for TracingObserver {
             NetEvent::DeadlineClamped {
                 total, worst_case, ..
             } => {
-                let (total_ms, worst_case_ms) =
-                    (total.as_millis() as u64, worst_case.as_millis() as u64);
+                let (total_ms, worst_case_ms) = (millis(total), millis(worst_case));
                 tracing::info!(total_ms, worst_case_ms, "deadline clamped");
             }
             _ => {}
         }
     }
+}
+
+/// Whole milliseconds as an `i64`: numbers go out as `i64` because tracing-opentelemetry
+/// exports a `u64` field as a string.
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -4,5 +4,7 @@
 mod capture;
 mod events;
 mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod slis;
 mod spans;

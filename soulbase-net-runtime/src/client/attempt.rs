@@ -287,9 +287,9 @@ fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Span {
         otel.status_code = Unset,
         http.request.method = method,
         server.address = host_of(url),
-        server.port = url.port_or_known_default(),
+        server.port = url.port_or_known_default().map(i64::from),
         url.full = Unset,
-        attempt,
+        attempt = i64::from(attempt),
         hedge,
         http.request.resend_count = Unset,
         http.response.status_code = Unset,
@@ -299,7 +299,7 @@ fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Span {
     if !span.is_disabled() {
         span.record("url.full", shown_url(url));
         if attempt > 1 {
-            span.record("http.request.resend_count", attempt - 1);
+            span.record("http.request.resend_count", i64::from(attempt - 1));
         }
     }
     span
