@@ -42,7 +42,7 @@ pub trait GaugeSource: Send + Sync {
 }
 
 /// One current value from a [`GaugeSource`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum GaugeReading<'a> {
     /// Calls holding one of a host's concurrency slots now.
@@ -96,6 +96,17 @@ pub enum GaugeReading<'a> {
         host: &'a str,
         /// How many.
         value: u64,
+    },
+    /// The SLO controller's factors for a host (policy `slo`): what it multiplies the
+    /// host's backoff by (≥ 1) and its rate by (≤ 1). Reported only for hosts whose factors
+    /// have moved at least once.
+    SloFactors {
+        /// The host.
+        host: &'a str,
+        /// The backoff factor, 1 when the controller is not slowing the host down.
+        backoff: f64,
+        /// The rate factor, 1 when the controller is not slowing the host down.
+        rate: f64,
     },
     /// Items waiting in an outbox.
     OutboxPending {
@@ -422,6 +433,26 @@ pub enum NetEvent<'a> {
         step: OutboxStep,
         /// For a delivery: how late it went out (actual − `deliver_at`).
         lateness: Option<Duration>,
+    },
+    /// The SLO controller changed a host's factors (seed 001 §X, `eid_policy_change`): an SLI
+    /// was over its target for a whole window (the factors tighten), or every SLI was under
+    /// its target for a whole window (they step back toward 1).
+    PolicyChange {
+        /// The host.
+        host: &'a str,
+        /// The SLI that decided: `"retry_rate"`, `"timeout_rate"`, `"error_ratio"` or
+        /// `"p99"`. When the factors step back, the SLI nearest its target.
+        sli: &'static str,
+        /// Its value over the window (a ratio, or milliseconds for `p99`).
+        value: f64,
+        /// Its target (same unit).
+        target: f64,
+        /// Whether the SLI was over its target (the factors tightened).
+        breached: bool,
+        /// The host's new backoff factor (≥ 1).
+        backoff_factor: f64,
+        /// The host's new rate factor (≤ 1).
+        rate_factor: f64,
     },
     /// A request ended.
     RequestFinished {

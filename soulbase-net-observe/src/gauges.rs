@@ -1,4 +1,4 @@
-//! The clients' limiter, retry-budget and connection-pool gauges, read from their
+//! The clients' limiter, retry-budget, connection-pool and SLO-controller gauges, read from their
 //! [`GaugeSource`]s at scrape time and written with the same bounded host and tenant labels
 //! as the other metrics.
 //!
@@ -43,6 +43,10 @@ pub(crate) struct Totals {
     pub(crate) pool_idle: BTreeMap<Label, u64>,
     pub(crate) outbox_pending: Option<u64>,
     pub(crate) outbox_oldest_age: Option<u64>,
+    /// The SLO controller's factors per host; several clients reporting a host keep the
+    /// strongest (largest backoff, smallest rate).
+    pub(crate) slo_backoff: BTreeMap<Label, f64>,
+    pub(crate) slo_rate: BTreeMap<Label, f64>,
 }
 
 // === impl GaugeState ===
@@ -119,6 +123,17 @@ impl GaugeState {
             }
             GaugeReading::PoolIdle { host, value } => {
                 *totals.pool_idle.entry(self.hosts.admit(host)).or_default() += value;
+            }
+            GaugeReading::SloFactors {
+                host,
+                backoff,
+                rate,
+            } => {
+                let host = self.hosts.admit(host);
+                let b = totals.slo_backoff.entry(host.clone()).or_insert(backoff);
+                *b = b.max(backoff);
+                let r = totals.slo_rate.entry(host).or_insert(rate);
+                *r = r.min(rate);
             }
             GaugeReading::OutboxPending { value } => {
                 *totals.outbox_pending.get_or_insert(0) += value;
@@ -223,7 +238,28 @@ impl Collector for GaugeCollector {
             "net_pool_idle_connections",
             "Idle connections kept for a host",
             by_host(t.pool_idle),
-        )
+        )?;
+        for (name, help, map) in [
+            (
+                "net_slo_backoff_factor",
+                "What the SLO controller multiplies a host's backoff by (1: the policy's own)",
+                t.slo_backoff,
+            ),
+            (
+                "net_slo_rate_factor",
+                "What the SLO controller multiplies a host's rate by (1: the policy's own)",
+                t.slo_rate,
+            ),
+        ] {
+            if map.is_empty() {
+                continue;
+            }
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (host, value) in map {
+                ConstGauge::new(value).encode(metric.encode_family(&HostLabels { host })?)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -294,6 +330,11 @@ mod tests {
                 tenant: Some("t2"),
                 value: 6,
             },
+            GaugeReading::SloFactors {
+                host: "a",
+                backoff: 2.0,
+                rate: 0.5,
+            },
         ]));
         let b: Arc<dyn GaugeSource> = Arc::new(Fixed(vec![
             GaugeReading::LimiterInFlight {
@@ -316,6 +357,11 @@ mod tests {
                 host: None,
                 value: 2,
             },
+            GaugeReading::SloFactors {
+                host: "a",
+                backoff: 4.0,
+                rate: 0.75,
+            },
         ]));
         state.attach(&a);
         state.attach(&b);
@@ -331,6 +377,9 @@ mod tests {
         assert_eq!(t.tenant_in_flight.get(&other), Some(&1), "t2 past the cap");
         assert_eq!(t.tokens.get(&(Label::new("t1"), Label::new("a"))), Some(&5));
         assert_eq!(t.tokens.get(&(other, Label::new("a"))), Some(&6));
+        // Two clients slowing one host down: the strongest factors are shown.
+        assert_eq!(t.slo_backoff.get(&Label::new("a")), Some(&4.0));
+        assert_eq!(t.slo_rate.get(&Label::new("a")), Some(&0.5));
         drop(b);
         assert_eq!(state.read().in_flight.get(&Label::new("a")), Some(&2));
         drop(a);

@@ -81,6 +81,7 @@ pub use crate::policy::proxy::{ProxyPolicy, ProxyResolve};
 pub use crate::policy::redirect::RedirectPolicy;
 pub use crate::policy::retry::{BackoffCfg, JitterMode, RetryBudget, RetryOn, RetryPolicy};
 pub use crate::policy::security::{SandboxGrants, SecurityPolicy};
+pub use crate::policy::slo::{SloPolicy, MAX_BACKOFF_FACTOR};
 pub use crate::policy::timeout::{DynamicTimeout, TimeoutPolicy};
 pub use crate::policy::tls::{MtlsCfg, TlsPolicy, TlsVersion};
 pub use crate::policy::NetPolicy;

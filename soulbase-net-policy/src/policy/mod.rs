@@ -16,6 +16,7 @@ pub(crate) mod proxy;
 pub(crate) mod redirect;
 pub(crate) mod retry;
 pub(crate) mod security;
+pub(crate) mod slo;
 pub(crate) mod timeout;
 pub(crate) mod tls;
 
@@ -29,6 +30,7 @@ use self::proxy::ProxyPolicy;
 use self::redirect::RedirectPolicy;
 use self::retry::RetryPolicy;
 use self::security::SecurityPolicy;
+use self::slo::SloPolicy;
 use self::timeout::TimeoutPolicy;
 use self::tls::TlsPolicy;
 
@@ -70,6 +72,8 @@ pub struct NetPolicy {
     pub endpoints: EndpointPolicy,
     /// Timeouts and the total deadline. Default is [`TimeoutPolicy::default`].
     pub timeout: TimeoutPolicy,
+    /// SLO targets and the self-healing controller (seed 001 §X). Default is off.
+    pub slo: SloPolicy,
 }
 
 impl NetPolicy {
@@ -114,6 +118,7 @@ impl NetPolicy {
         self.hedge.check(&mut c.nested("hedge"));
         self.endpoints.check(&mut c.nested("endpoints"));
         self.timeout.check(&mut c.nested("timeout"));
+        self.slo.check(&mut c.nested("slo"));
         timeout::check_deadline(&self.retry, &self.timeout, &mut c);
         out
     }

@@ -128,7 +128,13 @@ impl Inner {
     ) -> Result<NetResponse, NetError> {
         let host = call.host();
         let permit = match self
-            .slot(host, None, &call.policy.limits, call.deadline)
+            .slot(
+                host,
+                None,
+                &call.policy.limits,
+                &call.policy.slo,
+                call.deadline,
+            )
             .await
         {
             Ok(permit) => permit,

@@ -1,5 +1,5 @@
-//! The client's [`GaugeSource`]: limiter occupancy, AIMD windows, retry budgets and
-//! connection pools, read at scrape time by whatever observer the client was given (`Observer::on_gauges`).
+//! The client's [`GaugeSource`]: limiter occupancy, AIMD windows, retry budgets,
+//! connection pools and the SLO controller's factors, read at scrape time by whatever observer the client was given (`Observer::on_gauges`).
 //!
 //! Why read and not pushed: the request path pays nothing for these gauges, and a budget's
 //! window slides with time, so only a read at the moment of the scrape is exact.
@@ -10,7 +10,7 @@ use soulbase_net_core::{GaugeReading, GaugeSource};
 use tokio::time::Instant;
 
 use super::transport::Transports;
-use crate::resilience::{Limiter, RetryBudgets};
+use crate::resilience::{Limiter, RetryBudgets, SloControllers};
 
 /// Shares the client's limiter and budgets; the client holds the only strong handle given to
 /// observers, so their weak handles die with it.
@@ -18,6 +18,7 @@ pub(super) struct ClientGauges {
     pub(super) limiter: Arc<Limiter>,
     pub(super) budgets: Arc<RetryBudgets>,
     pub(super) transports: Arc<Transports>,
+    pub(super) slo: Arc<SloControllers>,
 }
 
 impl GaugeSource for ClientGauges {
@@ -25,6 +26,7 @@ impl GaugeSource for ClientGauges {
         self.limiter.read_gauges(visit);
         self.budgets.read_gauges(Instant::now(), visit);
         self.transports.read_gauges(visit);
+        self.slo.read_gauges(visit);
     }
 }
 

@@ -35,7 +35,7 @@ use soulbase_net_policy::{NetPolicy, PolicyDocument, PolicyResolver, SnapshotRes
 
 use self::transport::Transports;
 use crate::connect::{Dialer, TcpDialer};
-use crate::resilience::{Breakers, Limiter, RetryBudgets, Transition};
+use crate::resilience::{Breakers, Limiter, RetryBudgets, SloControllers, Transition};
 
 /// The default `User-Agent`, sent when a request sets none.
 const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSION"));
@@ -146,6 +146,9 @@ struct Inner {
     breakers: Breakers,
     budgets: Arc<RetryBudgets>,
     limiter: Arc<Limiter>,
+    /// The SLO controllers (policy `slo`): per-host factors that slow a host down while it
+    /// misses its targets.
+    slo: Arc<SloControllers>,
     gauges: Arc<dyn GaugeSource>,
     latencies: learn::Latencies,
     endpoints: learn::Endpoints,
@@ -497,11 +500,13 @@ impl ClientBuilder {
         );
         let budgets = Arc::new(RetryBudgets::new(10_000, Duration::from_secs(600)));
         let limiter = Arc::new(Limiter::new(10_000));
+        let slo = Arc::new(SloControllers::new(10_000));
         let transports = Arc::new(transports);
         let gauges: Arc<dyn GaugeSource> = Arc::new(gauges::ClientGauges {
             limiter: limiter.clone(),
             budgets: budgets.clone(),
             transports: transports.clone(),
+            slo: slo.clone(),
         });
         observer.on_gauges(&gauges);
         Ok(Client {
@@ -516,6 +521,7 @@ impl ClientBuilder {
                 breakers,
                 budgets,
                 limiter,
+                slo,
                 gauges,
                 latencies: learn::Latencies::default(),
                 endpoints,
@@ -557,8 +563,9 @@ impl Client {
     }
 
     /// The client's gauges (limiter in flight and queued per host, AIMD windows, retry-budget
-    /// tokens per key), read on demand. The observer given to the builder already received
-    /// this handle through [`Observer::on_gauges`]; this is for anyone else who wants it.
+    /// tokens per key, connection pools, the SLO controller's factors), read on demand. The
+    /// observer given to the builder already received this handle through
+    /// [`Observer::on_gauges`]; this is for anyone else who wants it.
     pub fn gauge_source(&self) -> Arc<dyn GaugeSource> {
         self.inner.gauges.clone()
     }

@@ -1,5 +1,6 @@
 //! Between two attempts: breaker admission, the retry decision (outcome, replayable request,
-//! attempts left, `Retry-After`, deadline), the retry budget, and the wait.
+//! attempts left, `Retry-After`, deadline), the SLO controller (a longer wait, thinned
+//! retries), the retry budget, and the wait.
 
 use std::borrow::Cow;
 
@@ -14,7 +15,7 @@ use url::Url;
 use super::send::{Attempts, Call};
 use super::Inner;
 use crate::resilience::{
-    breaker_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule, RetryDecision,
+    breaker_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule, RetryDecision, Sample,
 };
 
 impl Inner {
@@ -102,7 +103,9 @@ impl Inner {
             };
             let failure = is_failure(outcome, policy.cbreaker.count_5xx);
             let ended = Instant::now();
-            permit.record(failure, ended.saturating_duration_since(began), ended);
+            let took = ended.saturating_duration_since(began);
+            permit.record(failure, took, ended);
+            self.slo_record(call, attempts.this_send > 1, outcome, took, ended);
             let end = AttemptEnd {
                 attempt: attempts.this_send,
                 outcome,
@@ -124,6 +127,14 @@ impl Inner {
                 RetryDecision::Stop(_) => return result,
                 RetryDecision::Retry { delay, .. } => delay,
             };
+            // The SLO controller only takes away: a longer wait (and no retry when the longer
+            // wait leaves no time for the attempt before the deadline), and fewer retries.
+            let delay = self.slo.factors(call.host(), &policy.slo).stretch(delay);
+            if delay.saturating_add(learnt) > end.time_left
+                || !self.slo.admit_retry(call.host(), &policy.slo)
+            {
+                return result;
+            }
             if !self
                 .budgets
                 .try_withdraw(budget, &policy.retry.budget, Instant::now())
@@ -143,6 +154,35 @@ impl Inner {
             drop(result);
             // Boxed: waiting to retry is rare, and a timer would enlarge every call's future.
             Box::pin(tokio::time::sleep(delay)).await;
+        }
+    }
+
+    /// Counts an attempt for the host's SLO controller, and reports a change of its factors
+    /// as `PolicyChange` (seed 001 `eid_policy_change`).
+    fn slo_record(
+        &self,
+        call: &Call<'_>,
+        retry: bool,
+        outcome: Outcome,
+        elapsed: std::time::Duration,
+        now: Instant,
+    ) {
+        let sample = Sample {
+            retry,
+            outcome,
+            elapsed,
+        };
+        let host = call.host();
+        if let Some(change) = self.slo.record(host, &call.policy.slo, sample, now) {
+            self.observer.on_event(&NetEvent::PolicyChange {
+                host,
+                sli: change.sli,
+                value: change.value,
+                target: change.target,
+                breached: change.breached,
+                backoff_factor: change.factors.backoff,
+                rate_factor: change.factors.rate,
+            });
         }
     }
 }

@@ -207,7 +207,10 @@ impl Inner {
                     }
                 };
                 let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
-                match self.slot(host, tenant, &policy.limits, call.deadline).await {
+                match self
+                    .slot(host, tenant, &policy.limits, &policy.slo, call.deadline)
+                    .await
+                {
                     Ok(permit) => {
                         if let Some(global) = &policy.limits.global {
                             // Boxed: a store round trip would enlarge every call's future.
@@ -311,7 +314,8 @@ impl Inner {
     }
 
     /// A slot under `limits` for `host` (and `tenant`'s, when given): at once when one is
-    /// free, else after a wait bounded by `limits.max_wait`.
+    /// free, else after a wait bounded by `limits.max_wait`. While the SLO controller slows
+    /// the host down (`slo`), its AIMD ceiling and rate are scaled by the rate factor.
     ///
     /// The wait never outlasts the call: past `deadline` it ends with [`NoSlot::Deadline`].
     pub(super) async fn slot(
@@ -319,8 +323,12 @@ impl Inner {
         host: &str,
         tenant: Option<&str>,
         limits: &soulbase_net_policy::LimitsPolicy,
+        slo: &soulbase_net_policy::SloPolicy,
         deadline: Instant,
     ) -> Result<LimitPermit, NoSlot> {
+        let factors = self.slo.factors(host, slo);
+        let limits = factors.limits(limits);
+        let limits = &*limits;
         match self.limiter.acquire_now(host, tenant, limits) {
             Some(acquired) => acquired.map_err(NoSlot::Limited),
             // Boxed: waiting is rare, and its future would enlarge every call's.

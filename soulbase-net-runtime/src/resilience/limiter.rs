@@ -19,7 +19,8 @@ use soulbase_net_policy::{AimdPolicy, AimdScope, LimitsPolicy};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use self::aimd::{signal, Aimd, AimdPermit};
+pub(crate) use self::aimd::{signal, Signal};
+use self::aimd::{Aimd, AimdPermit};
 use self::gcra::Gcra;
 
 /// The limits of a client: one entry per host and per tenant.

@@ -31,6 +31,11 @@
 //! Random draws (jitter) come from a [`Random`](random::Random) source: [`FastRand`] in
 //! production, fixed draws in tests.
 //!
+//! The SLO controller ([`SloControllers`], policy `slo`) counts each attempt
+//! ([`SloControllers::record`]) and, while a host misses its SLO targets, stretches the wait
+//! before each retry ([`Factors::stretch`](slo::Factors::stretch)), thins retries ([`SloControllers::admit_retry`])
+//! and scales the host's AIMD ceiling and rate ([`Factors::limits`](slo::Factors::limits)).
+//!
 //! The limiter's and budgets' gauges reach metrics through the client's `GaugeSource`
 //! ([`Limiter::read_gauges`], [`RetryBudgets::read_gauges`]), read at scrape time.
 
@@ -45,6 +50,7 @@ mod latency;
 mod limiter;
 mod random;
 mod retry;
+mod slo;
 mod window;
 
 pub(crate) use self::backoff::backoff_delay;
@@ -57,6 +63,7 @@ pub(crate) use self::latency::LatencyWindow;
 pub(crate) use self::limiter::{LimitPermit, Limiter};
 pub(crate) use self::random::FastRand;
 pub(crate) use self::retry::{decide, AttemptEnd, RetryDecision};
+pub(crate) use self::slo::{Sample, SloControllers};
 
 #[cfg(test)]
 mod tests;

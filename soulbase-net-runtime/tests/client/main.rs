@@ -14,6 +14,7 @@ mod pool;
 mod proxy;
 mod redirects;
 mod resilience;
+mod slo;
 mod support;
 mod timeouts;
 mod tls;
