@@ -23,6 +23,8 @@ use soulbase_net_runtime::{Client, DialFuture, Dialer};
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 
 use crate::loopback::LoopbackDialer;
+
+mod slo;
 use crate::table::{self, print_table, row, Row};
 
 /// Runs the matrix, prints the table, writes JSON when asked; `Err` when a row failed.
@@ -119,6 +121,7 @@ async fn matrix() -> Result<Vec<Row>, String> {
     rows.extend(security().await?);
     rows.extend(limits().await?);
     rows.extend(seed001().await?);
+    rows.push(slo::retry_amplification().await?);
     Ok(rows)
 }
 
