@@ -238,7 +238,7 @@ async fn retries() -> Result<Vec<Row>, String> {
     let r = c.send(NetRequest::get("http://127.0.0.1:1/")).await;
     let ok = matches!(&r, Err(e) if e.kind() == ErrorKind::Connect && e.attempts() == 3);
     rows.push(row(
-        "retry.connect_err",
+        "retry.connect",
         "connect error after 3 attempts",
         format!(
             "{} after {} attempts",
@@ -252,7 +252,7 @@ async fn retries() -> Result<Vec<Row>, String> {
     let ok = matches!(&r, Err(e) if e.kind() == ErrorKind::Dns || e.kind() == ErrorKind::Timeout(Phase::Dns));
     let attempts = r.as_ref().err().map_or(0, |e| e.attempts());
     rows.push(row(
-        "retry.dns_err",
+        "retry.dns",
         "dns error after 3 attempts",
         format!("{} after {attempts} attempts", kind_of(&r)),
         ok && attempts == 3,

@@ -60,12 +60,18 @@ impl fmt::Display for Phase {
 ///
 /// Callers match on the kind (or on [`ErrorKind::code`]), never on the `Display` text.
 /// The code of every kind is fixed by one table (see [`ErrorCode`]).
+///
+/// The kinds a retry can help are retried under the policy switch `retry.retry_on.<name>`
+/// whose name is the kind's [`label`](ErrorKind::label) (`dns`, `connect`, `io`,
+/// `status_5xx`, `status_429`; `timeout_connect` for the DNS, connect and TLS phases,
+/// `timeout_ttfb`, `timeout_read`); no other kind is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// The host name could not be resolved. `PROVIDER.UNAVAILABLE`.
+    /// The host name could not be resolved. `PROVIDER.UNAVAILABLE`. Retried under `retry_on.dns`.
     Dns,
-    /// The connection was refused, reset or could not be opened. `PROVIDER.UNAVAILABLE`.
+    /// The TCP connection could not be opened (refused, unreachable, reset while dialling).
+    /// `PROVIDER.UNAVAILABLE`. Retried under `retry_on.connect`.
     Connect,
     /// The TLS handshake failed for a reason other than verification (protocol, version,
     /// cipher mismatch). `PROVIDER.UNAVAILABLE`.
@@ -112,8 +118,9 @@ pub enum ErrorKind {
     Status(http::StatusCode),
     /// The response body could not be decoded (JSON, UTF-8). `SCHEMA.VALIDATION_FAILED`.
     Decode,
-    /// Reading or writing the connection failed after it was established.
-    /// `PROVIDER.UNAVAILABLE`.
+    /// Reading or writing the connection failed after it was established: reset, closed
+    /// before the response was complete, or an unparsable answer. `PROVIDER.UNAVAILABLE`.
+    /// Retried under `retry_on.io`.
     Io,
     /// The proxy refused or failed the tunnel. `PROVIDER.UNAVAILABLE`.
     Proxy,

@@ -114,12 +114,12 @@ fn rows() -> Vec<Row> {
     out
 }
 
-/// Checks `kind` against the row and records which row named it.
 /// The kind of an error status, by number.
 fn status(n: u16) -> ErrorKind {
     ErrorKind::Status(http::StatusCode::from_u16(n).unwrap())
 }
 
+/// Checks `kind` against the row and records which row named it.
 fn check(kind: ErrorKind, row: &Row, seen: &mut BTreeMap<String, usize>) {
     let code = kind.code();
     assert_eq!(

@@ -300,6 +300,7 @@ impl Builder {
                 Value::Object(Map::new())
             }
         };
+        crate::policy::retry::upgrade_switch_names(&mut repaired);
         let (policy, value) = self.deserialize(parent, &mut repaired, &name, combo);
         let problems = self.semantic(&policy, &name, combo, parents);
         Layer {

@@ -24,7 +24,7 @@ pub(crate) fn everything_set() -> NetPolicy {
     p.retry.backoff.jitter = 0.25;
     p.retry.backoff.cap = Duration::from_millis(1_234);
     p.retry.backoff.mode = JitterMode::Equal;
-    p.retry.retry_on.http_429 = false;
+    p.retry.retry_on.status_429 = false;
     p.retry.respect_retry_after = false;
     p.retry.budget.retry_ratio = 0.1;
     p.retry.budget.per_tenant = true;

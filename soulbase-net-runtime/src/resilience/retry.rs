@@ -119,15 +119,16 @@ pub(crate) fn decide(
 
 /// Whether `retry_on` lists `outcome`.
 ///
-/// - `dns_err` → [`ErrorKind::Dns`]; `connect_err` → [`ErrorKind::Connect`] and
+/// Each switch is named after the label of the kinds it covers:
+/// - `dns` → [`ErrorKind::Dns`]; `connect` → [`ErrorKind::Connect`]; `io` →
 ///   [`ErrorKind::Io`] (the connection reset or closed before the response was complete, as
 ///   Envoy's `reset`): the request may have reached the server, which is safe only because
 ///   retries are for idempotent, replayable requests;
-/// - `connect_timeout` → a timeout in the DNS, connect or TLS phase; `ttfb_timeout`,
-///   `read_timeout` → those phases;
-/// - `http_5xx` → 500–599 except 501 (Not Implemented) and 505 (HTTP Version Not
+/// - `timeout_connect` → a timeout in the DNS, connect or TLS phase; `timeout_ttfb`,
+///   `timeout_read` → those phases;
+/// - `status_5xx` → 500–599 except 501 (Not Implemented) and 505 (HTTP Version Not
 ///   Supported), which the server will answer the same way every time;
-/// - `http_429` → 429.
+/// - `status_429` → 429.
 ///
 /// Never: TLS failures (handshake failures are version or cipher mismatches that repeat;
 /// verification failures are security decisions), write and total timeouts, `Blocked`,
@@ -135,20 +136,21 @@ pub(crate) fn decide(
 pub(crate) fn is_retryable(on: &RetryOn, outcome: Outcome) -> bool {
     if let Some(s) = status_of(outcome) {
         return match s {
-            429 => on.http_429,
+            429 => on.status_429,
             501 | 505 => false,
-            500..=599 => on.http_5xx,
+            500..=599 => on.status_5xx,
             _ => false,
         };
     }
     match outcome {
-        Outcome::Error(ErrorKind::Dns) => on.dns_err,
-        Outcome::Error(ErrorKind::Connect | ErrorKind::Io) => on.connect_err,
+        Outcome::Error(ErrorKind::Dns) => on.dns,
+        Outcome::Error(ErrorKind::Connect) => on.connect,
+        Outcome::Error(ErrorKind::Io) => on.io,
         Outcome::Error(ErrorKind::Timeout(Phase::Dns | Phase::Connect | Phase::Tls)) => {
-            on.connect_timeout
+            on.timeout_connect
         }
-        Outcome::Error(ErrorKind::Timeout(Phase::Ttfb)) => on.ttfb_timeout,
-        Outcome::Error(ErrorKind::Timeout(Phase::Read)) => on.read_timeout,
+        Outcome::Error(ErrorKind::Timeout(Phase::Ttfb)) => on.timeout_ttfb,
+        Outcome::Error(ErrorKind::Timeout(Phase::Read)) => on.timeout_read,
         _ => false,
     }
 }

@@ -40,27 +40,77 @@ pub struct RetryPolicy {
     pub budget: RetryBudget,
 }
 
-/// Which outcomes are retried (seed 000 §5.1). Default is every one of them.
+/// Which outcomes are retried. Default is every one of them.
+///
+/// Each switch is named after the [`ErrorKind::label`](soulbase_net_core::ErrorKind::label)
+/// of the outcomes it covers, so an error maps to its switch by name:
+///
+/// | switch | outcomes (`ErrorKind`) |
+/// | --- | --- |
+/// | `dns` | `Dns` |
+/// | `connect` | `Connect`: the TCP connection could not be opened (refused, unreachable) |
+/// | `io` | `Io`: the connection failed after it was opened (reset, closed before the response was complete, an unparsable answer) |
+/// | `timeout_connect` | `Timeout(Dns)`, `Timeout(Connect)`, `Timeout(Tls)`: the phases of opening a connection |
+/// | `timeout_ttfb` | `Timeout(Ttfb)` |
+/// | `timeout_read` | `Timeout(Read)` |
+/// | `status_5xx` | `Status(500..=599)` (a response, or its error) except 501 and 505 |
+/// | `status_429` | `Status(429)` |
+///
+/// No switch retries the others (`Tls`, `TlsVerify`, `Blocked`, `InvalidRequest`,
+/// `Timeout(Write)`, `Timeout(Total)`, other statuses, …): they would fail the same way again
+/// or are decisions, not accidents.
+///
+/// The names before this one still load (serde aliases): `http_5xx`, `http_429`, `dns_err`,
+/// `connect_err` (now `connect`; a reset after connecting is `io`, on by default),
+/// `connect_timeout`, `ttfb_timeout`, `read_timeout`. A document that writes one field under
+/// both names is refused as a duplicate.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_policy::PolicyDocument;
+///
+/// let doc = PolicyDocument::from_toml_str(r#"
+///     [default]
+///     retry.retry_on = { io = false, timeout_read = false }
+///     [overrides."old.example.com"]
+///     retry.retry_on.connect_err = false   # the old name of `connect`
+/// "#).unwrap();
+/// let p = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
+/// let on = &p.resolve(None, "api.example.com").retry.retry_on;
+/// assert!(!on.io && !on.timeout_read && on.connect);
+/// assert!(!p.resolve(None, "old.example.com").retry.retry_on.connect);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RetryOn {
-    /// HTTP 5xx responses, except 501 and 505 (they repeat). Default is `true`.
-    pub http_5xx: bool,
-    /// HTTP 429 responses. Default is `true`.
-    pub http_429: bool,
-    /// DNS resolution failures. Default is `true`.
-    pub dns_err: bool,
-    /// Connection failures: refused, or reset or closed before the response was complete (the
-    /// request may have reached the server; only idempotent, replayable requests are retried).
-    /// Default is `true`.
-    pub connect_err: bool,
-    /// Timeouts in the DNS, connect and TLS phases. Default is `true`.
-    pub connect_timeout: bool,
-    /// Time-to-first-byte timeouts. Default is `true`.
-    pub ttfb_timeout: bool,
-    /// Idle timeouts while reading the body. Default is `true`.
-    pub read_timeout: bool,
+    /// `Status(5xx)`: HTTP 5xx responses, except 501 and 505 (they repeat). Default is `true`.
+    #[serde(alias = "http_5xx")]
+    pub status_5xx: bool,
+    /// `Status(429)`: HTTP 429 responses. Default is `true`.
+    #[serde(alias = "http_429")]
+    pub status_429: bool,
+    /// `Dns`: name resolution failures. Default is `true`.
+    #[serde(alias = "dns_err")]
+    pub dns: bool,
+    /// `Connect`: the TCP connection could not be opened (refused, unreachable,
+    /// reset while dialling). Default is `true`.
+    #[serde(alias = "connect_err")]
+    pub connect: bool,
+    /// `Io`: the connection was reset or closed after it was opened, before the response was
+    /// complete (the request may have reached the server; only idempotent, replayable
+    /// requests are retried). Default is `true`.
+    pub io: bool,
+    /// `Timeout(Dns)`, `Timeout(Connect)`, `Timeout(Tls)`: timeouts while opening a
+    /// connection. Default is `true`.
+    #[serde(alias = "connect_timeout")]
+    pub timeout_connect: bool,
+    /// `Timeout(Ttfb)`: time-to-first-byte timeouts. Default is `true`.
+    #[serde(alias = "ttfb_timeout")]
+    pub timeout_ttfb: bool,
+    /// `Timeout(Read)`: idle timeouts while reading the body. Default is `true`.
+    #[serde(alias = "read_timeout")]
+    pub timeout_read: bool,
 }
 
 /// A retry budget (seed 001 §VIII, after Finagle's `RetryBudget` and gRPC retry throttling):
@@ -135,16 +185,50 @@ impl RetryPolicy {
 
 // === impl RetryOn, RetryBudget ===
 
+/// The names of `retry_on`'s switches before they took the names of the error kinds they
+/// cover: (old, new).
+const OLD_SWITCH_NAMES: [(&str, &str); 7] = [
+    ("http_5xx", "status_5xx"),
+    ("http_429", "status_429"),
+    ("dns_err", "dns"),
+    ("connect_err", "connect"),
+    ("connect_timeout", "timeout_connect"),
+    ("ttfb_timeout", "timeout_ttfb"),
+    ("read_timeout", "timeout_read"),
+];
+
+/// Renames old `retry.retry_on` switches in a (partial) policy section to their new names,
+/// before the section is merged over a full policy that already has the new names: the
+/// serde aliases alone would then see both and refuse a duplicate. A section that writes
+/// both names keeps both, and is refused as a duplicate.
+pub(crate) fn upgrade_switch_names(section: &mut serde_json::Value) {
+    let Some(on) = section
+        .get_mut("retry")
+        .and_then(|r| r.get_mut("retry_on"))
+        .and_then(|o| o.as_object_mut())
+    else {
+        return;
+    };
+    for (old, new) in OLD_SWITCH_NAMES {
+        if !on.contains_key(new) {
+            if let Some(v) = on.remove(old) {
+                on.insert(new.to_owned(), v);
+            }
+        }
+    }
+}
+
 impl Default for RetryOn {
     fn default() -> Self {
         Self {
-            http_5xx: true,
-            http_429: true,
-            dns_err: true,
-            connect_err: true,
-            connect_timeout: true,
-            ttfb_timeout: true,
-            read_timeout: true,
+            status_5xx: true,
+            status_429: true,
+            dns: true,
+            connect: true,
+            io: true,
+            timeout_connect: true,
+            timeout_ttfb: true,
+            timeout_read: true,
         }
     }
 }

@@ -145,29 +145,27 @@ fn deadline_stops_an_attempt_that_cannot_finish() {
 fn retry_on_maps_outcomes_to_flags() {
     type Flag = fn(&mut RetryOn);
     let table: [(Outcome, Flag); 11] = [
-        (Outcome::Error(ErrorKind::Dns), |o| o.dns_err = false),
-        (Outcome::Error(ErrorKind::Io), |o| o.connect_err = false),
-        (Outcome::Error(ErrorKind::Connect), |o| {
-            o.connect_err = false
-        }),
+        (Outcome::Error(ErrorKind::Dns), |o| o.dns = false),
+        (Outcome::Error(ErrorKind::Io), |o| o.io = false),
+        (Outcome::Error(ErrorKind::Connect), |o| o.connect = false),
         (Outcome::Error(ErrorKind::Timeout(Phase::Connect)), |o| {
-            o.connect_timeout = false
+            o.timeout_connect = false
         }),
         (Outcome::Error(ErrorKind::Timeout(Phase::Dns)), |o| {
-            o.connect_timeout = false
+            o.timeout_connect = false
         }),
         (Outcome::Error(ErrorKind::Timeout(Phase::Tls)), |o| {
-            o.connect_timeout = false
+            o.timeout_connect = false
         }),
         (Outcome::Error(ErrorKind::Timeout(Phase::Ttfb)), |o| {
-            o.ttfb_timeout = false
+            o.timeout_ttfb = false
         }),
         (Outcome::Error(ErrorKind::Timeout(Phase::Read)), |o| {
-            o.read_timeout = false
+            o.timeout_read = false
         }),
-        (status(500), |o| o.http_5xx = false),
-        (status(503), |o| o.http_5xx = false),
-        (status(429), |o| o.http_429 = false),
+        (status(500), |o| o.status_5xx = false),
+        (status(503), |o| o.status_5xx = false),
+        (status(429), |o| o.status_429 = false),
     ];
     for (outcome, turn_off) in table {
         let mut on = RetryOn::default();
@@ -302,4 +300,116 @@ proptest! {
         let bound = timeout * attempts + p.backoff.total_max_delay(attempts.saturating_sub(1));
         prop_assert!(elapsed <= bound);
     }
+}
+
+/// The README's table "Which errors are retried": one row per kind (or status range) and the
+/// `retry_on` switch that covers it.
+const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+
+/// A status as a response and as the error `error_for_status` makes of it.
+fn status_both(s: u16) -> [Outcome; 2] {
+    let code = StatusCode::from_u16(s).unwrap();
+    [status(s), Outcome::Error(ErrorKind::Status(code))]
+}
+
+/// The outcomes a first cell of the README's retry table names.
+fn named_outcomes(cell: &str) -> Vec<Outcome> {
+    let ticked = cell.split('`').skip(1).step_by(2);
+    let mut out = Vec::new();
+    for name in ticked {
+        if name == "Status(5xx)" {
+            let codes = (500..=599).filter(|s| *s != 501 && *s != 505);
+            out.extend(codes.flat_map(status_both));
+        } else if let Some(n) = name
+            .strip_prefix("Status(")
+            .and_then(|n| n.strip_suffix(')'))
+        {
+            out.extend(status_both(n.parse().unwrap()));
+        } else if let Some(phase) = name
+            .strip_prefix("Timeout(")
+            .and_then(|p| p.strip_suffix(')'))
+        {
+            let phase = Phase::ALL
+                .into_iter()
+                .find(|p| format!("{p:?}") == phase)
+                .unwrap_or_else(|| panic!("README.md: `{name}` names no phase"));
+            out.push(Outcome::Error(ErrorKind::Timeout(phase)));
+        } else {
+            let kind = ErrorKind::ALL_SIMPLE
+                .into_iter()
+                .find(|k| format!("{k:?}") == name)
+                .unwrap_or_else(|| panic!("README.md: `{name}` is not an ErrorKind"));
+            out.push(Outcome::Error(kind));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_retry_table_is_the_code() {
+    let start = README
+        .lines()
+        .position(|l| l.trim() == "## Which errors are retried")
+        .expect("README.md has a section `## Which errors are retried`");
+    let mut listed = Vec::new();
+    for line in README.lines().skip(start + 1) {
+        if line.starts_with("## ") {
+            break;
+        }
+        if !line.starts_with("| `") {
+            continue;
+        }
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
+        let switch = cells[1].trim().trim_matches('`');
+        // The switch turned off alone, by its name in a document.
+        let off: RetryOn = serde_json::from_value(serde_json::json!({ switch: false }))
+            .unwrap_or_else(|e| panic!("README.md: `{switch}` is not a retry_on switch: {e}"));
+        for outcome in named_outcomes(cells[0]) {
+            assert!(
+                is_retryable(&RetryOn::default(), outcome),
+                "{outcome:?} is retried by default"
+            );
+            assert!(
+                !is_retryable(&off, outcome),
+                "{outcome:?} is not retried with `{switch}` off"
+            );
+            listed.push(outcome);
+        }
+    }
+    assert!(!listed.is_empty(), "README.md: the retry table has rows");
+    // Nothing the table leaves out is retried.
+    let every = ErrorKind::ALL_SIMPLE
+        .into_iter()
+        .chain(Phase::ALL.map(ErrorKind::Timeout))
+        .map(Outcome::Error)
+        .chain((100..=599).flat_map(status_both));
+    for outcome in every {
+        if !listed.contains(&outcome) {
+            assert!(
+                !is_retryable(&RetryOn::default(), outcome),
+                "{outcome:?} is retried but the README's table does not say so"
+            );
+        }
+    }
+}
+
+#[test]
+fn old_switch_names_still_load() {
+    let old: RetryOn = serde_json::from_value(serde_json::json!({
+        "http_5xx": false, "http_429": false, "dns_err": false, "connect_err": false,
+        "connect_timeout": false, "ttfb_timeout": false, "read_timeout": false,
+    }))
+    .unwrap();
+    let mut expected: RetryOn = serde_json::from_value(serde_json::json!({
+        "status_5xx": false, "status_429": false, "dns": false, "connect": false,
+        "timeout_connect": false, "timeout_ttfb": false, "timeout_read": false,
+    }))
+    .unwrap();
+    assert_eq!(old, expected);
+    assert!(
+        expected.io,
+        "a reset after connecting has its own switch, on by default"
+    );
+    expected.io = false;
+    assert!(!is_retryable(&expected, Outcome::Error(ErrorKind::Io)));
 }
