@@ -390,4 +390,37 @@ mod tests {
         );
         assert!(state.sources.lock().is_empty());
     }
+
+    #[test]
+    fn the_slo_factors_are_written_as_float_gauges_per_host() {
+        let state = Arc::new(GaugeState::new(
+            Arc::new(LabelCap::new(10)),
+            Arc::new(LabelCap::new(10)),
+        ));
+        let source: Arc<dyn GaugeSource> = Arc::new(Fixed(vec![GaugeReading::SloFactors {
+            host: "api.example.com",
+            backoff: 2.5,
+            rate: 0.25,
+        }]));
+        state.attach(&source);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(GaugeCollector(state.clone())));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("net_slo_backoff_factor{host=\"api.example.com\"} 2.5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("net_slo_rate_factor{host=\"api.example.com\"} 0.25"),
+            "{text}"
+        );
+        drop(source);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            !text.contains("net_slo_"),
+            "no family without a reading: {text}"
+        );
+    }
 }
