@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use soulbase_net_core::{GaugeReading, NetClient, NetEvent, NetRequest, Observer};
+use soulbase_net_core::{
+    ErrorKind, GaugeReading, NetClient, NetEvent, NetRequest, Observer, Phase,
+};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, RandomFaults, Reply, Script};
@@ -67,6 +69,15 @@ fn storm() -> Script {
             .fault(0.3, Reply::ok("late").delay(Duration::from_secs(2)))
             .otherwise(Reply::ok("ok")),
     )
+}
+
+/// A server whose `/storm` is [`storm`].
+async fn storm_server() -> FaultServer {
+    FaultServer::http1()
+        .route("/storm", storm())
+        .start()
+        .await
+        .unwrap()
 }
 
 /// Retries on a short attempt timeout, and the controller on a 1 s window.
@@ -238,11 +249,7 @@ async fn a_healthy_upstream_never_moves_the_factors() {
 #[tokio::test]
 async fn switched_off_it_never_acts() {
     bounded(async {
-        let mut srv = FaultServer::http1()
-            .route("/storm", storm())
-            .start()
-            .await
-            .unwrap();
+        let mut srv = storm_server().await;
         let mut p = policy();
         p.slo.enabled = false;
         let (c, changes) = client(p);
@@ -254,6 +261,51 @@ async fn switched_off_it_never_acts() {
         );
         assert!(changes.seen.lock().is_empty());
         assert_eq!(factors(&c), None);
+        srv.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_longer_wait_never_runs_past_the_deadline() {
+    bounded(async {
+        let mut srv = storm_server().await;
+        // Backoff up to 100 ms then 200 ms within a 1 s deadline (3 × 150 ms + 300 ms ≤ 900 ms);
+        // at 8× the second wait alone can be 1.6 s, so only the controller's own deadline
+        // check keeps a call from running into its total timeout.
+        let mut p = policy();
+        p.retry.backoff.base = Duration::from_millis(100);
+        p.timeout.total = Duration::from_secs(1);
+        p.slo.max_backoff_factor = 8.0;
+        p.slo.tighten_factor = 8.0;
+        p.slo.min_rate_factor = 1.0;
+        let (c, changes) = client(p);
+        let end = Instant::now() + Duration::from_secs(3);
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        let mut calls = tokio::task::JoinSet::new();
+        while Instant::now() < end {
+            tick.tick().await;
+            let (c, url) = (c.clone(), srv.url("/storm"));
+            calls.spawn(async move {
+                let t = Instant::now();
+                let r = c.send(NetRequest::get(url)).await;
+                (r.err().map(|e| e.kind()), t.elapsed())
+            });
+        }
+        let ends = calls.join_all().await;
+        assert_eq!(factors(&c), Some((8.0, 1.0)), "{:?}", changes.seen.lock());
+        let total = ends
+            .iter()
+            .filter(|(k, _)| *k == Some(ErrorKind::Timeout(Phase::Total)))
+            .count();
+        let ttfb = ends
+            .iter()
+            .filter(|(k, _)| *k == Some(ErrorKind::Timeout(Phase::Ttfb)))
+            .count();
+        assert_eq!(total, 0, "calls ran into their deadline");
+        assert!(ttfb > 0, "the storm timed calls out");
+        let longest = ends.iter().map(|(_, t)| *t).max().unwrap();
+        assert!(longest < Duration::from_secs(1), "{longest:?}");
         srv.shutdown().await;
     })
     .await;
