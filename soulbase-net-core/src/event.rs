@@ -182,7 +182,8 @@ impl Outcome {
     }
 }
 
-/// The three states of a circuit breaker (seed 000 §5.2).
+/// The three states of a circuit breaker: closed (calls pass), open (calls fail fast) and
+/// half-open (a few probes decide).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BreakerState {
     /// Calls pass; failures are counted.
@@ -434,7 +435,7 @@ pub enum NetEvent<'a> {
         /// For a delivery: how late it went out (actual − `deliver_at`).
         lateness: Option<Duration>,
     },
-    /// The SLO controller changed a host's factors (seed 001 §X, `eid_policy_change`): an SLI
+    /// The SLO controller changed a host's factors: an SLI
     /// was over its target for a whole window (the factors tighten), or every SLI was under
     /// its target for a whole window (they step back toward 1).
     PolicyChange {

@@ -417,7 +417,7 @@ impl Metrics {
         res
     }
 
-    /// The SLIs of seed 001 §X (and the hedge rate of §IX) as of now.
+    /// The SLIs as of now: retry, timeout, error, dedup drop and hedge rates, p50 / p99.
     pub fn slis(&self) -> Slis {
         self.sli.snapshot()
     }

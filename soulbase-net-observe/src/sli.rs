@@ -38,8 +38,8 @@ pub struct Slis {
     ///
     /// [`NetEvent::Answered`]: soulbase_net_core::NetEvent::Answered
     pub dup_drop_rate: f64,
-    /// Hedged copies started per finished request (`AttemptStarted` with `hedge`, seed 001
-    /// §IX): the extra load hedging puts on the dependencies.
+    /// Hedged copies started per finished request (`AttemptStarted` with `hedge`): the extra
+    /// load hedging puts on the dependencies.
     pub hedge_rate: f64,
     /// Median total latency of the sampled requests, in milliseconds.
     pub p50_ms: f64,

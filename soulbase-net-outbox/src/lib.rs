@@ -1,7 +1,7 @@
 //! Durable delivery for soulbase-net: calls that must happen — a payment, an order, a webhook
 //! — are persisted first and delivered by workers through any [`NetClient`], now or at a set
-//! time, retried with backoff, acknowledged, or moved to a dead-letter table (seed 003's
-//! "persist first, then schedule"; the transactional-outbox pattern of River, Oban and Que).
+//! time, retried with backoff, acknowledged, or moved to a dead-letter table (persist first,
+//! then schedule: the transactional-outbox pattern of River, Oban and Que).
 //!
 //! - [`OutboxItem`]: the request (method, URL, headers, body bytes, tenant) with `deliver_at`,
 //!   a deadline, `max_attempts`, an `Idempotency-Key` drawn from the OS CSPRNG at enqueue and

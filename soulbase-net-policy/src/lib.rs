@@ -40,12 +40,11 @@
 //! # Ok::<(), soulbase_net_policy::PolicyError>(())
 //! ```
 //!
-//! Defaults come from the seeds: seed 000 §3 (TLS 1.2+, private addresses denied, 3 attempts
-//! for idempotent requests, breaker off, ≤ 5 redirects, 32MiB bodies, 64 per host), seed 001
-//! (the deadline closure, dynamic timeouts, hedging, the retry budget), seed 002 (AIMD) and
-//! seed 004 (endpoint freezing for 10m; DNS cached for 1h, persisted, refreshed every 30m).
-//! Where the seeds are silent, the choice follows Envoy, Finagle, gRPC and resilience4j, and
-//! the field's documentation says so.
+//! The defaults: TLS 1.2+, private addresses denied, 3 attempts for idempotent requests
+//! within a 20 % retry budget, breaker off, ≤ 5 redirects, 32MiB bodies, 64 calls in flight
+//! per host, a policy refused when it cannot keep its own deadline; endpoints frozen for 10m
+//! after a failure; DNS answers cached for at most 1h and refreshed every 30m. Where a choice
+//! follows Envoy, Finagle, gRPC or resilience4j, the field's documentation says so.
 //!
 //! [`Snapshot::explain`] says which layer each field of an effective policy comes from (what
 //! `cargo xtask policy explain` prints).

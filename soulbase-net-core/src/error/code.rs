@@ -7,7 +7,8 @@ use std::fmt;
 
 use super::kind::ErrorKind;
 
-/// A stable SB-02 error code (seed 000 §8.2).
+/// A stable error code, the same for a kind of failure in every release (`PROVIDER.TIMEOUT`,
+/// `AUTH.FORBIDDEN`, …).
 ///
 /// The string form ([`ErrorCode::as_str`]) never changes for a variant; services report it,
 /// alert on it and map it to their own domain codes.
@@ -52,7 +53,7 @@ impl ErrorCode {
         }
     }
 
-    /// What callers outside the service may see (seed 000 §8.2), with QoS off:
+    /// What callers outside the service may see, with QoS off:
     /// timeouts and rate limits both show as `PROVIDER.UNAVAILABLE`.
     pub const fn public_view(self) -> ErrorCode {
         self.public_view_with(false)

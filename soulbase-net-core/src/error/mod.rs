@@ -135,7 +135,7 @@ impl NetError {
         self.inner.kind.code()
     }
 
-    /// What callers outside the service may see (seed 000 §8.2): timeouts show as
+    /// What callers outside the service may see: timeouts show as
     /// `PROVIDER.UNAVAILABLE`; rate limits too, unless QoS made them visible.
     pub fn public_code(&self) -> ErrorCode {
         self.code().public_view_with(self.inner.quota_visible)

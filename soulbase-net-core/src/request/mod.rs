@@ -14,7 +14,8 @@ use crate::{
     timeout::TimeoutCfg,
 };
 
-/// One outbound HTTP request, as the seed defines it (seed 000 §2).
+/// One outbound HTTP request: method, URL, headers, query, body, timeouts, idempotency,
+/// and the tenant and policy key that choose its policy.
 ///
 /// Built with chained methods that take and return `self`. A mistake made while building
 /// (an invalid header, a body that cannot be serialised) is kept and reported by
@@ -241,7 +242,7 @@ impl NetRequest {
     }
 
     /// Whether the method allows retries: `idempotent` is set, or the method is GET, HEAD or
-    /// OPTIONS (seed 000 §5.1).
+    /// OPTIONS (the methods HTTP defines as idempotent and safe to repeat).
     pub fn is_retryable_method(&self) -> bool {
         self.idempotent || matches!(self.method, Method::GET | Method::HEAD | Method::OPTIONS)
     }

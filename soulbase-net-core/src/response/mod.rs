@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{ErrorKind, NetError};
 
-/// Where the time of an attempt went (seed 000 §2).
+/// Where the time of an attempt went: connecting, waiting for the first byte, and in total.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Elapsed {
     /// Opening the connection: DNS, TCP, proxy tunnel and TLS; zero for a pooled connection.

@@ -8,7 +8,7 @@ use crate::validate::{unit_half_open, Checker};
 
 /// Opens the circuit for a host after `consecutive_failures` failures in a row, or when the
 /// failure ratio over `window` reaches `failure_ratio` with at least `min_samples` calls
-/// (seed 000 §3 and §5.2; the slow-call rule follows resilience4j).
+/// (the slow-call rule follows resilience4j).
 ///
 /// While open, calls fail fast with `CircuitOpen` (`PROVIDER.UNAVAILABLE`) until `cooldown`
 /// elapses; then `half_open_probes` probes are let through: once `half_open_success_ratio`

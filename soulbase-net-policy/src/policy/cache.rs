@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::size::ByteSize;
 use crate::validate::Checker;
 
-/// The `CacheHook` interceptor's behaviour (seed 000 §3 and §9, SB-16).
+/// The `CacheHook` interceptor's behaviour: conditional GETs and fresh hits served locally.
 ///
 /// With `enable_etag`, GET responses carrying `ETag` or `Last-Modified` are stored and later
 /// requests are made conditional; with `swr`, a stale entry is served while it is revalidated

@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::host::{normalize_host, HostPattern};
 use crate::validate::{fmt_duration, Checker};
 
-/// Name resolution (seed 000 §6.1, with the DomainsManager behaviour of seed 004: a 1h cache,
-/// persistence to a file, background refresh every 30m, 10 resolve retries with a randomised
+/// Name resolution: a cache of at most 1h, optional persistence to a file, background refresh every 30m, 10 resolve retries with a randomised
 /// delay, and shuffled answers so load spreads).
 ///
 /// Cached answers live for the record's TTL clamped to `[min_ttl, cache_ttl]`; when the
@@ -27,8 +26,7 @@ pub struct DnsPolicy {
     /// Time limit of one lookup. Default is 2s.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
-    /// Longest time an answer is cached, whatever its TTL (seed 004
-    /// `resolutions_cache_lifetime`). Default is 1h.
+    /// Longest time an answer is cached, whatever its TTL. Default is 1h.
     #[serde(with = "humantime_serde")]
     pub cache_ttl: Duration,
     /// Shortest time an answer is cached, whatever its TTL. Default is 0s.
@@ -44,14 +42,16 @@ pub struct DnsPolicy {
     pub happy_eyeballs_delay: Duration,
     /// Try IPv6 addresses first. Default is `false`.
     pub prefer_ipv6: bool,
-    /// Shuffle the addresses of an answer on every use (seed 004). Default is `true`.
+    /// Shuffle the addresses of an answer on every use, so load spreads over them.
+    /// Default is `true`.
     pub shuffle: bool,
     /// Serve an expired answer when the resolver fails. Default is `true`.
     pub serve_stale: bool,
     /// How long past expiry an answer may be served stale. Default is 1h.
     #[serde(with = "humantime_serde")]
     pub stale_for: Duration,
-    /// File the cache is persisted to and loaded from (seed 004). Default is `None`.
+    /// File the cache is persisted to and loaded from, so a restart starts warm and survives
+    /// a resolver outage. Default is `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persist_file: Option<PathBuf>,
     /// How often the cache is written to `persist_file`; `"off"` writes only on shutdown.
@@ -62,7 +62,7 @@ pub struct DnsPolicy {
     /// off. Default is 30m.
     #[serde(with = "crate::serde_opt")]
     pub refresh_interval: Option<Duration>,
-    /// Background re-resolution attempts per name (seed 004 `url_resolve_retries`).
+    /// Background re-resolution attempts per name, with a randomised delay between them.
     /// Default is 10.
     pub resolve_retries: u32,
     /// Wait between background resolve attempts; each wait is randomised to 50–100 % of it.

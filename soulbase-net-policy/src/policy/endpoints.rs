@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::Checker;
 
-/// Alternate endpoints and endpoint freezing (seed 004 DomainsManager).
+/// Alternate endpoints and endpoint freezing: a base URL that failed is skipped for a while.
 ///
 /// A base URL whose attempt failed in one of the ways `freeze_on` lists (by default: DNS or
 /// connect error, timeout, 5xx) is frozen for `frozen_duration`; the next attempts use the
@@ -15,7 +15,7 @@ use crate::validate::Checker;
 /// `frozen_duration` among the name's other addresses (when all are frozen, the one that thaws
 /// first is dialled).
 ///
-/// Default: freezing on for 10m (seed 004 `url_frozen_duration`) on every failure kind, per
+/// Default: freezing on for 10m on every failure kind, per
 /// address too, no alternate URLs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::Checker;
 
-/// Hedged requests (seed 001 §VI): for idempotent requests with a replayable body, when no
+/// Hedged requests: for idempotent requests with a replayable body, when no
 /// answer has come after `delay`, up to `max_hedges` extra attempts start; the first success
 /// wins and the others are cancelled. All share one idempotency key.
 ///

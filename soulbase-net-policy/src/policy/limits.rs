@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::Checker;
 
-/// Backpressure (seed 000 §7, AIMD from seed 002).
+/// Backpressure: concurrency per host and tenant, rates, and an adaptive (AIMD) window.
 ///
 /// Over a limit the request fails at once with `RateLimited` unless `max_wait` allows a
 /// bounded wait. The per-host limit also caps connections opened to the host.
@@ -124,7 +124,7 @@ impl Default for GlobalLimit {
     }
 }
 
-/// Additive-increase / multiplicative-decrease concurrency window (seed 002): each success
+/// Additive-increase / multiplicative-decrease concurrency window: each success
 /// adds `increase`, each timeout or overload error multiplies by `decrease_factor`, clamped to
 /// `[min, max]`.
 ///

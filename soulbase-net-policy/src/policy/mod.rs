@@ -34,8 +34,8 @@ use self::slo::SloPolicy;
 use self::timeout::TimeoutPolicy;
 use self::tls::TlsPolicy;
 
-/// The policy for one outbound call: seed 000 §3's `NetPolicy` plus hedging (seed 001),
-/// endpoint freezing (seed 004) and timeouts.
+/// The policy for one outbound call: retries, breaker, redirects, TLS, DNS, proxy, security,
+/// limits, cache, hedging, endpoint freezing, timeouts and SLO targets.
 ///
 /// Built-in defaults are the seed's: TLS 1.2+, private addresses denied, 3 attempts for
 /// idempotent requests, breaker off, at most 5 redirects, 32MiB bodies, 64 requests in flight
@@ -72,7 +72,7 @@ pub struct NetPolicy {
     pub endpoints: EndpointPolicy,
     /// Timeouts and the total deadline. Default is [`TimeoutPolicy::default`].
     pub timeout: TimeoutPolicy,
-    /// SLO targets and the self-healing controller (seed 001 §X). Default is off.
+    /// SLO targets and the self-healing controller. Default is off.
     pub slo: SloPolicy,
 }
 
@@ -83,7 +83,8 @@ impl NetPolicy {
     /// # Errors
     /// A [`PolicyError`] listing each problem, e.g. zero attempts, jitter outside `[0, 1]`,
     /// `cap < base`, TLS below 1.2, certificate verification off, or a policy that cannot keep
-    /// its own deadline (seed 001's closure, see [`worst_case_latency`](Self::worst_case_latency)).
+    /// its own deadline (its worst case, [`worst_case_latency`](Self::worst_case_latency), must
+    /// fit in `timeout.total − timeout.margin`).
     ///
     /// # Examples
     /// ```
@@ -123,8 +124,7 @@ impl NetPolicy {
         out
     }
 
-    /// The longest a call can take under this policy (seed 001 S75-1 with backoff at its
-    /// worst): `Σ_{k=1}^{attempts-1} retry.backoff.max_delay(k) + attempts × timeout.attempt`.
+    /// The longest a call can take under this policy, with backoff at its worst: `Σ_{k=1}^{attempts-1} retry.backoff.max_delay(k) + attempts × timeout.attempt`.
     ///
     /// # Examples
     /// ```

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::Checker;
 
-/// Outbound proxies (seed 000 §3).
+/// Outbound proxies.
 ///
 /// `https` targets go through `https_proxy` with HTTP CONNECT; `http` targets through
 /// `http_proxy`. A proxy URL is `http://` (plain to the proxy) or `https://` (TLS to the

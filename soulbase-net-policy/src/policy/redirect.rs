@@ -7,7 +7,7 @@ use crate::validate::Checker;
 /// Most redirects any policy may allow: browsers stop at about 20.
 pub(crate) const MAX_REDIRECTS: u8 = 20;
 
-/// Following redirects (seed 000 §3 and §6.3).
+/// Following redirects.
 ///
 /// Every hop is checked again by the address guard and the host allow-list; `Authorization`,
 /// `Cookie` and `security.strip_headers` are dropped when a hop changes origin; 303 turns the

@@ -9,7 +9,8 @@ use crate::policy::redirect::MAX_REDIRECTS;
 use crate::size::ByteSize;
 use crate::validate::Checker;
 
-/// Egress security (seed 000 §3 and §6; SSRF rules after Stripe's Smokescreen).
+/// Egress security: where requests may go and how big answers may be (SSRF rules after
+/// Stripe's Smokescreen).
 ///
 /// With `deny_private`, the address guard refuses every special-purpose address (loopback,
 /// private, link-local and cloud metadata, CGNAT, …) on the addresses actually dialled, so DNS
@@ -42,7 +43,7 @@ pub struct SecurityPolicy {
     /// leaves the request's origin and every hop after it (case-insensitive names); the
     /// request's own origin still receives them. Default is empty.
     pub strip_headers: Vec<String>,
-    /// Exceptions to `deny_private` (seed 000 §6.1 sandbox grants). Default is none.
+    /// Exceptions to `deny_private`: hosts and CIDRs the guard lets through. Default is none.
     pub grants: SandboxGrants,
 }
 

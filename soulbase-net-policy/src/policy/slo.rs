@@ -11,7 +11,7 @@ use crate::validate::{fmt_duration, unit_closed, unit_half_open, Checker};
 /// backoff and becomes an outage of the client's own making.
 pub const MAX_BACKOFF_FACTOR: f64 = 8.0;
 
-/// SLO targets per host and the self-healing controller that acts on them (seed 001 §X).
+/// SLO targets per host and the self-healing controller that acts on them.
 ///
 /// The runtime measures, per host and over a sliding `window` sampled every `interval`, the
 /// SLIs of the attempts it makes: `retry_rate` (retries per first attempt), `timeout_rate`

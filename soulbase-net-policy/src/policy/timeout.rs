@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::policy::retry::RetryPolicy;
 use crate::validate::{fmt_duration, Checker};
 
-/// Timeouts (seed 000 §2 `TimeoutCfg`, seed 001 §V): per phase, per attempt and in total.
+/// Timeouts: per phase, per attempt and in total.
 ///
 /// `total` bounds the whole call, retries and backoff included. A policy must be able to keep
-/// it: the deadline closure of seed 001 requires
+/// it: validation requires
 /// `Σ backoff.max_delay(k) + attempts × attempt ≤ total − margin`
 /// (see [`worst_case_latency`](Self::worst_case_latency)), checked before any request runs.
 ///
@@ -40,14 +40,15 @@ pub struct TimeoutPolicy {
     /// The whole call, all attempts and backoff included. Default is 30s.
     #[serde(with = "humantime_serde")]
     pub total: Duration,
-    /// Slack kept below `total` by the deadline closure (seed 001 P75-2). Default is 100ms.
+    /// Slack kept below `total` by the deadline check (the worst case must fit in
+    /// `total − margin`). Default is 100ms.
     #[serde(with = "humantime_serde")]
     pub margin: Duration,
     /// The dynamic per-attempt timeout. Default is off.
     pub dynamic: DynamicTimeout,
 }
 
-/// A per-attempt timeout learnt from recent latency (seed 001 §V): the `percentile` of the
+/// A per-attempt timeout learnt from recent latency: the `percentile` of the
 /// host's recent latencies × `factor`, clamped to `[min, max]`, used once `min_samples`
 /// latencies are known (before that, `attempt` applies).
 ///

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::validate::Checker;
 
-/// TLS for outbound connections (seed 000 §3 and §6.2).
+/// TLS for outbound connections.
 ///
 /// Certificates are always verified against the web PKI roots (plus `extra_roots_pem`); pins
 /// are checked in addition to, never instead of, that verification.

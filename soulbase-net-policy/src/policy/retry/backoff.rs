@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::{fmt_duration, unit_closed, Checker};
 
-/// Exponential backoff: retry `k` (k ≥ 1) waits up to `min(cap, base × factor^(k-1))`
-/// (seed 000 §5.1, seed 001 §VI).
+/// Exponential backoff: retry `k` (k ≥ 1) waits up to `min(cap, base × factor^(k-1))`.
 ///
 /// Default is 100ms base, × 2, full jitter (`jitter = 1.0`), 5s cap.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

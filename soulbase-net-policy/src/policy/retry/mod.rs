@@ -10,7 +10,7 @@ mod backoff;
 
 pub use self::backoff::{BackoffCfg, JitterMode};
 
-/// Retries of idempotent requests (seed 000 §3 and §5.1, budget from seed 001 §VIII).
+/// Retries of idempotent requests, within a retry budget.
 ///
 /// A request is retried only when it is idempotent (or GET/HEAD/OPTIONS), its body can be
 /// replayed, the outcome is listed in [`retry_on`](Self::retry_on), attempts remain, the
@@ -113,7 +113,7 @@ pub struct RetryOn {
     pub timeout_read: bool,
 }
 
-/// A retry budget (seed 001 §VIII, after Finagle's `RetryBudget` and gRPC retry throttling):
+/// A retry budget (after Finagle's `RetryBudget` and gRPC retry throttling):
 /// retries may add at most `retry_ratio` of the requests seen in `window`, plus
 /// `min_retries_per_sec`, so that retries cannot multiply load during an outage.
 ///
