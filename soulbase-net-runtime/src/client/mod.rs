@@ -13,6 +13,7 @@ mod retries;
 mod send;
 mod service;
 mod transport;
+mod watch;
 
 pub use self::service::ResponseFuture;
 
@@ -80,6 +81,7 @@ pub struct ClientBuilder {
 enum DocumentSource {
     Document(PolicyDocument),
     File(PathBuf),
+    Watched(PathBuf, Duration),
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -230,9 +232,10 @@ impl ClientBuilder {
 
     /// Reads the policy document from a `.toml` or `.json` file at `build` (see
     /// [`policy_document`](Self::policy_document)), so that setup is one expression with one
-    /// `?`. The file is read once; to reload it while the service runs, keep a
-    /// [`SnapshotResolver::from_path`] and call its `reload_from_file` from a file watcher or
-    /// a signal handler, and give it to [`policy_resolver`](Self::policy_resolver).
+    /// `?`. The file is read once; [`policy_file_watched`](Self::policy_file_watched) also
+    /// reloads it when it changes (or keep a [`SnapshotResolver::from_path`], call its
+    /// `reload_from_file` from a signal handler, and give it to
+    /// [`policy_resolver`](Self::policy_resolver)).
     ///
     /// # Errors
     /// None here; `build` fails with `InvalidRequest` (`SCHEMA.VALIDATION_FAILED`) when the
@@ -261,6 +264,35 @@ impl ClientBuilder {
     /// ```
     pub fn policy_file(mut self, path: impl AsRef<Path>) -> Self {
         self.document = Some(DocumentSource::File(path.as_ref().to_path_buf()));
+        self.resolver = None;
+        self.policy = None;
+        self
+    }
+
+    /// As [`policy_file`](Self::policy_file), and reloads the file when it changes: every
+    /// `every`, the file's modification time and length are compared with the last look; a
+    /// changed file is validated whole and swapped in atomically (calls in flight keep the
+    /// policy they started with), while an invalid one is refused with a `tracing` warning
+    /// listing its problems and the policy in force stays. The watch ends with the client.
+    /// [`Client::policy_version`] counts the documents taken.
+    ///
+    /// # Errors
+    /// None here; `build` fails as for [`policy_file`](Self::policy_file), and with
+    /// `InvalidRequest` outside a Tokio runtime or when `every` is zero.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> Result<(), soulbase_net_runtime::prelude::NetError> {
+    /// use std::time::Duration;
+    /// use soulbase_net_runtime::prelude::*;
+    ///
+    /// let client = Client::builder()
+    ///     .policy_file_watched("/etc/orders/policy.toml", Duration::from_secs(5))
+    ///     .build()?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    pub fn policy_file_watched(mut self, path: impl AsRef<Path>, every: Duration) -> Self {
+        self.document = Some(DocumentSource::Watched(path.as_ref().to_path_buf(), every));
         self.resolver = None;
         self.policy = None;
         self
@@ -430,17 +462,21 @@ impl ClientBuilder {
     /// [`max_in_flight`](Self::max_in_flight) is 0.
     pub fn build(self) -> Result<Client, NetError> {
         let in_flight = in_flight::cap(self.max_in_flight)?;
-        let document = match self.document {
-            Some(DocumentSource::Document(doc)) => Some(doc),
-            Some(DocumentSource::File(path)) => Some(PolicyDocument::from_path(&path)?),
+        let documented = match self.document {
+            Some(DocumentSource::Document(doc)) => Some(Arc::new(SnapshotResolver::new(doc)?)),
+            Some(DocumentSource::File(path)) => Some(Arc::new(SnapshotResolver::new(
+                PolicyDocument::from_path(&path)?,
+            )?)),
+            Some(DocumentSource::Watched(path, every)) => Some(watch::watched(&path, every)?),
             None => None,
         };
-        let store = self
-            .store
-            .or_else(|| document.as_ref().and_then(|d| d.store().cloned()));
-        let resolver: Arc<dyn PolicyResolver> = match (self.resolver, document, self.policy) {
+        let store = self.store.or_else(|| {
+            let snapshot = documented.as_ref()?.snapshot();
+            snapshot.document().store().cloned()
+        });
+        let resolver: Arc<dyn PolicyResolver> = match (self.resolver, documented, self.policy) {
             (Some(r), _, _) => r,
-            (None, Some(doc), _) => Arc::new(SnapshotResolver::new(doc)?),
+            (None, Some(r), _) => r,
             (None, None, policy) => {
                 Arc::new(SnapshotResolver::from_policy(policy.unwrap_or_default())?)
             }
@@ -560,6 +596,13 @@ impl Client {
     /// A [`ClientBuilder`].
     pub fn builder() -> ClientBuilder {
         ClientBuilder::new()
+    }
+
+    /// The version of the policy in force: 1 for the first document, +1 for each one taken
+    /// since (a reload of [`ClientBuilder::policy_file_watched`], an update of the
+    /// [`SnapshotResolver`] given to [`ClientBuilder::policy_resolver`]).
+    pub fn policy_version(&self) -> u64 {
+        self.inner.resolver.version()
     }
 
     /// The client's gauges (limiter in flight and queued per host, AIMD windows, retry-budget

@@ -377,3 +377,43 @@ async fn a_policy_file_and_a_tenant_handle_reach_the_tenants_policy() {
     std::fs::remove_dir_all(&dir).unwrap();
     srv.join().await;
 }
+
+#[tokio::test]
+async fn a_watched_policy_file_is_reloaded_when_it_changes() {
+    let srv = FaultServer::http1()
+        .route("/down", Reply::status(503))
+        .start()
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("sbn-watched-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("policy.toml");
+    let policy = |attempts: u32| {
+        format!(
+            "[default]\nsecurity.grants.cidrs = [\"127.0.0.0/8\"]\n\
+             dns.nameservers = [\"127.0.0.1:9\"]\n\
+             retry.backoff = {{ base = \"1ms\", cap = \"5ms\" }}\n\
+             retry.max_attempts = {attempts}\n"
+        )
+    };
+    std::fs::write(&path, policy(1)).unwrap();
+    let every = std::time::Duration::from_millis(20);
+    let h = harness_with(loopback_policy(), |b| b.policy_file_watched(&path, every));
+    assert_eq!(h.client.policy_version(), 1);
+    h.client.get_bytes(&srv.url("/down")).await.unwrap_err();
+    assert_eq!(srv.hits("/down"), 1);
+
+    // A longer file (so its length changes even where modification times are coarse).
+    std::fs::write(&path, format!("# three attempts now\n{}", policy(3))).unwrap();
+    crate::support::bounded(async {
+        while h.client.policy_version() < 2 {
+            tokio::time::sleep(every).await;
+        }
+    })
+    .await;
+    let err = h.client.get_bytes(&srv.url("/down")).await.unwrap_err();
+    assert_eq!(err.attempts(), 3);
+    assert_eq!(srv.hits("/down"), 4);
+    std::fs::remove_dir_all(&dir).unwrap();
+    srv.join().await;
+}

@@ -1,0 +1,79 @@
+//! Reloading a policy file when it changes (`ClientBuilder::policy_file_watched`).
+//!
+//! Why polling: a file's modification time and length, read every few seconds, work the same
+//! on every platform, inside containers and on mounted config maps (where inotify misses the
+//! symlink swap Kubernetes does), for the price of one `stat` per interval. The resolver
+//! validates a changed file whole: an invalid one is refused and the policy in force stays.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Weak},
+    time::{Duration, SystemTime},
+};
+
+use soulbase_net_core::NetError;
+use soulbase_net_policy::SnapshotResolver;
+
+/// What is compared between two looks at the file.
+type Stamp = (Option<SystemTime>, u64);
+
+/// Reads `path` into a resolver and starts a task that reloads it when the file's
+/// modification time or length changes, every `every`; the task ends with the resolver.
+///
+/// # Errors
+/// The problems of the file, or `InvalidRequest` outside a Tokio runtime.
+pub(super) fn watched(path: &Path, every: Duration) -> Result<Arc<SnapshotResolver>, NetError> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+        NetError::invalid_request("policy_file_watched needs a Tokio runtime to watch the file")
+            .with_source(e)
+    })?;
+    if every.is_zero() {
+        return Err(NetError::invalid_request(
+            "policy_file_watched needs an interval above zero",
+        ));
+    }
+    let before = stamp(path);
+    let resolver = Arc::new(SnapshotResolver::from_path(path)?);
+    runtime.spawn(watch(
+        Arc::downgrade(&resolver),
+        path.to_path_buf(),
+        every,
+        before,
+    ));
+    Ok(resolver)
+}
+
+async fn watch(resolver: Weak<SnapshotResolver>, path: PathBuf, every: Duration, mut seen: Stamp) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await; // the first tick is now: the file was just read
+    loop {
+        ticks.tick().await;
+        let Some(resolver) = resolver.upgrade() else {
+            return; // the client is gone
+        };
+        let now = stamp(&path);
+        if now == seen {
+            continue;
+        }
+        // Remember the stamp even when the file is refused, so a bad file is reported once,
+        // not every interval; the next write is looked at again.
+        seen = now;
+        match resolver.reload_from_file(&path) {
+            Ok(version) => tracing::info!(path = %path.display(), version, "policy reloaded"),
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                problems = %e,
+                "policy file refused; the policy in force stays"
+            ),
+        }
+    }
+}
+
+/// The file's modification time and length; `(None, 0)` when it cannot be read.
+fn stamp(path: &Path) -> Stamp {
+    match std::fs::metadata(path) {
+        Ok(m) => (m.modified().ok(), m.len()),
+        Err(_) => (None, 0),
+    }
+}
