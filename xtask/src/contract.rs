@@ -24,7 +24,7 @@ use soulbase_net_testkit::{FaultServer, Reply, Script};
 
 use crate::loopback::LoopbackDialer;
 
-mod slo;
+pub(crate) mod slo;
 use crate::table::{self, print_table, row, Row};
 
 /// Runs the matrix, prints the table, writes JSON when asked; `Err` when a row failed.

@@ -4,8 +4,9 @@
 //! watch: a flaky endpoint retried to success, a failing one tripping the circuit breaker and
 //! recovering through HalfOpen, a concurrency limit, SSRF attempts refused, a first-byte
 //! timeout, a cached GET (the same client with a `CacheHook`), two instances sharing a quota
-//! on Redis, and an outbox on SQLite (a temp file) delivering a POST on its third try with one
-//! `Idempotency-Key` and a delayed item not before its time. Each phase prints a live progress
+//! on Redis, an outbox on SQLite (a temp file) delivering a POST on its third try with one
+//! `Idempotency-Key` and a delayed item not before its time, and the SLO controller slowing
+//! down a host whose calls start timing out, then letting it go once healed. Each phase prints a live progress
 //! line and a verdict; a final table and the events counted by the demo's own [`Observer`]
 //! follow. The exit code is non-zero when any phase did not behave as expected, so the demo
 //! doubles as a smoke test (and a `#[test]` runs the same scenario in-process).
@@ -32,8 +33,8 @@ use std::{
 
 use parking_lot::Mutex;
 use soulbase_net_core::{
-    BreakerState, ErrorCode, ErrorKind, NetClient, NetError, NetEvent, NetRequest, NetResponse,
-    Observer, OutboxStep, Phase, TimeoutCfg,
+    BreakerState, ErrorCode, ErrorKind, GaugeReading, NetClient, NetError, NetEvent, NetRequest,
+    NetResponse, Observer, OutboxStep, Phase, TimeoutCfg,
 };
 use soulbase_net_interceptors::CacheHook;
 use soulbase_net_outbox::{Outbox, OutboxItem, SqliteStore};
@@ -43,6 +44,7 @@ use soulbase_net_testkit::{FaultServer, FaultServerBuilder, RandomFaults, Reply,
 use tokio::time::Instant;
 
 use crate::{
+    contract::slo::{load, policy as slo_policy, storm},
     loopback::LoopbackDialer,
     outbox_kit::{self, Applied, TempDir},
 };
@@ -153,6 +155,7 @@ impl Report {
             ("retry budget exhausted", c.budget_exhausted),
             ("breaker transitions", c.transitions),
             ("breaker rejections (fail fast)", c.breaker_rejected),
+            ("SLO policy changes", c.policy_changes),
             ("rate limited", c.rate_limited),
             ("blocked (guard)", c.blocked),
             ("timed out", c.timed_out),
@@ -193,6 +196,7 @@ struct Counts {
     budget_exhausted: u64,
     transitions: u64,
     breaker_rejected: u64,
+    policy_changes: u64,
     rate_limited: u64,
     blocked: u64,
     timed_out: u64,
@@ -210,6 +214,7 @@ struct DemoObserver {
     retries: AtomicU64,
     budget_exhausted: AtomicU64,
     breaker_rejected: AtomicU64,
+    policy_changes: AtomicU64,
     rate_limited: AtomicU64,
     blocked: AtomicU64,
     timed_out: AtomicU64,
@@ -228,6 +233,7 @@ impl Observer for DemoObserver {
             NetEvent::RetryScheduled { .. } => &self.retries,
             NetEvent::RetryBudgetExhausted { .. } => &self.budget_exhausted,
             NetEvent::BreakerRejected { .. } => &self.breaker_rejected,
+            NetEvent::PolicyChange { .. } => &self.policy_changes,
             NetEvent::RateLimited { .. } => &self.rate_limited,
             NetEvent::Blocked { .. } => &self.blocked,
             NetEvent::TimedOut { .. } => &self.timed_out,
@@ -260,6 +266,7 @@ impl DemoObserver {
             budget_exhausted: get(&self.budget_exhausted),
             transitions: self.transitions.lock().len() as u64,
             breaker_rejected: get(&self.breaker_rejected),
+            policy_changes: get(&self.policy_changes),
             rate_limited: get(&self.rate_limited),
             blocked: get(&self.blocked),
             timed_out: get(&self.timed_out),
@@ -389,7 +396,8 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
         phase_timeout(&client, progress).await?,
         phase_cache(&cached, progress).await?,
         phase_fleet(&dialer, progress).await?,
-        phase_outbox(&dialer, both, &observer, progress).await?,
+        phase_outbox(&dialer, both.clone(), &observer, progress).await?,
+        phase_slo(&dialer, both, progress).await?,
     ] {
         phases.push(phase);
     }
@@ -407,6 +415,77 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
         off_loopback_dials,
         exposition: metrics.encode(),
     })
+}
+
+/// (i) The SLO controller: a host whose calls start timing out (30 %) is slowed down — its
+/// backoff and rate factors move within a window — and is back at its policy once healed.
+async fn phase_slo(
+    dialer: &Arc<LoopbackDialer>,
+    observer: Arc<dyn Observer>,
+    progress: Progress,
+) -> Result<PhaseResult, String> {
+    const NAME: &str = "(i) slo";
+    let started = Instant::now();
+    let mut srv = server(20, |b| {
+        b.route("/ok", Reply::ok("ok")).route("/storm", storm())
+    })
+    .await?;
+    let mut p = demo_policy();
+    // The breaker would open on the storm; this phase shows the controller alone.
+    p.cbreaker.enabled = false;
+    p.slo.recover_step = 0.5;
+    let p = slo_policy(p, true)?;
+    let client = Client::builder()
+        .policy(p)
+        .observer(observer)
+        .dialer(dialer.clone())
+        .build()
+        .map_err(|e| format!("could not build the SLO client: {e}"))?;
+    let factors = || {
+        let mut out = (1.0, 1.0);
+        client.gauge_source().read_gauges(&mut |r| {
+            if let GaugeReading::SloFactors { backoff, rate, .. } = r {
+                out = (backoff, rate);
+            }
+        });
+        out
+    };
+    progress.update(NAME, "50 req/s, 30 % of them timing out …");
+    load(
+        &client,
+        &srv.url("/storm"),
+        Duration::from_millis(2500),
+        || false,
+    )
+    .await;
+    let storm = factors();
+    progress.update(
+        NAME,
+        &format!("storm: backoff ×{}, rate ×{}; healed …", storm.0, storm.1),
+    );
+    let healed_at = Instant::now();
+    let back = || factors() == (1.0, 1.0);
+    load(&client, &srv.url("/ok"), Duration::from_secs(4), back).await;
+    let back_after = healed_at.elapsed();
+    let end = factors();
+    srv.shutdown().await;
+    let passed = storm == (4.0, 0.25) && end == (1.0, 1.0);
+    let result = PhaseResult {
+        name: NAME,
+        expected: "storm: backoff ×4, rate ×0.25; healed: back to 1 within 3.2 s".to_owned(),
+        measured: format!(
+            "storm: backoff ×{}, rate ×{}; healed: backoff ×{}, rate ×{} after {:.1}s",
+            storm.0,
+            storm.1,
+            end.0,
+            end.1,
+            back_after.as_secs_f64()
+        ),
+        passed: passed && back_after < Duration::from_millis(3200),
+        elapsed: started.elapsed(),
+    };
+    progress.finish(&result);
+    Ok(result)
 }
 
 fn describe(result: &Result<NetResponse, NetError>) -> String {

@@ -6,6 +6,8 @@
 //! of each other; the row reports retry amplification (retries per request) and the success
 //! rate of both runs. With independent faults, a retry forgone is a success forgone: the
 //! controller trades success for load, and the row shows by how much.
+//!
+//! The storm, the policy and the load are shared with the demo's SLO phase.
 
 use std::time::Duration;
 
@@ -44,9 +46,18 @@ pub(super) async fn retry_amplification() -> Result<Row, String> {
     ))
 }
 
-/// A short attempt timeout, three attempts, and the controller on a 1 s window when `on`.
-fn policy(on: bool) -> Result<NetPolicy, String> {
-    let mut p = base_policy()?;
+/// 30 % of the hits (seeded, independent) answer after 2 s: past the attempt timeout.
+pub(crate) fn storm() -> Script {
+    Script::random(
+        RandomFaults::seeded(21)
+            .fault(0.3, Reply::ok("late").delay(Duration::from_secs(2)))
+            .otherwise(Reply::ok("ok")),
+    )
+}
+
+/// `p` with a short attempt timeout, fast backoff, and the controller on a 1 s window
+/// when `on`.
+pub(crate) fn policy(mut p: NetPolicy, on: bool) -> Result<NetPolicy, String> {
     p.retry.backoff.base = Duration::from_millis(20);
     p.retry.backoff.cap = Duration::from_millis(200);
     for t in [
@@ -68,34 +79,37 @@ fn policy(on: bool) -> Result<NetPolicy, String> {
 }
 
 async fn run(on: bool) -> Result<Run, String> {
-    let mut srv = start(
-        FaultServer::http1().route(
-            "/storm",
-            Script::random(
-                RandomFaults::seeded(21)
-                    .fault(0.3, Reply::ok("late").delay(Duration::from_secs(2)))
-                    .otherwise(Reply::ok("ok")),
-            ),
-        ),
-    )
-    .await?;
-    let c: Client = client(policy(on)?)?;
-    let end = Instant::now() + Duration::from_secs(4);
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    let mut calls = tokio::task::JoinSet::new();
-    let mut sent = 0u32;
-    while Instant::now() < end {
-        tick.tick().await;
-        sent += 1;
-        let (c, url) = (c.clone(), srv.url("/storm"));
-        calls.spawn(async move { c.send(NetRequest::get(url)).await.is_ok() });
-    }
-    let ok = calls.join_all().await.into_iter().filter(|ok| *ok).count();
+    let mut srv = start(FaultServer::http1().route("/storm", storm())).await?;
+    let c: Client = client(policy(base_policy()?, on)?)?;
+    let (sent, ok) = load(&c, &srv.url("/storm"), Duration::from_secs(4), || false).await;
     let hits = srv.hits("/storm");
     srv.shutdown().await;
     let sent_f = f64::from(sent.max(1));
+    let ok = f64::from(ok);
     Ok(Run {
         amplification: (hits as f64 - sent_f).max(0.0) / sent_f,
-        success: ok as f64 / sent_f,
+        success: ok / sent_f,
     })
+}
+
+/// 50 requests a second to `url` (open loop: one every 20 ms, whatever the answers) for
+/// `span`, or until `stop` holds before a tick; the requests sent and the successes.
+pub(crate) async fn load(
+    c: &Client,
+    url: &str,
+    span: Duration,
+    stop: impl Fn() -> bool,
+) -> (u32, u32) {
+    let end = Instant::now() + span;
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    let mut calls = tokio::task::JoinSet::new();
+    let mut sent = 0u32;
+    while Instant::now() < end && !stop() {
+        tick.tick().await;
+        sent += 1;
+        let (c, url) = (c.clone(), url.to_owned());
+        calls.spawn(async move { c.send(NetRequest::get(url)).await.is_ok() });
+    }
+    let ok = calls.join_all().await.into_iter().map(u32::from).sum();
+    (sent, ok)
 }
