@@ -45,8 +45,8 @@ mod trace;
 pub use crate::metrics::{Metrics, MetricsBuilder, LATENCY_BUCKETS_MS};
 pub use crate::sli::Slis;
 pub use crate::trace::TracingObserver;
-/// [`Fanout`](soulbase_net_core::Fanout) lives in core (a client fans out to several
-/// observers itself); re-exported here beside the observers it combines.
+/// One observer forwarding to several; it lives in core (a client fans out to several
+/// observers itself) and is re-exported here beside the observers it combines.
 pub use soulbase_net_core::Fanout;
 
 /// `docs/observability.md`, the guide to wiring metrics, logs and OpenTelemetry, compiled and
