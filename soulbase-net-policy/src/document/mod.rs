@@ -12,6 +12,7 @@ use crate::validate::PolicyError;
 
 pub(crate) mod compile;
 mod parse;
+mod patch;
 mod tree;
 
 pub(crate) use self::tree::quote_key;

@@ -109,7 +109,7 @@ fn tenant_section(tenant: &str, v: Value, problems: &mut Vec<Problem>) -> Tenant
     }
 }
 
-fn syntax_error(kind: &str, src: &str, e: &toml::de::Error) -> PolicyError {
+pub(super) fn syntax_error(kind: &str, src: &str, e: &toml::de::Error) -> PolicyError {
     let at = e
         .span()
         .map(|span| {

@@ -8,6 +8,7 @@ mod example;
 mod explain;
 mod hot_reload;
 mod merge_prop;
+mod patch;
 mod reference;
 mod resolution;
 mod roundtrip;
