@@ -21,6 +21,9 @@
 //!   and [`RedisSentinel`] (a master found through a sentinel) likewise.
 //! - [`PostgresServer`]: a throwaway PostgreSQL cluster on a free loopback port, for the
 //!   outbox's fleet store; stopped, paused, restarted (data kept) at will.
+//! - [`TestNet`]: a MockDns and a CertKit together, with the policy patch (TOML, for
+//!   `PolicyDocument::merged_with_toml`) that lets a service test on its production policy
+//!   file: loopback granted, the MockDns as name server, the kit's root trusted.
 //! - [`trace_init`]: `tracing` output through the test harness.
 //!
 //! It depends on `soulbase-net-core` only, never on the runtime. Everything listens on
@@ -141,6 +144,7 @@ mod proxy;
 mod redis;
 mod server;
 mod signal;
+mod testnet;
 mod trace;
 
 pub use certkit::{crypto_provider, CertKit, Leaf, LOCAL_NAMES};
@@ -152,4 +156,5 @@ pub use server::{
     refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Gate, Protocol, RandomFaults,
     Reply, Script,
 };
+pub use testnet::TestNet;
 pub use trace::trace_init;

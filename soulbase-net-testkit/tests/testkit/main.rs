@@ -10,4 +10,5 @@ mod postgres;
 mod proxy;
 mod redis;
 mod support;
+mod testnet;
 mod tls;
