@@ -7,7 +7,10 @@
 //!   [`Script`] of [`Reply`]s and faults — status and headers, delays, slow bodies, stalls,
 //!   resets, clean closes, hangs, huge streamed bodies, lying `Content-Length`, redirects,
 //!   gzip/br bodies and decompression bombs, echo, conditional `304`s, sequences and seeded
-//!   random faults — with hit counters, captured requests and a connection count. With
+//!   random faults — with hit counters, captured requests and a connection count. A
+//!   [`Mock`] route matches on method, path, query, headers and body (exact, JSON-equal or a
+//!   closure), with a priority and an expected number of requests that
+//!   [`FaultServer::verify`] checks, and dropping the server too (as wiremock does). With
 //!   [`FaultServerBuilder::forward_to`] it sits in front of any upstream on loopback (a
 //!   wiremock `MockServer`, say) and applies its faults around the upstream's answers.
 //! - [`CertKit`]: a test PKI with good and broken certificates, client certificates for mTLS,
@@ -153,8 +156,8 @@ pub use postgres::{PostgresServer, PostgresServerBuilder, REQUIRE_POSTGRES};
 pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
 pub use redis::{RedisCluster, RedisSentinel, RedisServer, REQUIRE_REDIS};
 pub use server::{
-    refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Gate, Protocol, RandomFaults,
-    Reply, Script,
+    refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Gate, JsonBodyError, Mock,
+    Protocol, RandomFaults, Reply, Script, Times, VerifyError,
 };
 pub use testnet::TestNet;
 pub use trace::trace_init;

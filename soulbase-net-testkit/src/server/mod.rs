@@ -7,14 +7,18 @@ mod conn;
 mod encode;
 mod forward;
 mod gate;
+mod mock;
 mod reply;
 mod script;
 mod serve;
+mod verify;
 
-pub use capture::CapturedRequest;
+pub use capture::{CapturedRequest, JsonBodyError};
 pub use gate::Gate;
+pub use mock::{Mock, Times};
 pub use reply::Reply;
 pub use script::{RandomFaults, Script};
+pub use verify::VerifyError;
 
 use std::collections::HashMap;
 use std::io;
@@ -93,10 +97,34 @@ impl Default for FaultServerBuilder {
 }
 
 impl FaultServerBuilder {
-    /// Adds a route for `path` (exact match on the path, any query, any method).
-    /// Routes are matched method-specific first, then in the order added.
+    /// Adds a route for `path` (exact match on the path, any query, any method): the same as
+    /// `.mock(Mock::any(path).respond(script))`. Routes are tried by
+    /// [priority](Mock::priority) (5 for this one), method-specific first, then in the order
+    /// added.
     pub fn route(self, path: impl Into<String>, script: impl Into<Script>) -> Self {
         self.add(None, path.into(), script.into())
+    }
+
+    /// Adds a [`Mock`]: a route matching on method, path, query, headers or body, with a
+    /// priority and an optional expectation checked by [`FaultServer::verify`] and when the
+    /// server is dropped.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_testkit::{FaultServer, Mock, Reply};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let srv = FaultServer::builder()
+    ///     .mock(Mock::get("/search").query("q", "red shoes").respond(Reply::ok("[]")).expect(0..=1))
+    ///     .start()
+    ///     .await?;
+    /// srv.verify().unwrap(); // zero requests is within 0..=1
+    /// # Ok(()) }
+    /// ```
+    pub fn mock(mut self, mock: Mock) -> Self {
+        self.routes.push(Route::new(mock));
+        self
     }
 
     /// Adds a route for `method` and `path`.
@@ -109,14 +137,8 @@ impl FaultServerBuilder {
         self.add(Some(method), path.into(), script.into())
     }
 
-    fn add(mut self, method: Option<Method>, path: String, script: Script) -> Self {
-        self.routes.push(Route {
-            method,
-            path,
-            script,
-            hits: AtomicU64::new(0),
-        });
-        self
+    fn add(self, method: Option<Method>, path: String, script: Script) -> Self {
+        self.mock(Mock::new(method, path).respond(script))
     }
 
     /// Adds `n` routes `{prefix}/0` … `{prefix}/{n-1}`, each answering `302` to the next, the
@@ -284,14 +306,14 @@ impl FaultServerBuilder {
             };
             TlsAcceptor::from(Arc::new(cfg))
         });
+        let mut routes = self.routes;
+        // Stable: at equal priority and specificity, the order added decides.
+        routes.sort_by_key(|r| (r.mock.priority, r.mock.method.is_none()));
         let shared = Arc::new(Shared {
-            routes: self.routes,
-            fallback: Route {
-                method: None,
-                path: String::new(),
-                script: fallback,
-                hits: AtomicU64::new(0),
-            },
+            routes,
+            fallback: Route::new(Mock::any("").respond(fallback).named("fallback")),
+            received: Mutex::new(Vec::new()),
+            unmatched: Mutex::new(Vec::new()),
             upstream,
             stats: Mutex::new(HashMap::new()),
             hit: tokio::sync::Notify::new(),
@@ -427,6 +449,22 @@ impl FaultServer {
             .unwrap_or_default()
     }
 
+    /// Every request that arrived, oldest first, whatever its path and route (wiremock's
+    /// `received_requests`).
+    pub fn received_requests(&self) -> Vec<CapturedRequest> {
+        self.shared.received.lock().clone()
+    }
+
+    /// Checks every [`Mock::expect`]ation now, as dropping the server does (wiremock's
+    /// `verify`).
+    ///
+    /// # Errors
+    /// A mock matched a number of requests outside its expectation; the error names each such
+    /// mock, what it expected and how many it got, and lists the requests no route matched.
+    pub fn verify(&self) -> Result<(), VerifyError> {
+        verify::verify(&self.shared)
+    }
+
     /// How many connections were accepted.
     pub fn connections(&self) -> u64 {
         self.shared.connections.load(Ordering::SeqCst)
@@ -486,10 +524,25 @@ impl FaultServer {
 }
 
 impl Drop for FaultServer {
+    /// Stops the server, then checks the [expectations](Mock::expect).
+    ///
+    /// # Panics
+    /// An expectation failed (with the message of [`FaultServer::verify`]'s error), unless the
+    /// thread is already panicking.
+    #[allow(
+        clippy::panic,
+        reason = "a failed expectation fails the test that dropped the server, as in wiremock"
+    )]
     fn drop(&mut self) {
         self.shared.shutdown.fire();
         if let Some(task) = self.task.take() {
             task.abort();
+        }
+        if std::thread::panicking() {
+            return;
+        }
+        if let Err(e) = self.verify() {
+            panic!("{e}");
         }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use http::{Method, Request, Response};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -25,15 +25,27 @@ use super::body::FaultBody;
 use super::capture::{CapturedRequest, PathStats};
 use super::conn::{ConnCtl, CtlIo};
 use super::forward::Upstream;
+use super::mock::Mock;
 use super::reply::{Abort, Action, RenderCtx};
-use super::{Protocol, Script};
+use super::Protocol;
 use crate::signal::Signal;
 
+/// A [`Mock`] being served: what it matches and answers, and how many requests it matched.
 pub(super) struct Route {
-    pub(super) method: Option<Method>,
-    pub(super) path: String,
-    pub(super) script: Script,
+    pub(super) mock: Mock,
+    /// The mock's name or description, for captured requests and verification messages.
+    pub(super) label: Arc<str>,
     pub(super) hits: AtomicU64,
+}
+
+impl Route {
+    pub(super) fn new(mock: Mock) -> Self {
+        Self {
+            label: mock.label().into(),
+            mock,
+            hits: AtomicU64::new(0),
+        }
+    }
 }
 
 pub(super) fn http_builder(protocol: Protocol, shared: Arc<Shared>) -> auto::Builder<Exec> {
@@ -49,8 +61,14 @@ pub(super) fn http_builder(protocol: Protocol, shared: Arc<Shared>) -> auto::Bui
 
 /// State shared by the accept loop, the connections and the [`FaultServer`] handle.
 pub(super) struct Shared {
+    /// In the order they are tried: by priority, a route with a method before one without,
+    /// then in the order added.
     pub(super) routes: Vec<Route>,
     pub(super) fallback: Route,
+    /// Every request, in the order they arrived (wiremock's `received_requests`).
+    pub(super) received: Mutex<Vec<CapturedRequest>>,
+    /// The requests no route matched, listed when an expectation fails.
+    pub(super) unmatched: Mutex<Vec<CapturedRequest>>,
     pub(super) stats: Mutex<HashMap<String, PathStats>>,
     /// Woken after every request is counted, for [`FaultServer::wait_for_hits`].
     pub(super) hit: tokio::sync::Notify,
@@ -76,16 +94,9 @@ impl Shared {
         }
     }
 
-    fn route_for(&self, method: &Method, path: &str) -> &Route {
-        self.routes
-            .iter()
-            .find(|r| r.method.as_ref() == Some(method) && r.path == path)
-            .or_else(|| {
-                self.routes
-                    .iter()
-                    .find(|r| r.method.is_none() && r.path == path)
-            })
-            .unwrap_or(&self.fallback)
+    /// The first route that matches `req`, if any.
+    fn route_for(&self, req: &CapturedRequest) -> Option<&Route> {
+        self.routes.iter().find(|r| r.mock.matches(req))
     }
 }
 
@@ -249,7 +260,7 @@ async fn handle(
         }
     }
     let whole = kept.freeze();
-    let req = CapturedRequest {
+    let mut req = CapturedRequest {
         method: parts.method,
         uri: parts.uri,
         version: parts.version,
@@ -257,9 +268,12 @@ async fn handle(
         body: whole.slice(..whole.len().min(shared.capture_limit)),
         body_len,
         connection: ctl.id,
+        route: None,
     };
     let path = req.uri.path().to_owned();
-    let route = shared.route_for(&req.method, &path);
+    let matched = shared.route_for(&req);
+    req.route = matched.map(|r| r.label.clone());
+    let route = matched.unwrap_or(&shared.fallback);
     let hit = route.hits.fetch_add(1, Ordering::SeqCst);
     {
         let mut stats = shared.stats.lock();
@@ -267,8 +281,12 @@ async fn handle(
         s.hits += 1;
         s.requests.push(req.clone());
     }
+    shared.received.lock().push(req.clone());
+    if matched.is_none() {
+        shared.unmatched.lock().push(req.clone());
+    }
     shared.hit.notify_waiters();
-    let mut reply = route.script.pick(hit, &req);
+    let mut reply = route.mock.script.pick(hit, &req);
     if let (true, Some(upstream)) = (reply.is_forward(), &shared.upstream) {
         let answer = upstream.forward(&req, whole).await;
         reply = reply.with_forwarded(answer, upstream.origin());
@@ -304,8 +322,7 @@ async fn handle(
 impl std::fmt::Debug for Route {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Route")
-            .field("method", &self.method)
-            .field("path", &self.path)
+            .field("mock", &self.label)
             .finish_non_exhaustive()
     }
 }

@@ -6,6 +6,7 @@ mod dns;
 mod faults;
 mod forward;
 mod http2;
+mod mock;
 mod postgres;
 mod proxy;
 mod redis;
