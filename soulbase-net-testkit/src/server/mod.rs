@@ -11,13 +11,15 @@ mod mock;
 mod reply;
 mod script;
 mod serve;
+mod times;
 mod verify;
 
 pub use capture::{CapturedRequest, JsonBodyError};
 pub use gate::Gate;
-pub use mock::{Mock, Times};
+pub use mock::Mock;
 pub use reply::Reply;
 pub use script::{RandomFaults, Script};
+pub use times::Times;
 pub use verify::VerifyError;
 
 use std::collections::HashMap;

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 
 use super::capture::CapturedRequest;
-use super::mock::Times;
 use super::serve::Shared;
+use super::times::Times;
 
 /// Body bytes shown per unmatched request in a verification message.
 const BODY_SHOWN: usize = 200;
@@ -88,8 +88,11 @@ impl fmt::Display for VerifyError {
         for m in &self.failed {
             writeln!(
                 f,
-                "- mock `{}`: expected {} matching requests, got {}",
-                m.route, m.expected, m.got
+                "- mock `{}`: expected {} matching request{}, got {}",
+                m.route,
+                m.expected,
+                if m.expected.is_exactly_one() { "" } else { "s" },
+                m.got
             )?;
         }
         if self.unmatched.is_empty() {

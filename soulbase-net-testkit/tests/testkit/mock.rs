@@ -197,7 +197,7 @@ async fn verify_names_the_mock_what_it_expected_what_came_and_the_unmatched_requ
     let msg = err.to_string();
     assert!(
         msg.contains(
-            "mock `POST /orders [header x-team: pay]`: expected exactly 1 matching requests, got 0"
+            "mock `POST /orders [header x-team: pay]`: expected exactly 1 matching request, got 0"
         ),
         "{msg}"
     );
