@@ -133,9 +133,8 @@ impl std::error::Error for JsonBodyError {
     }
 }
 
-/// Hits and captured requests of one path.
+/// Hits of one path (its requests are in the server's log of every request).
 #[derive(Debug, Default)]
 pub(crate) struct PathStats {
     pub(crate) hits: u64,
-    pub(crate) requests: Vec<CapturedRequest>,
 }

@@ -315,7 +315,6 @@ impl FaultServerBuilder {
             routes,
             fallback: Route::new(Mock::any("").respond(fallback).named("fallback")),
             received: Mutex::new(Vec::new()),
-            unmatched: Mutex::new(Vec::new()),
             upstream,
             stats: Mutex::new(HashMap::new()),
             hit: tokio::sync::Notify::new(),
@@ -444,11 +443,12 @@ impl FaultServer {
     /// The requests that arrived for `path`, oldest first.
     pub fn requests(&self, path: &str) -> Vec<CapturedRequest> {
         self.shared
-            .stats
+            .received
             .lock()
-            .get(path)
-            .map(|s| s.requests.clone())
-            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.uri.path() == path)
+            .cloned()
+            .collect()
     }
 
     /// Every request that arrived, oldest first, whatever its path and route (wiremock's

@@ -65,10 +65,9 @@ pub(super) struct Shared {
     /// then in the order added.
     pub(super) routes: Vec<Route>,
     pub(super) fallback: Route,
-    /// Every request, in the order they arrived (wiremock's `received_requests`).
+    /// Every request, in the order they arrived (wiremock's `received_requests`); those no
+    /// route matched have no [`CapturedRequest::route`].
     pub(super) received: Mutex<Vec<CapturedRequest>>,
-    /// The requests no route matched, listed when an expectation fails.
-    pub(super) unmatched: Mutex<Vec<CapturedRequest>>,
     pub(super) stats: Mutex<HashMap<String, PathStats>>,
     /// Woken after every request is counted, for [`FaultServer::wait_for_hits`].
     pub(super) hit: tokio::sync::Notify,
@@ -279,12 +278,8 @@ async fn handle(
         let mut stats = shared.stats.lock();
         let s = stats.entry(path).or_default();
         s.hits += 1;
-        s.requests.push(req.clone());
     }
     shared.received.lock().push(req.clone());
-    if matched.is_none() {
-        shared.unmatched.lock().push(req.clone());
-    }
     shared.hit.notify_waiters();
     let mut reply = route.mock.script.pick(hit, &req);
     if let (true, Some(upstream)) = (reply.is_forward(), &shared.upstream) {

@@ -55,7 +55,13 @@ pub(super) fn verify(shared: &Shared) -> Result<(), VerifyError> {
     if failed.is_empty() {
         return Ok(());
     }
-    let unmatched = shared.unmatched.lock().iter().map(describe).collect();
+    let unmatched = shared
+        .received
+        .lock()
+        .iter()
+        .filter(|r| r.route.is_none())
+        .map(describe)
+        .collect();
     Err(VerifyError { failed, unmatched })
 }
 
