@@ -313,3 +313,30 @@ async fn captured_bodies_parse_as_json_and_bad_json_names_the_route() {
     assert_eq!(got[0].to_json()["path"], "/orders");
     assert_eq!(got[0].to_json()["body"], r#"{"sku":"a1","qty":2}"#);
 }
+
+#[tokio::test]
+async fn mocks_match_and_verify_over_http2_too() {
+    let srv = FaultServer::http2()
+        .mock(
+            Mock::put("/items/1")
+                .header("x-team", "pay")
+                .json_body(json!([1, 2]))
+                .expect(1),
+        )
+        .start()
+        .await
+        .unwrap();
+    let c = h2c();
+    let url = srv.url("/items/1");
+    assert_eq!(
+        send(&c, "PUT", &url, &[("x-team", "pay")], "[1,2]").await,
+        200
+    );
+    assert_eq!(
+        send(&c, "PUT", &url, &[("x-team", "pay")], "[2,1]").await,
+        404
+    );
+    srv.verify().unwrap();
+    assert_eq!(srv.received_requests()[1].version, http::Version::HTTP_2);
+    assert_eq!(drop_panic(srv), None);
+}
