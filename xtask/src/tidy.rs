@@ -33,6 +33,24 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The example services, each a workspace member in `examples/<name>/` written as a
+/// downstream service would be, so that its own tests run in `cargo test`: what each may
+/// depend on (the crates a service builds on; the testkit as a dev-dependency only, as for any
+/// crate). They are held to the members' manifest and source rules, must not be published, and
+/// `docs/architecture.md` states their layer too.
+const EXAMPLES: &[(&str, &[&str])] = &[(
+    "shop",
+    &[
+        "soulbase-net-policy",
+        "soulbase-net-runtime",
+        "soulbase-net-interceptors",
+        "soulbase-net-observe",
+    ],
+)];
+
+/// Where the example services live.
+const EXAMPLES_DIR: &str = "examples";
+
 /// Crates that must never be in the dependency tree (one crypto provider: ring).
 const FORBIDDEN_PACKAGES: &[&str] = &["aws-lc-rs", "aws-lc-sys", "aws-lc-fips-sys"];
 
@@ -111,7 +129,7 @@ fn workspace_packages(meta: &Value) -> Vec<&Value> {
 }
 
 fn check_layering(meta: &Value, problems: &mut Vec<String>) {
-    let layers: BTreeMap<&str, &[&str]> = LAYERS.iter().copied().collect();
+    let layers: BTreeMap<&str, &[&str]> = LAYERS.iter().chain(EXAMPLES).copied().collect();
     let packages = workspace_packages(meta);
     let names: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
     for expected in layers.keys().chain(std::iter::once(&"xtask")) {
@@ -133,7 +151,7 @@ fn check_layering(meta: &Value, problems: &mut Vec<String>) {
                 continue;
             }
             let kind = dep["kind"].as_str().unwrap_or("normal");
-            let manifest = format!("{name}/Cargo.toml");
+            let manifest = manifest_path(name);
             if dep_name == "xtask" {
                 problems.push(format!("{manifest}: depends on xtask, a dev tool"));
                 continue;
@@ -171,11 +189,25 @@ fn check_forbidden_packages(meta: &Value, problems: &mut Vec<String>) {
     }
 }
 
+/// A member's manifest, relative to the repository root.
+fn manifest_path(name: &str) -> String {
+    if EXAMPLES.iter().any(|(example, _)| *example == name) {
+        format!("{EXAMPLES_DIR}/{name}/Cargo.toml")
+    } else {
+        format!("{name}/Cargo.toml")
+    }
+}
+
 fn member_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = LAYERS
         .iter()
         .map(|(name, _)| root.join(name))
         .chain(std::iter::once(root.join("xtask")))
+        .chain(
+            EXAMPLES
+                .iter()
+                .map(|(name, _)| root.join(EXAMPLES_DIR).join(name)),
+        )
         .collect();
     dirs.sort();
     dirs
@@ -205,6 +237,16 @@ fn check_manifest(root: &Path, dir: &Path, problems: &mut Vec<String>) {
         .unwrap_or(false);
     if !lints_inherited {
         problems.push(format!("{shown}: must have `[lints] workspace = true`"));
+    }
+    let publishable = manifest
+        .get("package")
+        .and_then(|p| p.get("publish"))
+        .and_then(toml::Value::as_bool)
+        .unwrap_or(true);
+    if dir.starts_with(root.join(EXAMPLES_DIR)) && publishable {
+        problems.push(format!(
+            "{shown}: an example service must have `publish = false`"
+        ));
     }
     for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
         let Some(deps) = manifest.get(section).and_then(toml::Value::as_table) else {
@@ -351,6 +393,7 @@ fn enforced_layering() -> BTreeMap<String, BTreeSet<String>> {
     let short = |name: &str| name.strip_prefix(CRATE_PREFIX).unwrap_or(name).to_owned();
     LAYERS
         .iter()
+        .chain(EXAMPLES)
         .map(|(name, deps)| (short(name), deps.iter().map(|d| short(d)).collect()))
         .chain(std::iter::once((
             "xtask".to_owned(),
@@ -539,6 +582,40 @@ mod tests {
         );
         // runtime -> testkit as a dev-dependency is how runtime tests reach real servers.
         assert!(!text.contains("soulbase-net-runtime/Cargo.toml"), "{text}");
+    }
+
+    #[test]
+    fn an_example_depends_on_what_a_service_would() {
+        let meta = serde_json::json!({
+            "workspace_members": ["s", "t", "r", "o", "x"],
+            "packages": [
+                {"id": "s", "name": "shop", "dependencies": [
+                    {"name": "soulbase-net-runtime", "kind": null},
+                    {"name": "soulbase-net-testkit", "kind": "dev"},
+                    {"name": "soulbase-net-outbox", "kind": null},
+                    {"name": "xtask", "kind": "dev"}]},
+                {"id": "t", "name": "soulbase-net-testkit", "dependencies": []},
+                {"id": "r", "name": "soulbase-net-runtime", "dependencies": []},
+                {"id": "o", "name": "soulbase-net-outbox", "dependencies": []},
+                {"id": "x", "name": "xtask", "dependencies": []},
+            ]
+        });
+        let mut problems = Vec::new();
+        check_layering(&meta, &mut problems);
+        let text = problems.join("\n");
+        let shop: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("examples/shop/"))
+            .collect();
+        assert_eq!(shop.len(), 2, "{text}");
+        assert!(
+            text.contains("examples/shop/Cargo.toml: depends on `soulbase-net-outbox`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("examples/shop/Cargo.toml: depends on xtask"),
+            "{text}"
+        );
     }
 
     /// A document with `layering` in its block, naming `soulbase-net-runtime/src/pool.rs`
