@@ -68,6 +68,8 @@ pub(crate) struct PoolConfig {
     pub(crate) per_origin_cap: usize,
     /// Speak HTTP/2 on every connection, without ALPN (`http2_prior_knowledge`).
     pub(crate) http2_only: bool,
+    /// TLS offers `h2` by ALPN (`tls.http2`): an `https` origin may answer with HTTP/2.
+    pub(crate) h2_alpn: bool,
     /// hyper's limit on response headers, when not its default.
     pub(crate) max_headers: Option<usize>,
     /// The most bytes of a response head (HTTP/1.1 read buffer, HTTP/2 header list).
@@ -112,6 +114,8 @@ const MAX_STALE: usize = 8;
 
 /// One origin's connections.
 struct Origin {
+    /// Whether it is an `https` origin (ALPN decides its protocol).
+    https: bool,
     /// The `Host` header of HTTP/1.1 requests to this origin, made once.
     host: HeaderValue,
     /// Slots under the per-origin connection cap; each connection holds one for its life.
@@ -127,8 +131,11 @@ struct State {
     idle: Vec<Idle>,
     /// The HTTP/2 connection requests share.
     h2: Option<SharedH2>,
-    /// An HTTP/2-only connect is under way; other requests wait for it.
+    /// A connect that will (or, by ALPN, may) give HTTP/2 is under way; other requests wait
+    /// for it rather than each opening a connection the first one would have served.
     h2_connecting: bool,
+    /// What the last connect's ALPN said: HTTP/2 or not (`None` before the first).
+    speaks_h2: Option<bool>,
     /// Requests waiting for a connection (given back, or a new HTTP/2 one).
     waiters: VecDeque<oneshot::Sender<Sender>>,
 }
@@ -328,6 +335,7 @@ impl Shared {
             map.retain(|_, origin| !origin.is_empty(cap));
         }
         let origin = Arc::new(Origin {
+            https,
             host: host_header(authority, https)?,
             cap: Arc::new(Semaphore::new(self.cfg.per_origin_cap.max(1))),
             open: Arc::default(),
@@ -399,9 +407,10 @@ impl Shared {
                 if let Ok(Sender::H1 { tx, proxied, born }) = rx.try_recv() {
                     self.give_back(origin, tx, proxied, born);
                 }
-                if self.cfg.http2_only {
-                    // As in `next`: the others wait for this connect.
-                    origin.state.lock().h2_connecting = true;
+                {
+                    // As in `next`: the others wait for this connect when it may give HTTP/2.
+                    let mut state = origin.state.lock();
+                    state.h2_connecting = self.expects_h2(origin, &state);
                 }
                 let (sender, took) = self.open(origin, uri, permit).await?;
                 Ok(Some((sender, Some(took))))
@@ -436,7 +445,7 @@ impl Shared {
         let connecting = state.h2_connecting;
         if !connecting {
             if let Ok(permit) = origin.cap.clone().try_acquire_owned() {
-                state.h2_connecting = self.cfg.http2_only;
+                state.h2_connecting = self.expects_h2(origin, &state);
                 return Next::Connect(permit);
             }
         }
@@ -450,6 +459,14 @@ impl Shared {
         }
     }
 
+    /// Whether a connect to `origin` will or may give HTTP/2 — prior knowledge, or an `https`
+    /// origin offered `h2` by ALPN that has not answered with HTTP/1.1 — so that the requests
+    /// arriving meanwhile wait for it instead of each opening a connection (a burst of 256
+    /// callers to a new HTTP/2 origin opened 256 connections, of which one was needed).
+    fn expects_h2(&self, origin: &Origin, state: &State) -> bool {
+        self.cfg.http2_only || (origin.https && self.cfg.h2_alpn && state.speaks_h2 != Some(false))
+    }
+
     /// Opens a connection to `origin` under `permit`.
     async fn open(
         self: &Arc<Self>,
@@ -461,10 +478,15 @@ impl Shared {
         // HTTP/2-only connect are told to look again.
         let connecting = Connecting {
             origin,
-            h2: self.cfg.http2_only,
+            h2: self.cfg.http2_only || (origin.https && self.cfg.h2_alpn),
         };
         let started = Instant::now();
         let conn = self.connector.connect(uri, permit).await?;
+        if origin.https {
+            // Remembered for the next connect; an HTTP/1.1 answer frees the waiters (when
+            // `connecting` ends) to open connections of their own.
+            origin.state.lock().speaks_h2 = Some(conn.is_h2());
+        }
         if self.cfg.http2_only || conn.is_h2() {
             let (tx, connection) = self
                 .h2

@@ -240,6 +240,7 @@ impl Transports {
                 max_lifetime: s.pool_max_lifetime,
                 per_origin_cap: policy.limits.per_host_concurrency as usize,
                 http2_only: s.http2_prior_knowledge,
+                h2_alpn: policy.tls.http2,
                 // hyper's own limit is the same 100 headers, parsed into an array on the
                 // stack; a limit set explicitly, even to 100, makes it fill a vector for every
                 // response.

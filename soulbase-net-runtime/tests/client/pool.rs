@@ -352,3 +352,60 @@ async fn http2_by_alpn_shares_one_connection_between_requests() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_burst_to_a_new_tls_origin_waits_for_the_first_connection_alpn_makes_http2() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = FaultServer::builder()
+            .tls(kit.localhost().unwrap().server_config().unwrap())
+            .route("/t", Reply::ok("shared"))
+            .start()
+            .await
+            .unwrap();
+        let mut p = loopback_policy();
+        p.tls.extra_roots_pem = vec![kit.root_pem()];
+        let h = harness(p);
+        // 64 callers at once on a client that has never seen the origin: one connect, whose
+        // ALPN says h2, serves them all (each used to open a connection of its own).
+        let client = Arc::new(h.client.clone());
+        let bodies = burst(&client, &srv.url("/t"), 64).await;
+        assert!(bodies.iter().all(|b| b == "shared"));
+        assert_eq!(srv.hits("/t"), 64);
+        assert_eq!(srv.connections(), 1);
+        srv.join().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_burst_to_a_tls_origin_answering_http1_still_gets_its_connections() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        // ALPN offers h2, the server picks HTTP/1.1: after the first connect the others open
+        // connections of their own, and the next burst does not wait at all.
+        let srv = FaultServer::http1()
+            .tls(kit.localhost().unwrap().server_config().unwrap())
+            .route("/t", Reply::ok("own").delay(Duration::from_millis(50)))
+            .start()
+            .await
+            .unwrap();
+        let mut p = loopback_policy();
+        p.tls.extra_roots_pem = vec![kit.root_pem()];
+        let h = harness(p);
+        let client = Arc::new(h.client.clone());
+        for _ in 0..2 {
+            let bodies = burst(&client, &srv.url("/t"), 8).await;
+            assert!(bodies.iter().all(|b| b == "own"));
+        }
+        assert_eq!(srv.hits("/t"), 16);
+        assert!(srv
+            .requests("/t")
+            .iter()
+            .all(|r| r.version == http::Version::HTTP_11));
+        // Concurrent HTTP/1.1 requests need connections of their own: more than one opened.
+        assert!(srv.connections() > 1, "{}", srv.connections());
+        srv.join().await;
+    })
+    .await;
+}
