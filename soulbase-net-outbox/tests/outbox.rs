@@ -6,27 +6,12 @@
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use soulbase_net_outbox::{Enqueued, Outbox, OutboxItem, SqliteStore};
-use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 use tokio::time::Instant;
 
-fn db(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("soulbase-outbox-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("outbox.db")
-}
+mod support;
 
-fn client() -> Arc<Client> {
-    let mut p = NetPolicy::default();
-    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    p.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
-    p.dns.prefetch.clear();
-    // The outbox retries across time; one attempt per delivery here.
-    p.retry.enabled = false;
-    Arc::new(Client::builder().policy(p).build().unwrap())
-}
+use support::{client, db, run, until};
 
 async fn outbox(path: &PathBuf) -> Arc<Outbox> {
     outbox_observed(path, Arc::new(soulbase_net_core::NoopObserver)).await
@@ -47,35 +32,6 @@ async fn outbox_observed(
             .build()
             .unwrap(),
     )
-}
-
-/// Runs `outbox` in the background until the returned guard is dropped.
-struct Running(Arc<Outbox>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.shutdown();
-    }
-}
-
-fn run(outbox: &Arc<Outbox>) -> Running {
-    let o = outbox.clone();
-    tokio::spawn(async move {
-        o.run().await.unwrap();
-    });
-    Running(outbox.clone())
-}
-
-/// Waits (bounded) until `f` holds; the store has no event to await.
-async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !f().await {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,22 +5,13 @@
 //! tests say `SKIPPED` (CI installs it and never skips).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    path::PathBuf,
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use soulbase_net_outbox::{Enqueued, OutboxStore, SqliteStore, StoreOptions, StoredItem};
 
-fn db_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "soulbase-outbox-stores-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("outbox.db")
-}
+mod support;
+
+use support::db;
 
 fn stored(url: &str, dedup: Option<&str>) -> StoredItem {
     StoredItem {
@@ -192,10 +183,10 @@ async fn retention_contract(store: &dyn OutboxStore, keep: Duration) {
 
 #[tokio::test]
 async fn sqlite_keeps_the_store_contract() {
-    let store = SqliteStore::open(db_path("contract")).await.unwrap();
+    let store = SqliteStore::open(db("contract")).await.unwrap();
     store_contract(&store).await;
     let keep = Duration::from_secs(3600);
-    let kept = SqliteStore::builder(db_path("retention"))
+    let kept = SqliteStore::builder(db("retention"))
         .options(StoreOptions::default().retain_acked(keep))
         .open()
         .await
@@ -205,7 +196,7 @@ async fn sqlite_keeps_the_store_contract() {
 
 #[tokio::test]
 async fn sqlite_migrates_a_version_1_file_and_names_tables() {
-    let path = db_path("migrate");
+    let path = db("migrate");
     let old = SqliteStore::builder(&path)
         .schema_version(1)
         .open()
@@ -247,21 +238,12 @@ mod postgres {
 
     use soulbase_net_core::NetError;
     use soulbase_net_outbox::{Outbox, OutboxItem, PostgresStore};
-    use soulbase_net_policy::NetPolicy;
-    use soulbase_net_runtime::Client;
     use soulbase_net_testkit::{FaultServer, PostgresServer, Reply, Script};
+
+    use crate::support::{client, run, until};
     use tokio::time::Instant;
 
     use super::*;
-
-    fn client() -> Arc<Client> {
-        let mut p = NetPolicy::default();
-        p.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-        p.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
-        p.dns.prefetch.clear();
-        p.retry.enabled = false;
-        Arc::new(Client::builder().policy(p).build().unwrap())
-    }
 
     fn outbox(store: Arc<dyn OutboxStore>, poll: Duration) -> Arc<Outbox> {
         Arc::new(
@@ -274,33 +256,6 @@ mod postgres {
                 .build()
                 .unwrap(),
         )
-    }
-
-    /// Runs `outbox` in the background until the guard is dropped.
-    struct Running(Arc<Outbox>);
-
-    impl Drop for Running {
-        fn drop(&mut self) {
-            self.0.shutdown();
-        }
-    }
-
-    fn run(outbox: &Arc<Outbox>) -> Running {
-        let o = outbox.clone();
-        tokio::spawn(async move { o.run().await.unwrap() });
-        Running(outbox.clone())
-    }
-
-    /// Waits (bounded) until `f` holds; a store has no event to await across connections.
-    async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
-        let start = Instant::now();
-        while !f().await {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
     }
 
     async fn postgres(test: &str) -> Option<(PostgresServer, String)> {

@@ -87,11 +87,8 @@ impl Observer for Delivered {
     }
 }
 
-/// The outbox the crash and fleet tests run: loopback only, short leases and backoff.
-async fn outbox(db: &str, observer: Arc<dyn Observer>) -> Result<Outbox, String> {
-    let store = open_store(db, StoreOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
+/// A loopback-only client making one attempt per delivery (the outbox retries across time).
+pub(crate) fn delivery_client() -> Result<Arc<Client>, String> {
     let mut p = NetPolicy::default();
     p.security.grants.cidrs = vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?];
     p.dns.nameservers = vec!["127.0.0.1:9".parse().map_err(|e| format!("{e}"))?];
@@ -102,9 +99,17 @@ async fn outbox(db: &str, observer: Arc<dyn Observer>) -> Result<Outbox, String>
         .dialer(Arc::new(LoopbackDialer::default()))
         .build()
         .map_err(|e| e.to_string())?;
+    Ok(Arc::new(client))
+}
+
+/// The outbox the crash and fleet tests run: loopback only, short leases and backoff.
+async fn outbox(db: &str, observer: Arc<dyn Observer>) -> Result<Outbox, String> {
+    let store = open_store(db, StoreOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
     Outbox::builder()
         .store(store)
-        .client(Arc::new(client))
+        .client(delivery_client()?)
         .observer(observer)
         .workers(16)
         .lease(Duration::from_secs(2))

@@ -25,12 +25,10 @@ use soulbase_net_core::{NetEvent, Observer, OutboxStep};
 use soulbase_net_outbox::{
     Outbox, OutboxItem, OutboxStore, PostgresStore, SqliteStore, StoreOptions,
 };
-use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, PostgresServer, Reply};
 use tokio::time::Instant;
 
-use crate::{loopback::LoopbackDialer, outbox_kit::TempDir};
+use crate::outbox_kit::TempDir;
 
 /// One store's figures.
 #[derive(Debug, Default)]
@@ -116,7 +114,7 @@ async fn measure(
     let outbox = Arc::new(
         Outbox::builder()
             .store(store.clone())
-            .client(client()?)
+            .client(crate::outbox::delivery_client()?)
             .workers(64)
             .poll(Duration::from_millis(200))
             .observer(lateness.clone())
@@ -192,21 +190,6 @@ async fn measure(
         .map_err(|e| e.to_string())?;
     srv.join().await;
     Ok(row)
-}
-
-/// A loopback-only client, one attempt per delivery (the outbox retries across time).
-fn client() -> Result<Arc<Client>, String> {
-    let mut p = NetPolicy::default();
-    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().map_err(|e| format!("{e}"))?];
-    p.dns.nameservers = vec!["127.0.0.1:9".parse().map_err(|e| format!("{e}"))?];
-    p.dns.prefetch.clear();
-    p.retry.enabled = false;
-    let client = Client::builder()
-        .policy(p)
-        .dialer(Arc::new(LoopbackDialer::default()))
-        .build()
-        .map_err(|e| e.to_string())?;
-    Ok(Arc::new(client))
 }
 
 /// Waits, bounded, until nothing is pending (the store has no event to await).
