@@ -2,7 +2,7 @@
 
 use std::{fmt, time::Duration};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, StatusCode};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt};
 use serde::de::DeserializeOwned;
@@ -30,6 +30,35 @@ pub enum RespBody {
     Bytes(Bytes),
     /// A body still arriving.
     Stream(UnsyncBoxBody<Bytes, NetError>),
+}
+
+/// Reads `body` to its end. A body of one data frame (most small answers) is that frame, not
+/// a copy; more frames are copied once into one buffer, sized by the body's exact length
+/// when it tells it. Trailers are not part of the bytes.
+async fn read_to_end(mut body: UnsyncBoxBody<Bytes, NetError>) -> Result<Bytes, NetError> {
+    let exact = http_body::Body::size_hint(&body).exact();
+    let mut first: Option<Bytes> = None;
+    let mut joined = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        if data.is_empty() {
+            continue;
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            Some(head) => {
+                let at_least = head.len() + data.len();
+                let want = exact.map_or(at_least, |n| usize::try_from(n).unwrap_or(at_least));
+                joined.reserve(want.max(at_least));
+                joined.extend_from_slice(&head);
+                joined.extend_from_slice(&data);
+            }
+            None => joined.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| joined.freeze()))
 }
 
 /// A response to a [`NetRequest`](crate::NetRequest).
@@ -100,7 +129,7 @@ impl NetResponse {
     pub async fn bytes(self) -> Result<Bytes, NetError> {
         match self.body {
             RespBody::Bytes(b) => Ok(b),
-            RespBody::Stream(s) => Ok(s.collect().await?.to_bytes()),
+            RespBody::Stream(s) => read_to_end(s).await,
         }
     }
 

@@ -128,6 +128,38 @@ async fn streamed_bodies_are_collected_and_their_errors_surface() {
     assert_eq!(r.bytes().await.unwrap_err().kind(), ErrorKind::TooLarge);
 }
 
+#[tokio::test]
+async fn a_body_of_one_frame_is_that_frame_and_more_frames_are_joined_in_order() {
+    let stream = |frames: Vec<http_body::Frame<Bytes>>| {
+        let mut r = NetResponse::from_bytes(StatusCode::OK, "");
+        r.body = RespBody::Stream(Chunks(frames.into_iter().map(Ok).collect()).boxed_unsync());
+        r
+    };
+    let one = Bytes::from_static(b"the one frame");
+    let got = stream(vec![http_body::Frame::data(one.clone())])
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(got, one);
+    // The same memory: a single frame is handed over, not copied.
+    assert_eq!(got.as_ptr(), one.as_ptr());
+
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-sum", HeaderValue::from_static("1"));
+    let frames = vec![
+        http_body::Frame::data(Bytes::new()),
+        http_body::Frame::data(Bytes::from_static(b"a")),
+        http_body::Frame::data(Bytes::new()),
+        http_body::Frame::data(Bytes::from_static(b"bc")),
+        http_body::Frame::data(Bytes::from_static(b"def")),
+        http_body::Frame::trailers(trailers),
+    ];
+    assert_eq!(stream(frames).bytes().await.unwrap(), "abcdef");
+    assert!(stream(Vec::new()).bytes().await.unwrap().is_empty());
+    let only_empty = vec![http_body::Frame::data(Bytes::new())];
+    assert!(stream(only_empty).bytes().await.unwrap().is_empty());
+}
+
 #[test]
 fn content_type_follows_the_header() {
     let r = resp(200).with_header(

@@ -65,25 +65,28 @@ impl Inner {
         // A resend starts from the request as the caller built it (after `before`), not from
         // the last redirect hop's (which may have turned a POST into a GET, dropped the body
         // or stripped credentials): kept only when an interceptor may ask for a resend.
+        // Boxed, as the resend below: both are rare, and what the call's future holds across
+        // its attempts is copied with it on every call.
         let original = if self.interceptors.should_resend.is_empty() {
             None
         } else {
-            req.try_clone()
+            req.try_clone().map(|r| Box::new((r, url.clone())))
         };
-        let mut result = self.follow(req, url.clone(), call, &mut attempts).await;
+        let mut result = self.follow(req, url, call, &mut attempts).await;
         if let (Ok(res), Some(mut original)) = (&mut result, original) {
             let mut resend = false;
             for interceptor in &self.interceptors.should_resend {
-                if interceptor.should_resend(&mut original, res).await {
+                if interceptor.should_resend(&mut original.0, res).await {
                     resend = true;
                     break;
                 }
             }
             if resend {
                 drop(result);
+                let (original, url) = *original;
                 *req = original;
                 attempts.this_send = 0;
-                result = self.follow(req, url, call, &mut attempts).await;
+                result = Box::pin(self.follow(req, url, call, &mut attempts)).await;
             }
         }
         match result {

@@ -5,6 +5,7 @@
 //! `attempt` (one attempt and its exchange).
 
 use std::{
+    future::Future,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -120,179 +121,189 @@ impl Call<'_> {
 impl Inner {
     /// One call. `reserved` is the in-flight slot the tower face's `poll_ready` took for it,
     /// if any (see `in_flight.rs`).
-    pub(super) async fn send(
+    ///
+    /// Not an `async fn`: the future of an `async fn` keeps its arguments twice (as captured
+    /// and as moved into the body), and the request is a few hundred bytes copied with the
+    /// future on every call; an `async move` block uses the captured request in place.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice (see above)"
+    )]
+    pub(super) fn send(
         &self,
         mut req: NetRequest,
         reserved: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) -> Result<NetResponse, NetError> {
-        let started = Instant::now();
-        let id = next_request_id();
-        let url = match req.validate(u64::MAX) {
-            Ok(url) => url,
-            Err(e) => return Err(self.fail_early(&req, e).await),
-        };
-        let host = host_of(&url).to_owned();
-        let view = self.resolver.view();
-        let policy_key = req.policy_key.clone();
-        let Some(policy) = self.policy_for(
-            view.as_ref(),
-            req.tenant.as_deref(),
-            &host,
-            policy_key.as_deref(),
-        ) else {
-            let e = unknown_policy_key(policy_key.as_deref().unwrap_or_default())
-                .at(&req.method, &req.url);
-            return Err(self.fail_early(&req, e).await);
-        };
-        let timeouts = policy.timeout.with_request(&req.timeout);
-        let call = Call {
-            labels: Arc::new(OwnedInfo {
-                id,
-                method: req.method.clone(),
-                // `validate` admits only these two.
-                scheme: if url.scheme() == "https" {
-                    "https"
-                } else {
-                    "http"
-                },
-                host,
-                tenant: req.tenant.clone(),
-                // Only events carry it: without an observer nobody would read it.
-                url: if self.observed {
-                    shown_url(&url)
-                } else {
-                    String::new()
-                },
-            }),
-            policy: &policy,
-            timeouts: &timeouts,
-            started,
-            deadline: started + timeouts.total,
-            decoding: AtomicBool::new(false),
-            hop_host: None,
-            view: view.as_ref(),
-            policy_key: policy_key.as_deref(),
-        };
-        // The call runs inside its span (a child of the caller's), so whatever it logs —
-        // here, in interceptors, in observers — is the span's.
-        let span = request_span(&req, &url, &call);
-        let result = async {
-            self.observer
-                .on_event(&NetEvent::RequestStarted { req: call.info() });
-            // Only a request's own timeouts can break the deadline closure: a policy that cannot
-            // keep its own deadline was refused when it was loaded.
-            if req.timeout != soulbase_net_core::TimeoutCfg::default() {
-                let worst_case = timeouts.worst_case_latency(&policy.retry);
-                if worst_case > timeouts.budget() {
-                    self.observer.on_event(&NetEvent::DeadlineClamped {
-                        req: call.info(),
-                        total: timeouts.total,
-                        worst_case,
-                    });
-                }
-            }
-            let token = req.extensions.get::<CancellationToken>().cloned();
-            let work = async {
-                // Held until the call ends: the client's cap counts calls, not attempts.
-                let _in_flight = match self
-                    .in_flight_slot(reserved, &policy.limits, call.deadline)
-                    .await
-                {
-                    Ok(permit) => permit,
-                    Err(no) => {
-                        let err = self
-                            .no_slot(&call, no, "the client")
-                            .at(&call.labels.method, &req.url);
-                        return Err(self.after_error(&req, err).await);
-                    }
-                };
-                let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
-                match self
-                    .slot(host, tenant, &policy.limits, &policy.slo, call.deadline)
-                    .await
-                {
-                    Ok(permit) => {
-                        if let Some(global) = &policy.limits.global {
-                            // Boxed: a store round trip would enlarge every call's future.
-                            let shared = Box::pin(self.admit_global(global, &call)).await;
-                            if let Err(err) = shared {
-                                let err = err.at(&call.labels.method, &req.url);
-                                return Err(self.after_error(&req, err).await);
-                            }
-                        }
-                        // Inline, not boxed: the call's future is boxed once as a whole by
-                        // `NetClient::send`, and measured, a second box here cost more (an
-                        // allocation per call) than the larger move it saved.
-                        let result = self.run(&mut req, url, &call).await;
-                        permit.record(match &result {
-                            Ok(res) => Outcome::Response(res.status),
-                            Err(e) => Outcome::Error(e.kind()),
+    ) -> impl Future<Output = Result<NetResponse, NetError>> + Send + '_ {
+        async move {
+            let started = Instant::now();
+            let id = next_request_id();
+            let url = match req.validate(u64::MAX) {
+                Ok(url) => url,
+                Err(e) => return Err(self.fail_early(&req, e).await),
+            };
+            let host = host_of(&url).to_owned();
+            let view = self.resolver.view();
+            let policy_key = req.policy_key.clone();
+            let Some(policy) = self.policy_for(
+                view.as_ref(),
+                req.tenant.as_deref(),
+                &host,
+                policy_key.as_deref(),
+            ) else {
+                let e = unknown_policy_key(policy_key.as_deref().unwrap_or_default())
+                    .at(&req.method, &req.url);
+                return Err(self.fail_early(&req, e).await);
+            };
+            let timeouts = policy.timeout.with_request(&req.timeout);
+            let call = Call {
+                labels: Arc::new(OwnedInfo {
+                    id,
+                    method: req.method.clone(),
+                    // `validate` admits only these two.
+                    scheme: if url.scheme() == "https" {
+                        "https"
+                    } else {
+                        "http"
+                    },
+                    host,
+                    tenant: req.tenant.clone(),
+                    // Only events carry it: without an observer nobody would read it.
+                    url: if self.observed {
+                        shown_url(&url)
+                    } else {
+                        String::new()
+                    },
+                }),
+                policy: &policy,
+                timeouts: &timeouts,
+                started,
+                deadline: started + timeouts.total,
+                decoding: AtomicBool::new(false),
+                hop_host: None,
+                view: view.as_ref(),
+                policy_key: policy_key.as_deref(),
+            };
+            // The call runs inside its span (a child of the caller's), so whatever it logs —
+            // here, in interceptors, in observers — is the span's.
+            let span = request_span(&req, &url, &call);
+            let result = async {
+                self.observer
+                    .on_event(&NetEvent::RequestStarted { req: call.info() });
+                // Only a request's own timeouts can break the deadline closure: a policy that cannot
+                // keep its own deadline was refused when it was loaded.
+                if req.timeout != soulbase_net_core::TimeoutCfg::default() {
+                    let worst_case = timeouts.worst_case_latency(&policy.retry);
+                    if worst_case > timeouts.budget() {
+                        self.observer.on_event(&NetEvent::DeadlineClamped {
+                            req: call.info(),
+                            total: timeouts.total,
+                            worst_case,
                         });
-                        result
-                    }
-                    Err(no) => {
-                        let err = self
-                            .no_slot(&call, no, host)
-                            .at(&call.labels.method, &req.url);
-                        Err(self.after_error(&req, err).await)
                     }
                 }
-            };
-            // One place for the work future whether or not there is a token: each copy of it
-            // would make this future (moved on every call) bigger.
-            let cancel = async {
-                match &token {
-                    Some(token) => token.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let result = {
-                let cancelled = tokio::select! {
-                    biased;
-                    () = cancel => None,
-                    result = work => Some(result),
+                let token = req.extensions.get::<CancellationToken>().cloned();
+                let work = async {
+                    // Held until the call ends: the client's cap counts calls, not attempts.
+                    let _in_flight = match self
+                        .in_flight_slot(reserved, &policy.limits, call.deadline)
+                        .await
+                    {
+                        Ok(permit) => permit,
+                        Err(no) => {
+                            let err = self
+                                .no_slot(&call, no, "the client")
+                                .at(&call.labels.method, &req.url);
+                            return Err(self.after_error(&req, err).await);
+                        }
+                    };
+                    let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
+                    match self
+                        .slot(host, tenant, &policy.limits, &policy.slo, call.deadline)
+                        .await
+                    {
+                        Ok(permit) => {
+                            if let Some(global) = &policy.limits.global {
+                                // Boxed: a store round trip would enlarge every call's future.
+                                let shared = Box::pin(self.admit_global(global, &call)).await;
+                                if let Err(err) = shared {
+                                    let err = err.at(&call.labels.method, &req.url);
+                                    return Err(self.after_error(&req, err).await);
+                                }
+                            }
+                            // Inline, not boxed: the call's future is boxed once as a whole by
+                            // `NetClient::send`, and measured, a second box here cost more (an
+                            // allocation per call) than the larger move it saved.
+                            let result = self.run(&mut req, url, &call).await;
+                            permit.record(match &result {
+                                Ok(res) => Outcome::Response(res.status),
+                                Err(e) => Outcome::Error(e.kind()),
+                            });
+                            result
+                        }
+                        Err(no) => {
+                            let err = self
+                                .no_slot(&call, no, host)
+                                .at(&call.labels.method, &req.url);
+                            Err(self.after_error(&req, err).await)
+                        }
+                    }
                 };
-                match cancelled {
-                    Some(result) => result,
-                    None => {
-                        let err = NetError::new(ErrorKind::Cancelled)
-                            .with_message("the cancel token fired")
-                            .at(&call.labels.method, &req.url);
-                        Err(self.after_error(&req, err).await)
+                // One place for the work future whether or not there is a token: each copy of it
+                // would make this future (moved on every call) bigger.
+                let cancel = async {
+                    match &token {
+                        Some(token) => token.cancelled().await,
+                        None => std::future::pending().await,
                     }
-                }
-            };
-            let outcome = match &result {
-                Ok(res) => Outcome::Response(res.status),
-                Err(e) => Outcome::Error(e.kind()),
-            };
-            let attempts = match &result {
-                Ok(res) => res.attempts,
-                Err(e) => e.attempts(),
-            };
-            let elapsed = match &result {
-                Ok(res) => res.elapsed,
-                Err(_) => Elapsed {
-                    total: started.elapsed(),
-                    ..Elapsed::default()
-                },
-            };
-            self.observer.on_event(&NetEvent::RequestFinished {
-                req: call.info(),
-                outcome,
-                attempts,
-                elapsed,
-            });
-            record_outcome(&Span::current(), &outcome, attempts);
+                };
+                let result = {
+                    let cancelled = tokio::select! {
+                        biased;
+                        () = cancel => None,
+                        result = work => Some(result),
+                    };
+                    match cancelled {
+                        Some(result) => result,
+                        None => {
+                            let err = NetError::new(ErrorKind::Cancelled)
+                                .with_message("the cancel token fired")
+                                .at(&call.labels.method, &req.url);
+                            Err(self.after_error(&req, err).await)
+                        }
+                    }
+                };
+                let outcome = match &result {
+                    Ok(res) => Outcome::Response(res.status),
+                    Err(e) => Outcome::Error(e.kind()),
+                };
+                let attempts = match &result {
+                    Ok(res) => res.attempts,
+                    Err(e) => e.attempts(),
+                };
+                let elapsed = match &result {
+                    Ok(res) => res.elapsed,
+                    Err(_) => Elapsed {
+                        total: started.elapsed(),
+                        ..Elapsed::default()
+                    },
+                };
+                self.observer.on_event(&NetEvent::RequestFinished {
+                    req: call.info(),
+                    outcome,
+                    attempts,
+                    elapsed,
+                });
+                record_outcome(&Span::current(), &outcome, attempts);
+                result
+            }
+            .instrument(span)
+            .await;
+            // The call's hold on its snapshot ends here; if a reload replaced its policy, the
+            // policy's transport can go now.
+            drop(view);
+            self.transports.release(policy);
             result
         }
-        .instrument(span)
-        .await;
-        // The call's hold on its snapshot ends here; if a reload replaced its policy, the
-        // policy's transport can go now.
-        drop(view);
-        self.transports.release(policy);
-        result
     }
 
     /// The policy for `host` on behalf of `tenant`, from the call's view when the resolver
@@ -439,12 +450,16 @@ fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
         trace_id = Unset,
         span_id = Unset,
     );
+    // No subscriber wants it: a span without metadata, which the call enters and leaves
+    // on every poll for free (a disabled span still logs each entry and exit through
+    // `tracing`'s `log` bridge when that is compiled in).
+    if span.is_disabled() {
+        return Span::none();
+    }
     // Only for a subscriber that wants the span: these allocate.
-    if !span.is_disabled() {
-        span.record("url.full", shown_url(url));
-        if let Some(tenant) = &req.tenant {
-            span.record("tenant", tenant.as_str());
-        }
+    span.record("url.full", shown_url(url));
+    if let Some(tenant) = &req.tenant {
+        span.record("tenant", tenant.as_str());
     }
     span
 }
