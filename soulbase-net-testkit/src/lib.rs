@@ -7,7 +7,10 @@
 //!   [`Script`] of [`Reply`]s and faults — status and headers, delays, slow bodies, stalls,
 //!   resets, clean closes, hangs, huge streamed bodies, lying `Content-Length`, redirects,
 //!   gzip/br bodies and decompression bombs, echo, conditional `304`s, sequences and seeded
-//!   random faults — with hit counters, captured requests and a connection count. A
+//!   random faults — with hit counters, captured requests and a connection count. A route
+//!   may have a [`Capacity`] (so many requests served at once, the rest queued; a request
+//!   holds its slot for its service time even after its client gave up), the upstream near
+//!   capacity behind a retry storm. A
 //!   [`Mock`] route matches on method, path, query, headers and body (exact, JSON-equal or a
 //!   closure), with a priority and an expected number of requests that
 //!   [`FaultServer::verify`] checks, and dropping the server too (as wiremock does). With
@@ -156,8 +159,8 @@ pub use postgres::{PostgresServer, PostgresServerBuilder, REQUIRE_POSTGRES};
 pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
 pub use redis::{RedisCluster, RedisSentinel, RedisServer, REQUIRE_REDIS};
 pub use server::{
-    refused_addr, CapturedRequest, FaultServer, FaultServerBuilder, Gate, JsonBodyError, Mock,
-    Protocol, RandomFaults, Reply, Script, Times, VerifyError,
+    refused_addr, Capacity, CapturedRequest, FaultServer, FaultServerBuilder, Gate, JsonBodyError,
+    Mock, Protocol, RandomFaults, Reply, Script, Times, VerifyError,
 };
 pub use testnet::TestNet;
 pub use trace::trace_init;

@@ -2,6 +2,7 @@
 //! injects faults, counts hits and connections, and captures requests.
 
 mod body;
+mod capacity;
 mod capture;
 mod conn;
 mod encode;
@@ -14,6 +15,7 @@ mod serve;
 mod times;
 mod verify;
 
+pub use capacity::Capacity;
 pub use capture::{CapturedRequest, JsonBodyError};
 pub use gate::Gate;
 pub use mock::Mock;

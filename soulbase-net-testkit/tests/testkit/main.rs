@@ -2,6 +2,7 @@
 //! and hickory clients over loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod capacity;
 mod dns;
 mod faults;
 mod forward;
