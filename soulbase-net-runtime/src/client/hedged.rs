@@ -14,9 +14,10 @@ use crate::resilience::HedgeSchedule;
 impl Inner {
     /// The attempt and its hedged copies (seed 001): after each `hedge.delay` without a
     /// successful answer, another copy of the request starts (while the deadline leaves
-    /// room and the retry budget allows), up to `max_hedges`. The first success wins; the
-    /// other copies are dropped, which cancels them. All copies carry the same
-    /// `Idempotency-Key`, set before the first attempt.
+    /// room, the SLO controller admits it and the retry budget allows), up to `max_hedges`;
+    /// `schedule` is already stretched by the controller's backoff factor. The first
+    /// success wins; the other copies are dropped, which cancels them. All copies carry the
+    /// same `Idempotency-Key`, set before the first attempt.
     #[allow(
         clippy::too_many_arguments,
         reason = "the pipeline's state for one attempt group"
@@ -78,8 +79,11 @@ impl Inner {
                 return Poll::Pending;
             }
             hedges += 1;
-            let allowed =
-                self.budgets
+            // The SLO controller thins hedges like retries, before the budget is asked so
+            // that a copy it holds back spends nothing.
+            let allowed = self.slo.admit_hedge(call.host(), &call.policy.slo)
+                && self
+                    .budgets
                     .try_withdraw(budget, &call.policy.retry.budget, Instant::now());
             if allowed {
                 if let Some(copy) = pending.next() {

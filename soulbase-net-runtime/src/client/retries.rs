@@ -1,6 +1,6 @@
 //! Between two attempts: breaker admission, the retry decision (outcome, replayable request,
 //! attempts left, `Retry-After`, deadline), the SLO controller (a longer wait, thinned
-//! retries), the retry budget, and the wait.
+//! retries, later hedges), the retry budget, and the wait.
 
 use std::borrow::Cow;
 
@@ -56,7 +56,13 @@ impl Inner {
                 self.latencies
                     .timeout(call.host(), &policy.timeout.dynamic, call.timeouts.attempt);
             let began = now;
-            let schedule = HedgeSchedule::new(&policy.hedge, replayable, None);
+            // Whether this attempt (or attempt group, when hedged) is a retry: decided before
+            // it starts, so that its own hedged copies do not make it one.
+            let retry = attempts.this_send > 0;
+            // While the SLO controller slows the host down, copies start later (and are
+            // thinned in `hedged`, like retries).
+            let schedule = HedgeSchedule::new(&policy.hedge, replayable, None)
+                .map(|s| s.stretched(self.slo.factors(call.host(), &policy.slo)));
             let result = match schedule {
                 // Boxed: a rare path whose future would otherwise enlarge every call's.
                 Some(schedule) => {
@@ -105,7 +111,7 @@ impl Inner {
             let ended = Instant::now();
             let took = ended.saturating_duration_since(began);
             permit.record(failure, took, ended);
-            self.slo_record(call, attempts.this_send > 1, outcome, took, ended);
+            self.slo_record(call, retry, outcome, took, ended);
             let end = AttemptEnd {
                 attempt: attempts.this_send,
                 outcome,

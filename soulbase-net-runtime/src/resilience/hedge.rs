@@ -3,11 +3,14 @@
 //!
 //! The client races the copies, keeps the first success and drops the rest (dropping cancels
 //! them); every copy carries the request's idempotency key and withdraws from the retry
-//! budget like a retry.
+//! budget like a retry. While the SLO controller slows a host down, the copies start later
+//! ([`HedgeSchedule::stretched`]) and are thinned like retries.
 
 use std::time::Duration;
 
 use soulbase_net_policy::HedgePolicy;
+
+use super::slo::Factors;
 
 /// When the extra attempts of one request start, measured from the first attempt's start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +35,19 @@ impl HedgeSchedule {
             delay: learnt.unwrap_or(p.delay).max(Duration::from_millis(1)),
             max_hedges: p.max_hedges,
         })
+    }
+
+    /// The same schedule with its delay stretched by the SLO controller's backoff factor
+    /// (seed 001 §VIII: while a host misses its targets, extra attempts come later, like
+    /// retries); unchanged at a factor of 1.
+    ///
+    /// The copies that a longer delay pushes past the deadline are not started:
+    /// [`starts_within`](Self::starts_within) leaves them out.
+    pub(crate) fn stretched(self, factors: Factors) -> Self {
+        Self {
+            delay: factors.stretch(self.delay),
+            ..self
+        }
     }
 
     /// When hedge `n` (from 1) starts, after the first attempt's start; `None` past
@@ -96,6 +112,31 @@ mod tests {
         assert_eq!(s.start_of(1), Some(120 * MS));
         let s = HedgeSchedule::new(&policy(1), true, Some(Duration::ZERO)).unwrap();
         assert_eq!(s.delay, MS);
+    }
+
+    #[test]
+    fn the_slo_backoff_factor_stretches_the_delay_but_never_past_the_deadline() {
+        let s = HedgeSchedule::new(&policy(3), true, None).unwrap();
+        assert_eq!(s.stretched(Factors::NONE), s);
+        let slowed = s.stretched(Factors {
+            backoff: 4.0,
+            rate: 0.25,
+        });
+        let starts: Vec<_> = (1..=3).map(|n| slowed.start_of(n)).collect();
+        assert_eq!(starts, [Some(200 * MS), Some(400 * MS), Some(600 * MS)]);
+        // 1 s left and 650 ms per copy: three copies fit 50 ms apart, one 200 ms apart.
+        assert_eq!(s.starts_within(1_000 * MS, 650 * MS).count(), 3);
+        let fit: Vec<_> = slowed.starts_within(1_000 * MS, 650 * MS).collect();
+        assert_eq!(fit, [200 * MS]);
+        // A huge factor saturates rather than wraps, and starts nothing.
+        let stalled = s.stretched(Factors {
+            backoff: f64::MAX,
+            rate: 1.0,
+        });
+        assert_eq!(
+            stalled.starts_within(Duration::from_secs(3600), MS).count(),
+            0
+        );
     }
 
     #[test]

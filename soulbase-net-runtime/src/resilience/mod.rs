@@ -33,8 +33,10 @@
 //!
 //! The SLO controller ([`SloControllers`], policy `slo`) counts each attempt
 //! ([`SloControllers::record`]) and, while a host misses its SLO targets, stretches the wait
-//! before each retry ([`Factors::stretch`](slo::Factors::stretch)), thins retries ([`SloControllers::admit_retry`])
-//! and scales the host's AIMD ceiling and rate ([`Factors::limits`](slo::Factors::limits)).
+//! before each retry ([`Factors::stretch`](slo::Factors::stretch)) and each hedged copy
+//! ([`HedgeSchedule::stretched`]), thins retries and hedges from one credit
+//! ([`SloControllers::admit_retry`], [`SloControllers::admit_hedge`]) and scales the host's
+//! AIMD ceiling and rate ([`Factors::limits`](slo::Factors::limits)).
 //!
 //! The limiter's and budgets' gauges reach metrics through the client's `GaugeSource`
 //! ([`Limiter::read_gauges`], [`RetryBudgets::read_gauges`]), read at scrape time.

@@ -5,7 +5,8 @@
 //! Why here and not in observe: the runtime never depends on a metrics crate, and what the
 //! controller needs — each attempt's outcome and time — the retry loop has in hand. The
 //! controller is a state machine taking `now`; the client asks it for a host's [`Factors`]
-//! before waiting to retry and before taking a limiter slot, and feeds it each attempt.
+//! before waiting to retry, before hedging and before taking a limiter slot, and feeds it
+//! each attempt.
 //!
 //! It only ever slows a host down: the backoff factor is ≥ 1, the rate factor ≤ 1, and both
 //! go back to 1 — the policy's own values — once the SLIs are healthy again.
@@ -36,9 +37,9 @@ pub(crate) struct SloControllers {
 /// What the controller does to a host now: backoff × `backoff` (≥ 1), rate × `rate` (≤ 1).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Factors {
-    /// Multiplies every wait before a retry.
+    /// Multiplies every wait before a retry, and the delay before each hedged copy.
     pub(crate) backoff: f64,
-    /// Thins retries and scales the AIMD ceiling and the host rate.
+    /// Thins retries and hedges, and scales the AIMD ceiling and the host rate.
     pub(crate) rate: f64,
 }
 
@@ -82,7 +83,7 @@ struct HostSlo {
     /// Buckets closed since the last decision: a decision needs a whole window of them.
     fresh: usize,
     factors: Factors,
-    /// Credit for thinned retries: each retry adds the rate factor, one that goes ahead
+    /// Credit for thinned retries and hedges: each adds the rate factor, one that goes ahead
     /// spends 1.
     credit: f64,
     /// Whether the factors ever moved (only those hosts are reported as gauges).
@@ -170,6 +171,24 @@ impl SloControllers {
     /// Whether a retry to `host` that everything else allows may go ahead: all of them at a
     /// rate factor of 1, one in `1 / rate` below it.
     pub(crate) fn admit_retry(&self, host: &str, p: &SloPolicy) -> bool {
+        self.admit_extra(host, p)
+    }
+
+    /// Whether a hedged copy to `host` that everything else allows may start: thinned like
+    /// a retry, and from the same credit, so that retries and hedges together — the attempts
+    /// a call adds to the first — are one in `1 / rate` of those the policy would send.
+    ///
+    /// Why hedges too: a hedge is load on the host like a retry, and while the host is
+    /// slowed down it fires more often (its answers are later), just when the host can take
+    /// the least.
+    pub(crate) fn admit_hedge(&self, host: &str, p: &SloPolicy) -> bool {
+        self.admit_extra(host, p)
+    }
+
+    /// The thinning of [`admit_retry`](Self::admit_retry) and
+    /// [`admit_hedge`](Self::admit_hedge): each extra attempt adds the rate factor to the
+    /// host's credit, and one goes ahead when a whole 1 is there to spend.
+    fn admit_extra(&self, host: &str, p: &SloPolicy) -> bool {
         if !p.enabled {
             return true;
         }

@@ -1,8 +1,11 @@
 //! The SLO controller over loopback: an upstream that starts timing out 30 % of its calls
 //! slows the client down within a window (longer backoff, thinned retries, fewer attempts per
 //! second), gauges and `PolicyChange` events say so, the factors return to 1 once it heals,
-//! and a healthy upstream never moves them.
+//! and a healthy upstream never moves them. Hedged copies are governed like retries: fewer
+//! and later while the host is slowed down, as many as without the controller while it is
+//! healthy.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,15 +32,37 @@ struct Change {
     rate: f64,
 }
 
-/// Keeps every `PolicyChange` with its time since the observer was made.
+/// Keeps every `PolicyChange` with its time since the observer was made, and every hedged
+/// copy with how long after its attempt group's first attempt it started.
 #[derive(Debug)]
 struct Changes {
     start: Instant,
     seen: Mutex<Vec<Change>>,
+    hedges: Mutex<Hedges>,
+}
+
+/// The hedged copies seen.
+#[derive(Debug, Default)]
+struct Hedges {
+    /// When each request's latest attempt that is not a hedge started, by request id.
+    group_start: HashMap<u64, Instant>,
+    /// For each hedged copy, the time from its group's first attempt to its start.
+    gaps: Vec<Duration>,
 }
 
 impl Observer for Changes {
     fn on_event(&self, ev: &NetEvent<'_>) {
+        if let NetEvent::AttemptStarted { req, hedge, .. } = *ev {
+            let now = Instant::now();
+            let mut h = self.hedges.lock();
+            if hedge {
+                let began = h.group_start.get(&req.id).copied();
+                let gap = now.saturating_duration_since(began.expect("a hedge after its group"));
+                h.gaps.push(gap);
+            } else {
+                h.group_start.insert(req.id, now);
+            }
+        }
         if let NetEvent::PolicyChange {
             host,
             sli,
@@ -64,11 +89,7 @@ impl Observer for Changes {
 
 /// 30 % of calls (seeded) answer after 2 s: past the attempt timeout.
 fn storm() -> Script {
-    Script::random(
-        RandomFaults::seeded(21)
-            .fault(0.3, Reply::ok("late").delay(Duration::from_secs(2)))
-            .otherwise(Reply::ok("ok")),
-    )
+    late_share(21, 0.3, Duration::from_secs(2))
 }
 
 /// A server whose `/storm` is [`storm`].
@@ -104,6 +125,7 @@ fn client(p: NetPolicy) -> (Client, Arc<Changes>) {
     let changes = Arc::new(Changes {
         start: Instant::now(),
         seen: Mutex::default(),
+        hedges: Mutex::default(),
     });
     let client = Client::builder()
         .policy(p)
@@ -307,6 +329,157 @@ async fn a_longer_wait_never_runs_past_the_deadline() {
         let longest = ends.iter().map(|(_, t)| *t).max().unwrap();
         assert!(longest < Duration::from_secs(1), "{longest:?}");
         srv.shutdown().await;
+    })
+    .await;
+}
+
+/// A policy that hedges after 20 ms (one copy), with retries off so hedges are the only
+/// extra attempts, and a retry budget that never binds (hedges withdraw from it): what
+/// differs between two runs is the controller alone.
+fn hedging(slo: bool) -> NetPolicy {
+    let mut p = policy();
+    p.retry.enabled = false;
+    p.retry.budget.retry_ratio = 1.0;
+    p.hedge.enabled = true;
+    p.hedge.delay = HEDGE_DELAY;
+    p.hedge.max_hedges = 1;
+    p.slo.enabled = slo;
+    p
+}
+
+/// Short enough that a copy stretched 4× (80 ms) still starts before the first copy's
+/// time to first byte (100 ms) runs out.
+const HEDGE_DELAY: Duration = Duration::from_millis(20);
+
+/// `share` of the answers (drawn from `seed`) come after `delay`, the others at once.
+fn late_share(seed: u64, share: f64, delay: Duration) -> Script {
+    Script::random(
+        RandomFaults::seeded(seed)
+            .fault(share, Reply::ok("late").delay(delay))
+            .otherwise(Reply::ok("ok")),
+    )
+}
+
+/// What a [`hedge_run`] saw.
+#[derive(Debug)]
+struct HedgeRun {
+    /// The factors when the measured span began.
+    factors_before: Option<(f64, f64)>,
+    /// The factors when it ended.
+    factors_after: Option<(f64, f64)>,
+    /// Hedged copies per request in the measured span.
+    per_request: f64,
+    /// When each of those copies started after its group's first attempt.
+    gaps: Vec<Duration>,
+    /// Every `PolicyChange` of the run.
+    changes: Vec<Change>,
+}
+
+/// Open-loop load on a route answering by `script`, through [`hedging`] with the controller
+/// on or off: `warm` of it unmeasured, then `span` in which the hedged copies are counted.
+async fn hedge_run(script: Script, slo: bool, warm: Duration, span: Duration) -> HedgeRun {
+    let mut srv = FaultServer::http1()
+        .route("/r", script)
+        .start()
+        .await
+        .unwrap();
+    let (c, seen) = client(hedging(slo));
+    if !warm.is_zero() {
+        drive(&c, &srv.url("/r"), warm, || false).await;
+    }
+    let before = (factors(&c), seen.hedges.lock().gaps.len());
+    // `drive` joins every call it sent: no hedge of the warm-up is counted here.
+    let (sent, _) = drive(&c, &srv.url("/r"), span, || false).await;
+    let gaps = seen.hedges.lock().gaps[before.1..].to_vec();
+    srv.shutdown().await;
+    let changes = seen.seen.lock().clone();
+    HedgeRun {
+        factors_before: before.0,
+        factors_after: factors(&c),
+        per_request: gaps.len() as f64 / sent as f64,
+        gaps,
+        changes,
+    }
+}
+
+#[tokio::test]
+async fn hedges_are_thinned_and_later_while_the_host_is_slowed_down() {
+    bounded(async {
+        // Half the calls (seeded) answer after 2 s: a first copy that draws one is hedged at
+        // 20 ms, and that copy times out too half the time (a call's timeout rate is 25 %).
+        // 2.5 s of warm-up tighten twice (one window each), to the bounds.
+        let run = |slo| {
+            let storm = late_share(5, 0.5, Duration::from_secs(2));
+            hedge_run(
+                storm,
+                slo,
+                Duration::from_millis(2500),
+                Duration::from_millis(1500),
+            )
+        };
+        let (off, on) = tokio::join!(run(false), run(true));
+        assert_eq!((off.factors_before, off.factors_after), (None, None));
+        let bounds = Some((4.0, 0.25));
+        assert_eq!(
+            (on.factors_before, on.factors_after),
+            (bounds, bounds),
+            "at the bounds all along"
+        );
+        // Off: every call whose first copy drew a late answer (half) hedges. On: one in four
+        // of those.
+        let (off_rate, on_rate) = (off.per_request, on.per_request);
+        assert!(off_rate >= 0.35, "{off_rate:.2} hedges per request off");
+        assert!(
+            on_rate <= off_rate / 2.0,
+            "{on_rate:.2} hedges per request on, {off_rate:.2} off"
+        );
+        // Off, copies start 20 ms in; on, 4 × 20 ms.
+        let mut off_gaps = off.gaps;
+        off_gaps.sort();
+        let off_median = off_gaps[off_gaps.len() / 2];
+        assert!(off_median < HEDGE_DELAY * 3, "off: {off_median:?}");
+        let on_first = on.gaps.iter().min().expect("some hedges still go out");
+        assert!(
+            *on_first >= HEDGE_DELAY * 4 - Duration::from_millis(5),
+            "on: a copy after {on_first:?}"
+        );
+        println!(
+            "hedges per request: off {off_rate:.2} (median start {off_median:?}), \
+             on {on_rate:.2} (earliest start {on_first:?}, {} copies)",
+            on.gaps.len()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_healthy_upstream_hedges_as_much_with_the_controller_as_without() {
+    bounded(async {
+        // A fifth of the answers (seeded) come after 80 ms: hedged at 20 ms, well within the
+        // attempt timeout, so the SLIs stay healthy.
+        let run = |slo| {
+            let tail = late_share(9, 0.2, Duration::from_millis(80));
+            hedge_run(tail, slo, Duration::ZERO, Duration::from_secs(3))
+        };
+        let (off, on) = tokio::join!(run(false), run(true));
+        // Hedges are not retries: a healthy host that hedges a fifth of its calls keeps its
+        // retry rate at 0, and its factors at 1.
+        assert!(on.changes.is_empty(), "{:?}", on.changes);
+        assert_eq!((on.factors_before, on.factors_after), (None, None));
+        let (off_rate, on_rate) = (off.per_request, on.per_request);
+        assert!(off_rate >= 0.1, "{off_rate:.2} hedges per request off");
+        assert!(
+            (on_rate - off_rate).abs() <= 0.08,
+            "{on_rate:.2} hedges per request on, {off_rate:.2} off"
+        );
+        // And they start when the policy says.
+        let late = on.gaps.iter().filter(|g| **g >= HEDGE_DELAY * 2).count();
+        assert!(
+            late * 10 <= on.gaps.len(),
+            "{late} of {} copies late",
+            on.gaps.len()
+        );
+        println!("hedges per request: off {off_rate:.2}, on {on_rate:.2}");
     })
     .await;
 }

@@ -129,6 +129,30 @@ fn retries_are_thinned_to_the_rate_factor() {
 }
 
 #[test]
+fn hedges_are_thinned_with_retries_from_one_credit() {
+    let (c, mut p, t0) = (SloControllers::new(10), policy(), Instant::now());
+    // Healthy: every hedge goes.
+    feed(&c, &p, t0, 0, 10, 0);
+    assert!((0..20).all(|_| c.admit_hedge("h", &p)));
+    feed(&c, &p, t0, 10, 20, 5);
+    assert_eq!(c.factors("h", &p).rate, 0.25);
+    assert_eq!((0..100).filter(|_| c.admit_hedge("h", &p)).count(), 25);
+    // Retries and hedges draw on the same credit: together, one extra attempt in four.
+    let mixed = (0..100)
+        .filter(|i| {
+            if i % 2 == 0 {
+                c.admit_retry("h", &p)
+            } else {
+                c.admit_hedge("h", &p)
+            }
+        })
+        .count();
+    assert_eq!(mixed, 25);
+    p.enabled = false;
+    assert!((0..10).all(|_| c.admit_hedge("h", &p)));
+}
+
+#[test]
 fn too_few_samples_is_no_evidence_of_a_breach() {
     let (c, p, t0) = (SloControllers::new(10), policy(), Instant::now());
     // One attempt a second, all timing out: 5 per window, under min_samples.
