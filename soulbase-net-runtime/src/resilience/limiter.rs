@@ -28,7 +28,8 @@ use self::gcra::Gcra;
 /// The maps keep at most `max_keys` idle entries; entries with calls in flight or waiting are
 /// kept whatever their number (they are bounded by the calls themselves). A host's
 /// concurrency cap is fixed when its entry is made; after a policy reload the new cap applies
-/// once the entry has gone idle and been evicted.
+/// once the entry has gone idle and been evicted. Its rate follows the policy of each call
+/// (a reload, the SLO controller's scaling) at once, the bucket's state carried over.
 #[derive(Debug)]
 pub(crate) struct Limiter {
     hosts: Mutex<HashMap<Box<str>, Arc<HostLimits>>>,
@@ -316,10 +317,10 @@ impl HostLimits {
         let now = Instant::now();
         let max_wait = deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
         let mut rate = self.rate.lock();
-        let gcra = match &mut *rate {
-            Some(g) if g.is(rps, burst) => g,
-            slot => slot.insert(Gcra::new(rps, burst)),
-        };
+        let gcra = rate.get_or_insert_with(|| Gcra::new(rps, burst));
+        // A new rate (the SLO controller's factor, a reload) keeps how full the bucket is:
+        // rebuilding it would start it full, and let a burst through just then.
+        gcra.retune(rps, burst, now);
         gcra.reserve(now, max_wait)
             .map_err(|_| LimitScope::HostRate)
     }

@@ -127,6 +127,9 @@ impl Factors {
 
     /// `limits` with the AIMD ceiling and the host rate scaled by the rate factor (never
     /// below `aimd.min` and 1 request per second); borrowed when nothing changes.
+    ///
+    /// The limiter carries the host's rate bucket over to the scaled rate (`Gcra::retune`),
+    /// so a change of factor never starts it full.
     pub(crate) fn limits<'a>(&self, limits: &'a LimitsPolicy) -> Cow<'a, LimitsPolicy> {
         if self.rate >= 1.0 || (!limits.aimd.enabled && limits.per_host_rate_rps.is_none()) {
             return Cow::Borrowed(limits);

@@ -171,6 +171,43 @@ async fn host_rate_with_burst_and_bounded_wait() {
     );
 }
 
+/// Calls `limiter` admits to `h` under `p`, trying every millisecond for `ms` ms (the clock
+/// paused and advanced by the test).
+async fn admitted_over(limiter: &Limiter, p: &LimitsPolicy, ms: u32) -> usize {
+    let mut n = 0;
+    for _ in 0..ms {
+        if let Some(Ok(_)) = limiter.acquire_now("h", None, p) {
+            n += 1;
+        }
+        tokio::time::advance(MS).await;
+    }
+    n
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scaled_host_rate_keeps_the_bucket_state() {
+    // 100 a second, bursts of one second's worth; run at its rate until the bucket is empty.
+    let mut p = policy(1_000);
+    p.per_host_rate_rps = Some(100);
+    let run_in = || async {
+        let limiter = Limiter::new(100);
+        assert_eq!(admitted_over(&limiter, &p, 2_000).await, 100 + 199);
+        limiter
+    };
+    // Unchanged, the next second admits the rate.
+    let same = run_in().await;
+    assert_eq!(admitted_over(&same, &p, 1_000).await, 100);
+    // Scaled to a quarter (as the SLO controller does: the burst follows the rate), it admits
+    // a quarter: a rebuilt bucket would have let 25 through at once on top.
+    let scaled = run_in().await;
+    let mut quarter = p.clone();
+    quarter.per_host_rate_rps = Some(25);
+    let n = admitted_over(&scaled, &quarter, 1_000).await;
+    assert!((24..=26).contains(&n), "{n} in the second after the change");
+    // Back to the full rate: the bucket is still empty, and fills at the new rate.
+    assert_eq!(admitted_over(&scaled, &p, 1_000).await, 100);
+}
+
 #[tokio::test]
 async fn aimd_window_refuses_then_halves_and_grows_back() {
     let limiter = Limiter::new(100);
