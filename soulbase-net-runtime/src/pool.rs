@@ -190,7 +190,7 @@ impl Pool {
         if let Some(max) = cfg.max_headers {
             h1.max_headers(max);
         }
-        h1.max_buf_size(cfg.max_head_bytes.max(8192));
+        h1.max_buf_size(cfg.max_head_bytes.max(READ_BUF_MAX));
         let mut h2 = http2::Builder::new(TokioExecutor::new());
         h2.timer(TokioTimer::new())
             .max_header_list_size(u32::try_from(cfg.max_head_bytes).unwrap_or(u32::MAX));
@@ -231,6 +231,11 @@ impl Pool {
                         .or_insert_with(|| origin.host.clone());
                     let absolute = (!proxied).then(|| origin_form(req.uri_mut())).transpose()?;
                     match tx.try_send_request(req).await {
+                        Ok(res) if head_len(&res) > shared.cfg.max_head_bytes => {
+                            // Dropped unread: hyper closes the connection.
+                            return Err(NetError::new(soulbase_net_core::ErrorKind::TooLarge)
+                                .with_message("the response head is over the header limits"));
+                        }
                         Ok(res) => {
                             let back = GiveBack {
                                 shared: shared.clone(),
@@ -705,6 +710,25 @@ where
     });
 }
 
+/// The most an HTTP/1.1 connection reads at once, and so the largest response head it can
+/// parse: hyper's own default (8 KiB + 100 × 4 KiB), or the head limit when that is larger.
+/// hyper grows its reads toward it, so a large body arrives in a few large frames rather than
+/// many small ones (with a 64 KiB buffer a 1 MiB body took 16 reads, frames and buffer
+/// splits). The head limit itself is checked on the parsed head ([`head_len`]).
+const READ_BUF_MAX: usize = 8192 + 4096 * 100;
+
+/// The size of an HTTP/1.1 response head as it came, near enough: a status line without its
+/// reason phrase, each field as `name: value` and CRLF, and the blank line.
+fn head_len<B>(res: &Response<B>) -> usize {
+    const STATUS_LINE: usize = "HTTP/1.1 200 \r\n".len();
+    let fields: usize = res
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    STATUS_LINE + fields + 2
+}
+
 /// The `Host` header for `authority`: its host, and its port unless it is the scheme's
 /// default (RFC 9110 §7.2); userinfo never (the request was validated without it).
 fn host_header(authority: &Authority, https: bool) -> Result<HeaderValue, NetError> {
@@ -824,6 +848,17 @@ impl fmt::Debug for PoolBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_is_measured_as_it_came_on_the_wire() {
+        let res = Response::builder()
+            .header("content-length", "2")
+            .header("x-a", "bc")
+            .body(())
+            .unwrap();
+        // "HTTP/1.1 200 \r\n", "content-length: 2\r\n", "x-a: bc\r\n", "\r\n"
+        assert_eq!(head_len(&res), 15 + 19 + 9 + 2);
+    }
 
     #[test]
     fn the_host_header_carries_the_port_only_when_it_is_not_the_default() {

@@ -40,7 +40,7 @@ commands:
           server in a process of its own, ratios paired by round; scenarios h1-256, h1-16,
           h1-1, h2c-256, h2-tls-256, body-1m, hosts-10k, breaker, fleet (default: all);
           `cargo run --release -p xtask -- bench` for real numbers
-  bench --instructions [--update-budget] [--requests N] [--clients ...]
+  bench --instructions [--h2c] [--update-budget] [--requests N] [--clients ...]
           instructions per request of each client under callgrind (the server in its own
           process), checked against docs/bench-budget.json's section for the build
           profile running (fails more than 3 % above it)

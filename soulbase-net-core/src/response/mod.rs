@@ -33,12 +33,11 @@ pub enum RespBody {
 }
 
 /// Reads `body` to its end. A body of one data frame (most small answers) is that frame, not
-/// a copy; more frames are copied once into one buffer, sized by the body's exact length
-/// when it tells it. Trailers are not part of the bytes.
+/// a copy; the frames of a longer one are kept as they come and copied once, at the end, into
+/// one buffer of their total length. Trailers are not part of the bytes.
 async fn read_to_end(mut body: UnsyncBoxBody<Bytes, NetError>) -> Result<Bytes, NetError> {
-    let exact = http_body::Body::size_hint(&body).exact();
     let mut first: Option<Bytes> = None;
-    let mut joined = BytesMut::new();
+    let mut more: Vec<Bytes> = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
@@ -46,19 +45,25 @@ async fn read_to_end(mut body: UnsyncBoxBody<Bytes, NetError>) -> Result<Bytes, 
         if data.is_empty() {
             continue;
         }
-        match first.take() {
-            None if joined.is_empty() => first = Some(data),
-            Some(head) => {
-                let at_least = head.len() + data.len();
-                let want = exact.map_or(at_least, |n| usize::try_from(n).unwrap_or(at_least));
-                joined.reserve(want.max(at_least));
-                joined.extend_from_slice(&head);
-                joined.extend_from_slice(&data);
-            }
-            None => joined.extend_from_slice(&data),
+        if first.is_none() {
+            first = Some(data);
+        } else {
+            more.push(data);
         }
     }
-    Ok(first.unwrap_or_else(|| joined.freeze()))
+    let Some(first) = first else {
+        return Ok(Bytes::new());
+    };
+    if more.is_empty() {
+        return Ok(first);
+    }
+    let total = more.iter().map(Bytes::len).sum::<usize>() + first.len();
+    let mut joined = BytesMut::with_capacity(total);
+    joined.extend_from_slice(&first);
+    for data in &more {
+        joined.extend_from_slice(data);
+    }
+    Ok(joined.freeze())
 }
 
 /// A response to a [`NetRequest`](crate::NetRequest).

@@ -13,7 +13,7 @@ use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Gate, Reply};
 use tokio::task::JoinHandle;
 
-use crate::support::{bounded, harness, loopback_policy, Events};
+use crate::support::{bounded, harness, harness_with, loopback_policy, Events};
 
 #[tokio::test]
 async fn request_body_over_the_limit_is_refused_before_connecting() {
@@ -71,6 +71,44 @@ async fn declared_content_length_over_the_limit_is_refused_before_reading() {
         .unwrap();
     assert_eq!(body.len(), 4096);
     srv.join().await;
+}
+
+/// The head limit holds on the parsed head, whatever the connection's read buffer: a 100 KiB
+/// head (parsable, under the buffer) is over the default 64 KiB limit, and within a 256 KiB
+/// one; with a 1 MiB body after a small head, the body arrives whole.
+#[tokio::test]
+async fn the_head_limit_is_the_clients_not_the_read_buffers() {
+    let srv = FaultServer::http1()
+        .route("/head", Reply::ok("x").huge_header(100 * 1024))
+        .route("/body", Reply::ok(vec![b'b'; 1 << 20]))
+        .start()
+        .await
+        .unwrap();
+    let default = harness(loopback_policy());
+    let err = default
+        .client
+        .send(NetRequest::get(srv.url("/head")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TooLarge, "{err}");
+    assert!(err.to_string().contains("response head"), "{err}");
+    let body = default
+        .client
+        .send(NetRequest::get(srv.url("/body")))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(body.len(), 1 << 20);
+    let roomy = harness_with(loopback_policy(), |b| b.max_response_head_bytes(256 * 1024));
+    let res = roomy
+        .client
+        .send(NetRequest::get(srv.url("/head")))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 200);
+    assert!(res.headers.iter().map(|(_, v)| v.len()).sum::<usize>() >= 100 * 1024);
 }
 
 #[tokio::test]

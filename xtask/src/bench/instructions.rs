@@ -1,6 +1,10 @@
-//! `cargo xtask bench --instructions [--update-budget] [--requests N] [--clients K[,K]]`:
+//! `cargo xtask bench --instructions [--h2c] [--update-budget] [--requests N] [--clients K[,K]]`:
 //! the deterministic figure — instructions per request of each client alone, counted by
 //! callgrind — checked against the budget in `docs/bench-budget.json`.
+//!
+//! Over HTTP/1.1 by default; `--h2c` counts the same requests over one HTTP/2 connection with
+//! prior knowledge (raw hyper's `client::conn::http2` as the limit), against the budget's
+//! `<profile>-h2c` section. CI checks the HTTP/1.1 figures.
 //!
 //! The bench server runs as its own process, not under valgrind. Each client runs as
 //! `valgrind --tool=callgrind <copy of this program> bench-client …`: a current-thread Tokio
@@ -46,6 +50,7 @@ const MEASURED: &str = "*callgrind_measured_section*";
 #[derive(Clone, Debug, PartialEq)]
 struct Options {
     update: bool,
+    proto: Proto,
     requests: usize,
     clients: Vec<Kind>,
     budget: PathBuf,
@@ -54,6 +59,7 @@ struct Options {
 fn parse_args(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         update: false,
+        proto: Proto::H1,
         requests: REQUESTS,
         clients: CLIENTS.to_vec(),
         budget: crate::project_root().join(budget::BUDGET_FILE),
@@ -63,6 +69,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         match flag.as_str() {
             "--instructions" => {}
             "--update-budget" => o.update = true,
+            "--h2c" => o.proto = Proto::H2c,
             "--requests" => o.requests = super::parsed(flag, it.next())?,
             "--clients" => {
                 o.clients = super::parse_clients(&super::parsed::<String>(flag, it.next())?)?
@@ -79,12 +86,17 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// The scenario of the counted runs: HTTP/1.1, a 2-byte body, [`CALLERS`] callers.
-fn scenario() -> Scenario {
+/// The scenario of the counted runs: a 2-byte body, [`CALLERS`] callers, over `proto`
+/// (HTTP/1.1 or h2c).
+fn scenario(proto: Proto) -> Scenario {
+    let (name, title) = match proto {
+        Proto::H2c => ("h2c-4", "h2c, 4 callers on one connection"),
+        _ => ("h1-4", "HTTP/1.1, 4 callers"),
+    };
     Scenario {
-        name: "h1-4",
-        title: "HTTP/1.1, 4 callers",
-        proto: Proto::H1,
+        name,
+        title,
+        proto,
         callers: CALLERS,
         path: "/",
         hosts: 1,
@@ -106,20 +118,25 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("could not start a tokio runtime: {e}"))?;
     let copy = ProgramCopy::new()?;
     let mut server = rt.block_on(ServerProcess::start(&copy.0))?;
-    let url = format!("http://127.0.0.1:{}/", server.port(Listener::H1));
-    let profile = super::profile();
+    let (listener, protocol, section) = match opts.proto {
+        Proto::H2c => (Listener::H2c, "h2c", format!("{}-h2c", super::profile())),
+        _ => (Listener::H1, "h1", super::profile().to_owned()),
+    };
+    let url = format!("http://127.0.0.1:{}/", server.port(listener));
+    let profile = section.as_str();
     let what = format!(
-        "client-only instructions per request (valgrind --tool=callgrind), HTTP/1.1 GET of a \
-         2-byte body over loopback, {CALLERS} callers, {} requests counted after {WARMUP}, \
-         the server in its own process",
+        "client-only instructions per request (valgrind --tool=callgrind), GET of a 2-byte \
+         body over loopback, {CALLERS} callers, {} requests counted after {WARMUP}, the server \
+         in its own process; sections `release` and `debug` over HTTP/1.1, `release-h2c` and \
+         `debug-h2c` over one h2c connection (`--h2c`)",
         opts.requests
     );
-    println!("{what}; {profile} build");
+    println!("{what}; {profile} ({protocol})");
     let old = budget::read(&opts.budget)?;
     let mut measured = Vec::new();
     for &kind in &opts.clients {
         let before = rt.block_on(server.stats())?.requests;
-        let total = count(&copy.0, kind, &url, opts.requests)?;
+        let total = count(&copy.0, kind, &url, protocol, opts.requests)?;
         let served = rt.block_on(server.stats())?.requests - before;
         let expected = (WARMUP + opts.requests) as u64;
         if served != expected {
@@ -186,7 +203,13 @@ impl Drop for ProgramCopy {
 }
 
 /// Runs `kind` under callgrind for `requests` counted requests; the instructions counted.
-fn count(exe: &Path, kind: Kind, url: &str, requests: usize) -> Result<u64, String> {
+fn count(
+    exe: &Path,
+    kind: Kind,
+    url: &str,
+    protocol: &str,
+    requests: usize,
+) -> Result<u64, String> {
     let out = std::env::temp_dir().join(format!(
         "soulbase-callgrind-{}-{}.out",
         std::process::id(),
@@ -201,6 +224,7 @@ fn count(exe: &Path, kind: Kind, url: &str, requests: usize) -> Result<u64, Stri
         ])
         .arg(exe)
         .args(["bench-client", "--client", kind.key(), "--url", url])
+        .args(["--proto", protocol])
         .args(["--requests", &requests.to_string()])
         .output()
         .map_err(|e| format!("bench --instructions: running valgrind: {e}"))?;
@@ -239,15 +263,23 @@ fn callgrind_total(text: &str) -> Option<u64> {
     line("totals:").or_else(|| line("summary:"))
 }
 
-/// `xtask bench-client --client K --url URL [--requests N]`: the process callgrind runs.
+/// `xtask bench-client --client K --url URL [--proto h1|h2c] [--requests N]`: the process
+/// callgrind runs.
 pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
-    let (mut kind, mut url, mut requests) = (None, None, REQUESTS);
+    let (mut kind, mut url, mut requests, mut proto) = (None, None, REQUESTS, Proto::H1);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--client" => kind = Kind::parse(&super::parsed::<String>(flag, it.next())?),
             "--url" => url = Some(super::parsed::<String>(flag, it.next())?),
             "--requests" => requests = super::parsed(flag, it.next())?,
+            "--proto" => {
+                proto = match super::parsed::<String>(flag, it.next())?.as_str() {
+                    "h1" => Proto::H1,
+                    "h2c" => Proto::H2c,
+                    other => return Err(format!("bench-client: --proto h1|h2c, not `{other}`")),
+                }
+            }
             other => return Err(format!("bench-client: unknown option `{other}`")),
         }
     }
@@ -258,7 +290,7 @@ pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| format!("could not start a tokio runtime: {e}"))?;
     let targets = Targets::new(vec![url], None)?;
-    let client = Arc::new(rt.block_on(BenchClient::build(kind, &scenario(), targets))?);
+    let client = Arc::new(rt.block_on(BenchClient::build(kind, &scenario(proto), targets))?);
     rt.block_on(drive(client.clone(), WARMUP))?;
     callgrind_measured_section(&rt, client, requests)
 }
@@ -312,5 +344,13 @@ mod tests {
         assert_eq!((o.requests, o.clients.len()), (400, 4));
         assert!(parse_args(&args("--instructions --requests 3")).is_err());
         assert!(parse_args(&args("--instructions --secs 2")).is_err());
+        assert_eq!(
+            parse_args(&args("--instructions")).unwrap().proto,
+            Proto::H1
+        );
+        assert_eq!(
+            parse_args(&args("--instructions --h2c")).unwrap().proto,
+            Proto::H2c
+        );
     }
 }
