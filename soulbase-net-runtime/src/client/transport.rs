@@ -199,6 +199,7 @@ impl Transports {
     }
 
     fn build(&self, policy: &NetPolicy) -> Result<Transport, NetError> {
+        check_http_version(policy)?;
         let s = &self.settings;
         let guard = AddressGuard::new(&policy.security).map_err(|e| {
             NetError::invalid_request(format!("invalid security policy: {e}")).with_source(e)
@@ -271,6 +272,19 @@ impl fmt::Debug for Transports {
 /// its h1 role); also the client's default `max_response_headers`.
 pub(crate) const HYPER_MAX_HEADERS: usize = 100;
 
+/// Refuses a policy that asks for HTTP/3 (`http.version` `h3` or `h3-or-tcp`) from a runtime
+/// built without the `http3` feature: sending it over TCP instead would silently ignore the
+/// policy.
+pub(crate) fn check_http_version(policy: &NetPolicy) -> Result<(), NetError> {
+    if policy.http.wants_h3() && !cfg!(feature = "http3") {
+        return Err(NetError::invalid_request(format!(
+            "http.version = \"{}\" needs HTTP/3, and this build of soulbase-net-runtime lacks its `http3` feature",
+            policy.http.version.as_str()
+        )));
+    }
+    Ok(())
+}
+
 /// The parts of a policy that shape a connection, as one string.
 fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
     serde_json::to_string(&(
@@ -278,6 +292,7 @@ fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
         &policy.security,
         &policy.dns,
         &policy.proxy,
+        &policy.http,
         policy.limits.per_host_concurrency,
         policy.timeout.connect,
     ))
