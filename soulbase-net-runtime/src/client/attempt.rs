@@ -126,7 +126,7 @@ impl Inner {
                 .headers_mut()
                 .insert(header::PROXY_AUTHORIZATION, auth);
         }
-        let request = transport.pool.send(http_req);
+        let request = transport.send(http_req);
         tokio::pin!(request);
         // The first-byte clock starts when the connection takes the request (the body tells,
         // see `Progress`); until then only the total deadline applies (the connector bounds

@@ -48,6 +48,24 @@ pub(crate) struct Transport {
     /// request goes in absolute form (no proxy, or names resolved locally: every proxied
     /// request then goes through a CONNECT tunnel, whose credentials the CONNECT carried).
     pub(crate) proxy: Option<Arc<Matcher>>,
+    /// HTTP/3 beside the pool, choosing per request under `http.version`.
+    #[cfg(feature = "http3")]
+    h3: crate::h3::H3Pool,
+}
+
+impl Transport {
+    /// Sends `req` on a connection of this transport: over TCP by the pool, or over HTTP/3
+    /// when the policy's `http.version` says so (feature `http3`). Returns the response and
+    /// how long opening a connection took (zero when one was reused).
+    pub(crate) async fn send(
+        &self,
+        req: http::Request<crate::pool::ReqBody>,
+    ) -> Result<(http::Response<crate::pool::PoolBody>, Duration), NetError> {
+        #[cfg(feature = "http3")]
+        return self.h3.route(&self.pool, req).await;
+        #[cfg(not(feature = "http3"))]
+        self.pool.send(req).await
+    }
 }
 
 /// A policy a resolver handed out (held weakly) and its transport.
@@ -233,6 +251,13 @@ impl Transports {
             freeze_addresses: (policy.endpoints.freeze && policy.endpoints.freeze_addresses)
                 .then_some(policy.endpoints.frozen_duration),
         });
+        #[cfg(feature = "http3")]
+        let h3 = crate::h3::H3Pool::new(
+            connector.clone(),
+            policy,
+            &s.extra_roots,
+            s.pool_idle_timeout,
+        )?;
         let pool = Pool::new(
             connector,
             PoolConfig {
@@ -254,6 +279,8 @@ impl Transports {
         Ok(Transport {
             pool,
             proxy: proxy.filter(|_| absolute_form),
+            #[cfg(feature = "http3")]
+            h3,
         })
     }
 }

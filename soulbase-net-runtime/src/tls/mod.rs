@@ -19,6 +19,8 @@ use rustls::{ClientConfig, RootCertStore, SupportedProtocolVersion};
 use soulbase_net_core::{ErrorKind, NetError};
 use soulbase_net_policy::{TlsPolicy, TlsVersion};
 
+#[cfg(feature = "http3")]
+pub(crate) use self::classify::alert_kind;
 pub use self::classify::classify_error;
 pub use self::pin::{spki_sha256, PinMismatch, PinnedVerifier};
 

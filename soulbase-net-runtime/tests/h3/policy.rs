@@ -1,7 +1,7 @@
 //! The policy's `http.version` against the runtime's features.
 
 use soulbase_net_core::{ErrorCode, ErrorKind};
-use soulbase_net_policy::{HttpVersionPolicy, NetPolicy, PolicyDocument};
+use soulbase_net_policy::{HttpVersionPolicy, NetPolicy};
 use soulbase_net_runtime::prelude::*;
 
 #[test]
@@ -36,8 +36,10 @@ fn asking_for_http3_needs_the_feature() {
 #[cfg(not(feature = "http3"))]
 #[tokio::test]
 async fn a_host_asking_for_http3_fails_its_requests_without_the_feature() {
-    let doc = PolicyDocument::from_toml_str("[overrides.\"h3.invalid\"]\nhttp.version = \"h3\"\n")
-        .unwrap();
+    let doc = soulbase_net_policy::PolicyDocument::from_toml_str(
+        "[overrides.\"h3.invalid\"]\nhttp.version = \"h3\"\n",
+    )
+    .unwrap();
     let client = Client::builder().policy_document(doc).build().unwrap();
     let err = client
         .send(NetRequest::get("https://h3.invalid/"))
