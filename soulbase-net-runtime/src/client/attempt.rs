@@ -213,6 +213,7 @@ impl Inner {
             bytes_in: 0,
             attempts: 1,
             url: url.as_str().to_owned(),
+            version: parts.version,
         })
     }
 

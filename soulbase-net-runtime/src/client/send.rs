@@ -282,6 +282,7 @@ impl Inner {
                 outcome,
                 attempts,
                 elapsed,
+                version: result.as_ref().ok().map(|res| res.version),
             });
             record_outcome(&Span::current(), &outcome, attempts);
             result

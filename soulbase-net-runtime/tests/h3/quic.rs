@@ -296,3 +296,24 @@ async fn http3_and_tls_12_are_refused_together() {
     assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
     assert!(format!("{err:?}").contains("http.version"), "{err:?}");
 }
+
+#[tokio::test]
+async fn metrics_label_http3_requests_h3() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(&kit, "/m", Reply::ok("m")).await;
+        let metrics = std::sync::Arc::new(soulbase_net_observe::Metrics::new());
+        let client = Client::builder()
+            .policy(policy(&kit, HttpVersionPolicy::H3))
+            .observer(metrics.clone())
+            .build()
+            .unwrap();
+        let res = client.send(NetRequest::get(srv.url("/m"))).await.unwrap();
+        assert_eq!(res.version, Version::HTTP_3);
+        res.bytes().await.unwrap();
+        let text = metrics.encode();
+        let line = r#"net_requests_total{tenant="",host="127.0.0.1",method="GET",scheme="https",outcome="ok",version="h3"} 1"#;
+        assert!(text.contains(line), "{text}");
+    })
+    .await;
+}
