@@ -164,4 +164,4 @@ pub use server::{
     Protocol, RandomFaults, Reply, Script, Times, VerifyError,
 };
 pub use testnet::TestNet;
-pub use trace::trace_init;
+pub use trace::{trace_init, CapturedLogs};

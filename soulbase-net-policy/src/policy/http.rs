@@ -24,9 +24,11 @@ use crate::validate::Checker;
 pub struct HttpPolicy {
     /// How the HTTP version is chosen. Default is [`HttpVersionPolicy::Auto`].
     pub version: HttpVersionPolicy,
-    /// Send idempotent requests (GET, HEAD, OPTIONS, or marked idempotent) as QUIC 0-RTT early
-    /// data when a session to the origin can be resumed. Non-idempotent requests never go in
-    /// 0-RTT: early data can be replayed by an attacker. Default is `false`.
+    /// A new HTTP/3 connection opened for a request with an idempotent method (GET, HEAD,
+    /// OPTIONS, TRACE, PUT, DELETE) to a server whose session can be resumed sends that
+    /// request as QUIC 0-RTT early data. Requests with other methods never go early (early
+    /// data can be replayed): on such a connection they wait for the handshake. Default is
+    /// `false`.
     pub zero_rtt: bool,
 }
 

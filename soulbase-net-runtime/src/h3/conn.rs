@@ -34,6 +34,9 @@ pub(super) type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 /// address), all with the same QUIC configuration.
 pub(super) struct Endpoints {
     config: quinn::ClientConfig,
+    /// `http.zero_rtt`: a resumed connection opened for an idempotent request sends it as
+    /// early data.
+    zero_rtt: bool,
     /// Indexed by [`slot`].
     bound: Mutex<[Option<quinn::Endpoint>; 4]>,
 }
@@ -45,23 +48,28 @@ pub(super) struct Live {
     sender: Sender,
     /// Set when the connection cannot take new requests (closed, or the peer sent GOAWAY).
     closing: Arc<AtomicBool>,
+    /// `true` once the handshake is complete; until then (a 0-RTT connection) only
+    /// idempotent requests may use it.
+    confirmed: tokio::sync::watch::Receiver<bool>,
 }
 
 // === impl Endpoints ===
 
 impl Endpoints {
     /// Endpoints speaking QUIC with the TLS of `policy` (TLS 1.3 only, ALPN `h3`) and an idle
-    /// timeout of `idle`.
+    /// timeout of `idle`; 0-RTT for idempotent requests when `zero_rtt`.
     pub(super) fn new(
         policy: &TlsPolicy,
         extra_roots: &[CertificateDer<'static>],
         idle: Duration,
+        zero_rtt: bool,
     ) -> Result<Self, NetError> {
         let mut tls_policy = policy.clone();
         tls_policy.min_tls = TlsVersion::Tls13;
         tls_policy.max_tls = TlsVersion::Tls13;
         let mut tls = (*crate::tls::client_config(&tls_policy, extra_roots)?).clone();
         tls.alpn_protocols = vec![ALPN_H3.to_vec()];
+        tls.enable_early_data = zero_rtt;
         let crypto =
             quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls)).map_err(|e| {
                 NetError::invalid_request("the tls policy cannot be used for quic").with_source(e)
@@ -75,20 +83,50 @@ impl Endpoints {
         config.transport_config(Arc::new(transport));
         Ok(Endpoints {
             config,
+            zero_rtt,
             bound: Mutex::new(Default::default()),
         })
     }
 
     /// A QUIC + HTTP/3 handshake with `peer` (already allowed by the address guard), verifying
-    /// it as `host`.
-    pub(super) async fn connect(&self, peer: SocketAddr, host: &str) -> Result<Live, NetError> {
+    /// it as `host`. With 0-RTT on and `early` (the request that opens it is idempotent), a
+    /// connection to a server with a resumable session is usable at once: its first requests
+    /// go as early data, and it is [confirmed](Live::confirmed) when the handshake completes.
+    pub(super) async fn connect(
+        &self,
+        peer: SocketAddr,
+        host: &str,
+        early: bool,
+    ) -> Result<Live, NetError> {
         let endpoint = self.endpoint_for(peer.ip())?;
         let connecting = endpoint
             .connect_with(self.config.clone(), peer, host)
             .map_err(|e| error::connect_error(e, host))?;
-        let conn = connecting
-            .await
-            .map_err(|e| error::handshake_error(e, host))?;
+        let (confirm, confirmed) = tokio::sync::watch::channel(false);
+        // 0-RTT only when asked for, for an idempotent request, and possible (a session to
+        // resume); otherwise the whole handshake first.
+        let early = if self.zero_rtt && early {
+            connecting.into_0rtt()
+        } else {
+            Err(connecting)
+        };
+        let conn = match early {
+            Ok((conn, accepted)) => {
+                tokio::spawn(async move {
+                    let accepted = accepted.await;
+                    tracing::debug!(zero_rtt = accepted, "http/3 handshake complete");
+                    let _ = confirm.send(true);
+                });
+                conn
+            }
+            Err(connecting) => {
+                let conn = connecting
+                    .await
+                    .map_err(|e| error::handshake_error(e, host))?;
+                let _ = confirm.send(true);
+                conn
+            }
+        };
         let (mut driver, sender) = h3::client::builder()
             .build::<_, _, Bytes>(h3_quinn::Connection::new(conn.clone()))
             .await
@@ -105,6 +143,7 @@ impl Endpoints {
             conn,
             sender,
             closing,
+            confirmed,
         })
     }
 
@@ -154,6 +193,15 @@ impl Live {
     /// A handle to send one request on.
     pub(super) fn sender(&self) -> Sender {
         self.sender.clone()
+    }
+
+    /// Waits until the handshake is complete (at once for a connection not opened with
+    /// 0-RTT): what a request that must not be replayed waits for.
+    pub(super) async fn confirmed(&self) {
+        let mut confirmed = self.confirmed.clone();
+        // An error means the task that confirms ended without confirming: the connection
+        // failed, and the request's own stream will say so.
+        let _ = confirmed.wait_for(|done| *done).await;
     }
 
     /// No new request goes on this connection (the peer is going away, or it failed).

@@ -75,7 +75,7 @@ impl H3Pool {
     ) -> Result<Self, NetError> {
         Ok(H3Pool {
             connector,
-            endpoints: Endpoints::new(&policy.tls, extra_roots, idle)?,
+            endpoints: Endpoints::new(&policy.tls, extra_roots, idle, policy.http.zero_rtt)?,
             version: policy.http.version,
             advertised: Memory::new(),
             won: Memory::new(),
@@ -91,6 +91,10 @@ impl H3Pool {
         connect: Duration,
         req: Request<ReqBody>,
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        if !req.method().is_idempotent() {
+            // Never as 0-RTT early data, which can be replayed.
+            live.confirmed().await;
+        }
         let (parts, mut body) = req.into_parts();
         let mut head = Request::from_parts(parts, ());
         strip_connection_headers(head.headers_mut());
@@ -125,7 +129,15 @@ impl H3Pool {
 
     /// The live connection to the origin of `uri` (its host, UDP port `port`), opened when
     /// there is none (or it closed), bounded by the connect timeout.
-    async fn checkout(&self, uri: &http::Uri, port: u16) -> Result<(Live, Duration), NetError> {
+    ///
+    /// `early`: the request is idempotent, so a new connection may carry it as 0-RTT early
+    /// data (when the policy allows).
+    async fn checkout(
+        &self,
+        uri: &http::Uri,
+        port: u16,
+        early: bool,
+    ) -> Result<(Live, Duration), NetError> {
         let host = uri
             .host()
             .ok_or_else(|| NetError::invalid_request("url has no host"))?;
@@ -146,7 +158,7 @@ impl H3Pool {
         }
         let began = Instant::now();
         let limit = self.connector.connect_timeout();
-        let live = match tokio::time::timeout(limit, self.open(uri, port)).await {
+        let live = match tokio::time::timeout(limit, self.open(uri, port, early)).await {
             Ok(live) => live?,
             Err(_) => {
                 return Err(NetError::timeout(soulbase_net_core::Phase::Connect)
@@ -159,11 +171,11 @@ impl H3Pool {
 
     /// A new connection to the host of `uri` on UDP port `port`: the guarded peers, each
     /// tried in turn.
-    async fn open(&self, uri: &http::Uri, port: u16) -> Result<Live, NetError> {
+    async fn open(&self, uri: &http::Uri, port: u16, early: bool) -> Result<Live, NetError> {
         let (host, targets) = self.connector.quic_targets(uri, port).await?;
         let mut last = None;
         for peer in targets {
-            match self.endpoints.connect(peer, &host).await {
+            match self.endpoints.connect(peer, &host, early).await {
                 Ok(live) => {
                     self.connector.count_opened();
                     return Ok(live);

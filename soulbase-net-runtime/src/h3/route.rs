@@ -33,8 +33,9 @@ impl H3Pool {
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
         let uri = req.uri().clone();
         let port = uri.port_u16().unwrap_or(443);
+        let early = req.method().is_idempotent();
         if self.version == HttpVersionPolicy::H3 {
-            let (live, connect) = self.checkout(&uri, port).await?;
+            let (live, connect) = self.checkout(&uri, port, early).await?;
             return self.exchange(live, connect, req).await;
         }
         // Plain `http`, or a request a proxy carries: TCP, whatever was advertised.
@@ -60,7 +61,7 @@ impl H3Pool {
         origin: &str,
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
         if let Some(port) = self.advertised.get(origin, Instant::now()) {
-            match self.checkout(uri, port).await {
+            match self.checkout(uri, port, req.method().is_idempotent()).await {
                 Ok((live, connect)) => {
                     let sent = self.exchange(live, connect, req).await;
                     if sent.is_err() {
@@ -116,7 +117,7 @@ impl H3Pool {
         };
         let raced = began.elapsed();
         let sent = match won {
-            Won::Quic => match self.checkout(uri, port).await {
+            Won::Quic => match self.checkout(uri, port, req.method().is_idempotent()).await {
                 Ok((live, connect)) => self.exchange(live, connect.max(raced), req).await,
                 Err(e) => Err(e),
             },
@@ -134,7 +135,8 @@ impl H3Pool {
     /// Races a QUIC handshake with a TCP connect to the origin of `uri`: the first to
     /// succeed wins; when one fails, the other decides; when both fail, the last error.
     async fn race(&self, tcp: &Pool, uri: &Uri, port: u16) -> Result<Won, NetError> {
-        let quic = self.checkout(uri, port);
+        // Nothing goes early on a connection opened by the race.
+        let quic = self.checkout(uri, port, false);
         let plain = tcp.warm(uri);
         tokio::pin!(quic, plain);
         tokio::select! {

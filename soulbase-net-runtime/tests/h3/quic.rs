@@ -8,7 +8,7 @@ use http::Version;
 use soulbase_net_core::{ErrorCode, ErrorKind, NetRequest, Phase};
 use soulbase_net_policy::HttpVersionPolicy;
 use soulbase_net_runtime::prelude::*;
-use soulbase_net_testkit::{CertKit, FaultServer, MockDns, Reply, Script};
+use soulbase_net_testkit::{CapturedLogs, CertKit, FaultServer, MockDns, Reply, Script};
 
 use crate::support::{bounded, client, h3_server, policy, serving};
 
@@ -314,6 +314,49 @@ async fn metrics_label_http3_requests_h3() {
         let text = metrics.encode();
         let line = r#"net_requests_total{tenant="",host="127.0.0.1",method="GET",scheme="https",outcome="ok",version="h3"} 1"#;
         assert!(text.contains(line), "{text}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn zero_rtt_resumes_an_idempotent_request_early() {
+    // The test's runtime is single-threaded: the client's tasks run under this capture.
+    let (captured, _guard) = CapturedLogs::start(tracing::Level::DEBUG);
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = h3_server(&kit)
+            .route("/a", Reply::ok("a"))
+            .route(
+                "/bye",
+                Script::reply(Reply::close())
+                    .times(1)
+                    .then(Reply::ok("again")),
+            )
+            .start()
+            .await
+            .unwrap();
+        let mut p = policy(&kit, HttpVersionPolicy::H3);
+        p.http.zero_rtt = true;
+        let client = client(p);
+        // The first connection: a whole handshake, and a session ticket.
+        let res = client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "a");
+        assert!(!captured.text().contains("zero_rtt=true"));
+        // The server closes it; the retry opens a second one, resumed with 0-RTT.
+        let res = client.send(NetRequest::get(srv.url("/bye"))).await.unwrap();
+        assert_eq!(res.attempts, 2);
+        assert_eq!(res.text().await.unwrap(), "again");
+        assert_eq!(srv.connections(), 2);
+        // The early request's answer can come before the handshake is confirmed: wait for
+        // the confirmation's event (bounded by the test's limit).
+        while !captured.text().contains("http/3 handshake complete") {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            captured.text().contains("zero_rtt=true"),
+            "{}",
+            captured.text()
+        );
     })
     .await;
 }
