@@ -22,7 +22,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Buf;
 use foldhash::{HashMap, HashMapExt};
-use http::{header, Request, Response};
+use http::{header, Method, Request, Response};
 use http_body_util::BodyExt;
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
@@ -98,6 +98,15 @@ impl H3Pool {
         let (parts, mut body) = req.into_parts();
         let mut head = Request::from_parts(parts, ());
         strip_connection_headers(head.headers_mut());
+        // As hyper does over TCP: a body of known length says so (a server reading by
+        // Content-Length, such as a WSGI application, sees no body otherwise).
+        if let Some(len) = http_body::Body::size_hint(&body).exact() {
+            if len > 0 || !matches!(*head.method(), Method::GET | Method::HEAD) {
+                head.headers_mut()
+                    .entry(header::CONTENT_LENGTH)
+                    .or_insert_with(|| len.into());
+            }
+        }
         let mut sender = live.sender();
         let mut stream = sender
             .send_request(head)

@@ -49,6 +49,9 @@ async fn get_and_post_go_over_http3() {
             "{seen:?}"
         );
         assert_eq!(seen[1].body_len, body.len() as u64);
+        // A body of known length says so, as over TCP.
+        assert_eq!(seen[1].header("content-length"), Some("262144"));
+        assert_eq!(seen[0].header("content-length"), None);
         assert_eq!(client.connections_opened(), 1);
     })
     .await;
