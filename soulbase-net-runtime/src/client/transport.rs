@@ -256,7 +256,10 @@ impl Transports {
             connector.clone(),
             policy,
             &s.extra_roots,
-            s.pool_idle_timeout,
+            crate::h3::Limits {
+                idle: s.pool_idle_timeout,
+                max_head_bytes: s.max_response_head_bytes,
+            },
         )?;
         let pool = Pool::new(
             connector,

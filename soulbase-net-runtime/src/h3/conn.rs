@@ -34,6 +34,8 @@ pub(super) type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 /// address), all with the same QUIC configuration.
 pub(super) struct Endpoints {
     config: quinn::ClientConfig,
+    /// The most bytes of a response head.
+    max_head_bytes: u64,
     /// `http.zero_rtt`: a resumed connection opened for an idempotent request sends it as
     /// early data.
     zero_rtt: bool,
@@ -56,14 +58,15 @@ pub(super) struct Live {
 // === impl Endpoints ===
 
 impl Endpoints {
-    /// Endpoints speaking QUIC with the TLS of `policy` (TLS 1.3 only, ALPN `h3`) and an idle
-    /// timeout of `idle`; 0-RTT for idempotent requests when `zero_rtt`.
+    /// Endpoints speaking QUIC with the TLS of `policy` (TLS 1.3 only, ALPN `h3`), the idle
+    /// timeout and head limit of `limits`; 0-RTT for idempotent requests when `zero_rtt`.
     pub(super) fn new(
         policy: &TlsPolicy,
         extra_roots: &[CertificateDer<'static>],
-        idle: Duration,
+        limits: super::Limits,
         zero_rtt: bool,
     ) -> Result<Self, NetError> {
+        let idle = limits.idle;
         let mut tls_policy = policy.clone();
         tls_policy.min_tls = TlsVersion::Tls13;
         tls_policy.max_tls = TlsVersion::Tls13;
@@ -83,6 +86,7 @@ impl Endpoints {
         config.transport_config(Arc::new(transport));
         Ok(Endpoints {
             config,
+            max_head_bytes: u64::try_from(limits.max_head_bytes).unwrap_or(u64::MAX),
             zero_rtt,
             bound: Mutex::new(Default::default()),
         })
@@ -128,6 +132,7 @@ impl Endpoints {
             }
         };
         let (mut driver, sender) = h3::client::builder()
+            .max_field_section_size(self.max_head_bytes)
             .build::<_, _, Bytes>(h3_quinn::Connection::new(conn.clone()))
             .await
             .map_err(error::connection_error)?;

@@ -42,6 +42,16 @@ use self::route::Won;
 /// Origins remembered at most; past this, closed connections are forgotten.
 const MAX_ORIGINS: usize = 4096;
 
+/// What the client builder sets for HTTP/3 as for TCP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// The QUIC idle timeout: the pool's idle timeout.
+    pub(crate) idle: Duration,
+    /// The most bytes of a response head (HTTP/3's `MAX_FIELD_SECTION_SIZE`), as
+    /// `max_response_head_bytes` for TCP.
+    pub(crate) max_head_bytes: usize,
+}
+
 /// An origin's connection, when it has one; locked while a request opens it.
 type Slot = Arc<tokio::sync::Mutex<Option<Live>>>;
 
@@ -62,7 +72,7 @@ pub(crate) struct H3Pool {
 
 impl H3Pool {
     /// The HTTP/3 pool of a transport under `policy`: its TLS (TLS 1.3, ALPN `h3`) from the
-    /// same policy as the TCP side's, QUIC idle timeout `idle` (the pool's idle timeout).
+    /// same policy as the TCP side's, and the client's `limits`.
     ///
     /// # Errors
     /// `InvalidRequest` when the TLS policy is unusable for QUIC (see
@@ -71,11 +81,11 @@ impl H3Pool {
         connector: Connector,
         policy: &NetPolicy,
         extra_roots: &[CertificateDer<'static>],
-        idle: Duration,
+        limits: Limits,
     ) -> Result<Self, NetError> {
         Ok(H3Pool {
             connector,
-            endpoints: Endpoints::new(&policy.tls, extra_roots, idle, policy.http.zero_rtt)?,
+            endpoints: Endpoints::new(&policy.tls, extra_roots, limits, policy.http.zero_rtt)?,
             version: policy.http.version,
             advertised: Memory::new(),
             won: Memory::new(),

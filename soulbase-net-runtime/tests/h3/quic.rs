@@ -363,3 +363,29 @@ async fn zero_rtt_resumes_an_idempotent_request_early() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_response_head_limit_is_announced_to_the_server() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(&kit, "/h", Reply::ok("h").huge_header(200 * 1024)).await;
+        let mut p = policy(&kit, HttpVersionPolicy::H3);
+        p.retry.enabled = false;
+        // The default 64 KiB limit goes to the server as SETTINGS_MAX_FIELD_SECTION_SIZE: it
+        // cannot send this head, and the request fails without it.
+        let err = client(p.clone())
+            .send(NetRequest::get(srv.url("/h")))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Io, "{err:?}");
+        // With a limit above the head, the same response comes through.
+        let roomy = Client::builder()
+            .policy(p)
+            .max_response_head_bytes(512 * 1024)
+            .build()
+            .unwrap();
+        let res = roomy.send(NetRequest::get(srv.url("/h"))).await.unwrap();
+        assert_eq!(res.status, 200);
+    })
+    .await;
+}
