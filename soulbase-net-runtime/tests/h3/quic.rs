@@ -389,3 +389,35 @@ async fn the_response_head_limit_is_announced_to_the_server() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_lost_connection_is_retried_for_get_not_for_post() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(
+            &kit,
+            "/lost",
+            Script::reply(Reply::close())
+                .times(2)
+                .then(Reply::ok("back")),
+        )
+        .await;
+        let client = client(policy(&kit, HttpVersionPolicy::H3));
+        // The POST may have been processed: not retried.
+        let err = client
+            .send(NetRequest::post(srv.url("/lost")).body(Bytes::from_static(b"{}")))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Io, "{err:?}");
+        assert_eq!(err.attempts(), 1);
+        // The GET is, on a new connection.
+        let res = client
+            .send(NetRequest::get(srv.url("/lost")))
+            .await
+            .unwrap();
+        assert_eq!(res.attempts, 2);
+        assert_eq!(srv.hits("/lost"), 3);
+        assert_eq!(srv.connections(), 3);
+    })
+    .await;
+}
