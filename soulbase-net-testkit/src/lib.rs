@@ -16,7 +16,7 @@
 //!   With the `http3` feature it serves HTTP/3 too (`FaultServerBuilder::http3`, QUIC on
 //!   the UDP port beside the TCP one, `Alt-Svc` on request with
 //!   [`FaultServerBuilder::alt_svc`]), with QUIC's own faults: packets dropped for a while,
-//!   a stream reset with `H3_REQUEST_REJECTED`, the connection closed mid-response.
+//!   a stream reset with `H3_REQUEST_REJECTED`, the connection closed mid-response, GOAWAY.
 //! - [`CertKit`]: a test PKI with good and broken certificates, client certificates for mTLS,
 //!   SPKI pins and PEM export.
 //! - [`MockDns`]: an authoritative DNS server (UDP + TCP) with changeable records, poisoned

@@ -421,3 +421,26 @@ async fn a_lost_connection_is_retried_for_get_not_for_post() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_connection_that_went_away_is_replaced() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(&kit, "/g", Reply::ok("g")).await;
+        let client = client(policy(&kit, HttpVersionPolicy::H3));
+        let res = client.send(NetRequest::get(srv.url("/g"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "g");
+        // GOAWAY, and the server's side of the connection ends.
+        srv.h3_goaway();
+        srv.wait_for_open_at_most(0).await;
+        let res = client.send(NetRequest::get(srv.url("/g"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "g");
+        assert_eq!(srv.hits("/g"), 2);
+        assert_eq!(
+            srv.connections(),
+            2,
+            "a new connection for the second request"
+        );
+    })
+    .await;
+}

@@ -7,7 +7,9 @@
 //! processed, so a client may retry it whatever its method); [`Reply::close`] closes the QUIC
 //! connection; a body cut after N bytes (reset or close) closes the connection mid-response.
 //! [`FaultServer::drop_udp_for`](super::FaultServer::drop_udp_for) drops every packet that
-//! arrives for a while (a client's handshake then times out).
+//! arrives for a while (a client's handshake then times out);
+//! [`FaultServer::h3_goaway`](super::FaultServer::h3_goaway) makes the open connections send
+//! GOAWAY and end once their requests have.
 //!
 //! Never touches the TCP side: the two share only the routes, the counters and the request
 //! log ([`Shared`]).
@@ -38,10 +40,15 @@ use super::serve::{answer, Kept, OpenConn, Shared};
 /// The QUIC application error code a fault closes a connection with (`H3_INTERNAL_ERROR`).
 const CLOSE_CODE: u32 = 0x102;
 
+/// The code of a connection closed after GOAWAY (`H3_NO_ERROR`).
+const H3_NO_ERROR: u32 = 0x100;
+
 /// The HTTP/3 side of a server: the endpoint and its packet-dropping switch.
 pub(super) struct H3Side {
     pub(super) endpoint: quinn::Endpoint,
     pub(super) drop: Arc<DropSwitch>,
+    /// Bumped to make every connection open at that moment send GOAWAY.
+    pub(super) goaway: tokio::sync::watch::Sender<u64>,
 }
 
 impl fmt::Debug for H3Side {
@@ -73,11 +80,19 @@ pub(super) fn bind(addr: SocketAddr, tls: &rustls::ServerConfig) -> io::Result<H
         socket,
         runtime,
     )?;
-    Ok(H3Side { endpoint, drop })
+    Ok(H3Side {
+        endpoint,
+        drop,
+        goaway: tokio::sync::watch::Sender::new(0),
+    })
 }
 
 /// Accepts QUIC connections until the server shuts down; one task per connection.
-pub(super) async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) {
+pub(super) async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    shared: Arc<Shared>,
+    goaway: tokio::sync::watch::Sender<u64>,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -85,7 +100,7 @@ pub(super) async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) 
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
                     let open = OpenConn::new(shared.clone());
-                    conns.spawn(serve_conn(incoming, open));
+                    conns.spawn(serve_conn(incoming, open, goaway.subscribe()));
                 }
                 None => break,
             },
@@ -98,7 +113,7 @@ pub(super) async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) 
             }
         }
     }
-    endpoint.close(quinn::VarInt::from_u32(0x100), b"shutdown");
+    endpoint.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"shutdown");
     conns.abort_all();
     while let Some(res) = conns.join_next().await {
         if let Err(e) = res {
@@ -109,7 +124,13 @@ pub(super) async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) 
     }
 }
 
-async fn serve_conn(incoming: quinn::Incoming, open: OpenConn) {
+async fn serve_conn(
+    incoming: quinn::Incoming,
+    open: OpenConn,
+    mut goaway: tokio::sync::watch::Receiver<u64>,
+) {
+    // Only a GOAWAY asked for after this connection arrived concerns it.
+    goaway.borrow_and_update();
     let shared = open.0.clone();
     let Ok(conn) = incoming.await else { return };
     let id = shared
@@ -124,14 +145,27 @@ async fn serve_conn(incoming: quinn::Incoming, open: OpenConn) {
         return;
     };
     let mut streams = JoinSet::new();
+    let mut going_away = false;
     loop {
+        if going_away && streams.is_empty() {
+            // Every request taken before the GOAWAY was answered: the connection ends.
+            conn.close(quinn::VarInt::from_u32(H3_NO_ERROR), b"goaway");
+            break;
+        }
         tokio::select! {
             _ = ctl.killed() => {
                 conn.close(quinn::VarInt::from_u32(CLOSE_CODE), b"fault");
                 break;
             }
             _ = shared.shutdown.fired() => break,
-            accepted = h3.accept() => match accepted {
+            Ok(()) = goaway.changed(), if !going_away => {
+                // GOAWAY: no new request; the connection ends once those in flight have.
+                if h3.shutdown(0).await.is_err() {
+                    break;
+                }
+                going_away = true;
+            }
+            accepted = h3.accept(), if !going_away => match accepted {
                 Ok(Some(resolver)) => {
                     streams.spawn(serve_stream(resolver, shared.clone(), ctl.clone()));
                 }

@@ -379,7 +379,8 @@ impl FaultServerBuilder {
         #[cfg(feature = "http3")]
         let (task, h3) = match h3 {
             Some(side) => {
-                let udp = h3::accept_loop(side.endpoint.clone(), shared.clone());
+                let udp =
+                    h3::accept_loop(side.endpoint.clone(), shared.clone(), side.goaway.clone());
                 let task = tokio::spawn(async move {
                     tokio::join!(tcp, udp);
                 });
@@ -471,6 +472,16 @@ impl FaultServer {
     pub fn drop_udp_for(&self, d: std::time::Duration) {
         if let Some(h3) = &self.h3 {
             h3.drop.drop_for(d);
+        }
+    }
+
+    /// Makes every HTTP/3 connection open now send GOAWAY (no request after those it has
+    /// taken) and end once those have been answered; connections that arrive later are not
+    /// concerned. [`wait_for_open_at_most`](Self::wait_for_open_at_most) says when they ended.
+    #[cfg(feature = "http3")]
+    pub fn h3_goaway(&self) {
+        if let Some(h3) = &self.h3 {
+            h3.goaway.send_modify(|n| *n += 1);
         }
     }
 
