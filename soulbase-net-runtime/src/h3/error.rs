@@ -2,7 +2,8 @@
 //! handshake that times out is `Timeout(Connect)`, a refused certificate `TlsVerify`
 //! (`AUTH.FORBIDDEN`), a connection that cannot be opened `Connect`, one lost after it was
 //! opened `Io` (retried for idempotent requests), and a stream the server refused before
-//! processing it (`H3_REQUEST_REJECTED`, or a request sent after GOAWAY) `Io` marked
+//! processing it (`H3_REQUEST_REJECTED`, a request sent after GOAWAY, or one still unanswered
+//! when the server closed the connection gracefully with `H3_NO_ERROR`) `Io` marked
 //! [`NotProcessed`], which the retry loop retries whatever the method.
 
 use std::fmt;
@@ -94,6 +95,11 @@ pub(super) fn stream_error(e: StreamError) -> NetError {
         }
         StreamError::RemoteClosing { .. } => {
             not_processed("the server is closing the connection (GOAWAY)")
+        }
+        // A server closes gracefully (H3_NO_ERROR) only after answering what it took: a
+        // request still without its answer was not processed.
+        StreamError::ConnectionError { 0: c, .. } if c.is_h3_no_error() => {
+            not_processed("the server closed the connection gracefully before answering")
         }
         StreamError::ConnectionError { 0: c, .. } => connection_error(c),
         StreamError::HeaderTooBig { .. } => NetError::new(ErrorKind::TooLarge)

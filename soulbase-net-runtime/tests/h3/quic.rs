@@ -327,20 +327,10 @@ async fn zero_rtt_resumes_an_idempotent_request_early() {
     let (captured, _guard) = CapturedLogs::start(tracing::Level::DEBUG);
     bounded(async {
         let kit = CertKit::new().unwrap();
-        let srv = h3_server(&kit)
-            .route("/a", Reply::ok("a"))
-            .route(
-                "/bye",
-                Script::reply(Reply::close())
-                    .times(1)
-                    .then(Reply::ok("again")),
-            )
-            .start()
-            .await
-            .unwrap();
-        let mut p = policy(&kit, HttpVersionPolicy::H3);
-        p.http.zero_rtt = true;
-        let client = client(p);
+        let bye = Script::reply(Reply::close())
+            .times(1)
+            .then(Reply::ok("again"));
+        let (srv, client) = zero_rtt_pair(&kit, "/bye", bye).await;
         // The first connection: a whole handshake, and a session ticket.
         let res = client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
         assert_eq!(res.text().await.unwrap(), "a");
@@ -443,4 +433,46 @@ async fn a_connection_that_went_away_is_replaced() {
         );
     })
     .await;
+}
+
+#[tokio::test]
+async fn zero_rtt_never_carries_a_post() {
+    // The test's runtime is single-threaded: the client's tasks run under this capture.
+    let (captured, _guard) = CapturedLogs::start(tracing::Level::DEBUG);
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let (srv, client) = zero_rtt_pair(&kit, "/orders", Reply::ok("created")).await;
+        // A session to resume, then the connection goes away.
+        client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+        srv.h3_goaway();
+        srv.wait_for_open_at_most(0).await;
+        // The POST opens the next connection: a whole handshake, not 0-RTT.
+        let res = client
+            .send(NetRequest::post(srv.url("/orders")).body(Bytes::from_static(b"{}")))
+            .await
+            .unwrap();
+        assert_eq!(res.text().await.unwrap(), "created");
+        assert_eq!(srv.connections(), 2);
+        let logs = captured.text();
+        assert!(!logs.contains("zero_rtt="), "{logs}");
+    })
+    .await;
+}
+
+/// A server answering `/a` (to get a session from) and `path` by `script`, and a client with
+/// 0-RTT on.
+async fn zero_rtt_pair(
+    kit: &CertKit,
+    path: &str,
+    script: impl Into<Script>,
+) -> (FaultServer, Client) {
+    let srv = h3_server(kit)
+        .route("/a", Reply::ok("a"))
+        .route(path, script)
+        .start()
+        .await
+        .unwrap();
+    let mut p = policy(kit, HttpVersionPolicy::H3);
+    p.http.zero_rtt = true;
+    (srv, client(p))
 }
