@@ -465,6 +465,8 @@ pub enum NetEvent<'a> {
         attempts: u32,
         /// Its timings.
         elapsed: Elapsed,
+        /// The HTTP version of the final response; `None` when the call ended without one.
+        version: Option<http::Version>,
     },
 }
 

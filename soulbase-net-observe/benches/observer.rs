@@ -52,6 +52,7 @@ fn one_request(obs: &dyn Observer, id: u64) {
         outcome,
         attempts: 1,
         elapsed,
+        version: Some(soulbase_net_core::http::Version::HTTP_11),
     });
 }
 

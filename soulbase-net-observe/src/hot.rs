@@ -32,7 +32,7 @@ pub(crate) struct Key<'a> {
     pub(crate) host: &'a str,
     pub(crate) tenant: Option<&'a str>,
     /// The family's other labels, which are always static strings.
-    pub(crate) rest: [&'static str; 3],
+    pub(crate) rest: [&'static str; 4],
 }
 
 struct Entry {
@@ -40,7 +40,7 @@ struct Entry {
     family: &'static str,
     host: Box<str>,
     tenant: Option<Box<str>>,
-    rest: [&'static str; 3],
+    rest: [&'static str; 4],
     counter: Counter,
 }
 
@@ -117,7 +117,7 @@ mod tests {
             family: "f",
             host,
             tenant: None,
-            rest: ["GET", "", ""],
+            rest: ["GET", "", "", ""],
         }
     }
 

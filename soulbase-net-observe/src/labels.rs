@@ -12,7 +12,7 @@ use std::{
 
 use parking_lot::RwLock;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
-use soulbase_net_core::http::Method;
+use soulbase_net_core::http::{Method, Version};
 
 /// The label value that stands for every value past a cap.
 pub(crate) const OTHER: &str = "_other";
@@ -87,6 +87,17 @@ pub(crate) fn method_label(method: &Method) -> &'static str {
     }
 }
 
+/// The HTTP version of a call's final response as a label: `h1` (HTTP/1.x), `h2`, `h3`, or
+/// `""` when the call ended without a response.
+pub(crate) fn version_label(version: Option<Version>) -> &'static str {
+    match version {
+        None => "",
+        Some(Version::HTTP_2) => "h2",
+        Some(Version::HTTP_3) => "h3",
+        Some(_) => "h1",
+    }
+}
+
 /// The scheme as a label: `http`, `https` or [`OTHER`].
 pub(crate) fn scheme_label(scheme: &str) -> &'static str {
     if scheme.eq_ignore_ascii_case("https") {
@@ -107,6 +118,7 @@ pub(crate) struct RequestLabels {
     pub(crate) method: &'static str,
     pub(crate) scheme: &'static str,
     pub(crate) outcome: &'static str,
+    pub(crate) version: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -196,5 +208,9 @@ mod tests {
         assert_eq!(method_label(&odd), OTHER);
         assert_eq!(scheme_label("HTTPS"), "https");
         assert_eq!(scheme_label("ftp"), OTHER);
+        assert_eq!(version_label(Some(Version::HTTP_3)), "h3");
+        assert_eq!(version_label(Some(Version::HTTP_2)), "h2");
+        assert_eq!(version_label(Some(Version::HTTP_10)), "h1");
+        assert_eq!(version_label(None), "");
     }
 }

@@ -21,9 +21,9 @@ use crate::{
     gauges::{GaugeCollector, GaugeState},
     hot,
     labels::{
-        method_label, scheme_label, ByLabels, BytesLabels, HostLabels, KeyLabels, Label, LabelCap,
-        LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels, SourceLabels,
-        StoreLabels, OTHER,
+        method_label, scheme_label, version_label, ByLabels, BytesLabels, HostLabels, KeyLabels,
+        Label, LabelCap, LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels,
+        SourceLabels, StoreLabels, OTHER,
     },
     sli::{SliCollector, SliState, Slis},
 };
@@ -47,7 +47,7 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 ///
 /// | metric | labels | from |
 /// | --- | --- | --- |
-/// | `net_requests_total` | `tenant, host, method, scheme, outcome` | `RequestFinished`; `outcome` is [`Outcome::label`] |
+/// | `net_requests_total` | `tenant, host, method, scheme, outcome, version` | `RequestFinished`; `outcome` is [`Outcome::label`]; `version` is the final response's HTTP version, `h1`, `h2` or `h3` (`""` without a response) |
 /// | `net_latency_ms` (histogram, [`LATENCY_BUCKETS_MS`]) | `phase = connect, ttfb, total` | `connect`: attempts that opened a connection; `ttfb`: attempts that got a response; `total`: `RequestFinished` |
 /// | `net_bytes_total` | `dir, tenant, host` | `Bytes` |
 /// | `net_retry_total` | `reason` | `RetryScheduled`; the failed attempt's outcome label |
@@ -101,10 +101,11 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 ///     outcome: Outcome::Response(StatusCode::OK),
 ///     attempts: 1,
 ///     elapsed: Elapsed::default(),
+///     version: Some(soulbase_net_core::http::Version::HTTP_3),
 /// });
 /// let text = metrics.encode();
 /// assert!(text.contains(
-///     r#"net_requests_total{tenant="",host="api.example",method="GET",scheme="https",outcome="ok"} 1"#
+///     r#"net_requests_total{tenant="",host="api.example",method="GET",scheme="https",outcome="ok",version="h3"} 1"#
 /// ));
 /// assert_eq!(metrics.slis().requests, 1);
 /// ```
@@ -441,18 +442,25 @@ impl Metrics {
             .observe(d.as_secs_f64() * 1000.0);
     }
 
-    fn on_finished(&self, req: &RequestInfo<'_>, outcome: &Outcome, total: Duration) {
-        let (method, scheme, outcome_label) = (
+    fn on_finished(
+        &self,
+        req: &RequestInfo<'_>,
+        outcome: &Outcome,
+        total: Duration,
+        version: Option<soulbase_net_core::http::Version>,
+    ) {
+        let (method, scheme, outcome_label, version) = (
             method_label(req.method),
             scheme_label(req.scheme),
             outcome.label(),
+            version_label(version),
         );
         let key = hot::Key {
             owner: self.owner,
             family: "requests",
             host: req.host,
             tenant: req.tenant,
-            rest: [method, scheme, outcome_label],
+            rest: [method, scheme, outcome_label, version],
         };
         hot::inc_by(key, 1, || {
             let labels = RequestLabels {
@@ -461,6 +469,7 @@ impl Metrics {
                 method,
                 scheme,
                 outcome: outcome_label,
+                version,
             };
             self.requests.get_or_create(&labels).clone()
         });
@@ -494,9 +503,10 @@ impl Observer for Metrics {
                 req,
                 outcome,
                 elapsed,
+                version,
                 ..
             } => {
-                self.on_finished(&req, &outcome, elapsed.total);
+                self.on_finished(&req, &outcome, elapsed.total, version);
             }
             NetEvent::AttemptStarted {
                 req, hedge: true, ..
@@ -551,7 +561,7 @@ impl Observer for Metrics {
                     family: "bytes",
                     host: req.host,
                     tenant: req.tenant,
-                    rest: [dir.as_str(), "", ""],
+                    rest: [dir.as_str(), "", "", ""],
                 };
                 hot::inc_by(key, bytes, || {
                     let labels = BytesLabels {

@@ -73,6 +73,7 @@ pub use crate::policy::cache::CacheHookPolicy;
 pub use crate::policy::dns::DnsPolicy;
 pub use crate::policy::endpoints::{EndpointPolicy, FreezeOn};
 pub use crate::policy::hedge::HedgePolicy;
+pub use crate::policy::http::{HttpPolicy, HttpVersionPolicy};
 pub use crate::policy::limits::{
     AimdPolicy, AimdScope, GlobalLimit, GlobalScope, LimitsPolicy, OnStoreError,
 };

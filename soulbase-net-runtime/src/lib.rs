@@ -42,6 +42,13 @@
 //! channel, over HTTP/2 ([`ClientBuilder::http2_prior_knowledge`] for `http` URLs) and
 //! under the same policy.
 //!
+//! Features: `redis` (rate limits shared on Redis, [`fleet`]); `http3` (off by default):
+//! HTTP/3 over QUIC (quinn + h3, rustls on ring) as the policy's `http.version` asks — `auto`
+//! after an origin's `Alt-Svc`, `h3` always, `h3-or-tcp` raced with TCP — with the same
+//! trust roots, pins, client certificates, address guard, timeouts, limits and retries as
+//! TCP. Without `http3`, a policy asking for `h3` or `h3-or-tcp` is refused
+//! (`SCHEMA.VALIDATION_FAILED`) rather than sent over TCP.
+//!
 //! For more specialised needs: [`DnsResolver`] (the cache with singleflight, serve-stale,
 //! persistence and refresh) and [`tls`] for services that need the same TLS configuration,
 //! pinning or error classification outside the client; [`body`] for the response-body
@@ -56,6 +63,8 @@ mod client;
 mod connect;
 mod dns;
 pub mod fleet;
+#[cfg(feature = "http3")]
+mod h3;
 mod pool;
 pub mod prelude;
 mod redirect;

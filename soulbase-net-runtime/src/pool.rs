@@ -275,6 +275,19 @@ impl Pool {
 }
 
 impl Pool {
+    /// Opens (or finds) a connection to the origin of `uri` without sending anything on it;
+    /// an HTTP/1.1 one goes back to the pool idle. The TCP side of an `h3-or-tcp` race.
+    #[cfg(feature = "http3")]
+    pub(crate) async fn warm(&self, uri: &Uri) -> Result<(), NetError> {
+        let shared = &self.shared;
+        let origin = shared.origin(uri)?;
+        let (sender, _) = shared.checkout(&origin, uri).await?;
+        if let Sender::H1 { tx, proxied, born } = sender {
+            shared.give_back(&origin, tx, proxied, born);
+        }
+        Ok(())
+    }
+
     /// Reports, per origin, the connections open (in use, idle or opening: the slots taken
     /// under the cap) and the idle HTTP/1.1 ones, labelled by host.
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
@@ -781,19 +794,40 @@ impl GiveBack {
 /// one or the other (a closed one is discarded). After an error the connection is not
 /// given back.
 pub(crate) struct PoolBody {
-    inner: Incoming,
+    inner: Wire,
     back: Option<GiveBack>,
+}
+
+/// Where a response body comes from.
+enum Wire {
+    /// An HTTP/1.1 or HTTP/2 connection.
+    Hyper(Incoming),
+    /// An HTTP/3 stream (its connection is the h3 pool's, never given back here).
+    #[cfg(feature = "http3")]
+    H3(Box<crate::h3::H3Body>),
 }
 
 impl PoolBody {
     fn wrap(res: Response<Incoming>, back: Option<GiveBack>) -> Response<PoolBody> {
         res.map(|inner| {
-            let mut body = PoolBody { inner, back };
-            if body.inner.is_end_stream() {
+            let mut body = PoolBody {
+                inner: Wire::Hyper(inner),
+                back,
+            };
+            if body.is_end_stream() {
                 body.give_back();
             }
             body
         })
+    }
+
+    /// The body of an HTTP/3 response.
+    #[cfg(feature = "http3")]
+    pub(crate) fn h3(body: crate::h3::H3Body) -> PoolBody {
+        PoolBody {
+            inner: Wire::H3(Box::new(body)),
+            back: None,
+        }
     }
 
     fn give_back(&mut self) {
@@ -805,16 +839,20 @@ impl PoolBody {
 
 impl Body for PoolBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = soulbase_net_core::BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = match &mut self.inner {
+            Wire::Hyper(inner) => Pin::new(inner).poll_frame(cx).map_err(Into::into),
+            #[cfg(feature = "http3")]
+            Wire::H3(inner) => inner.poll_frame(cx).map_err(Into::into),
+        };
         match &polled {
             Poll::Ready(None) => self.give_back(),
-            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.give_back(),
+            Poll::Ready(Some(Ok(_))) if self.is_end_stream() => self.give_back(),
             // A broken body leaves the connection broken.
             Poll::Ready(Some(Err(_))) => self.back = None,
             _ => {}
@@ -823,11 +861,19 @@ impl Body for PoolBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Wire::Hyper(inner) => inner.is_end_stream(),
+            #[cfg(feature = "http3")]
+            Wire::H3(inner) => inner.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Wire::Hyper(inner) => inner.size_hint(),
+            #[cfg(feature = "http3")]
+            Wire::H3(_) => SizeHint::default(),
+        }
     }
 }
 

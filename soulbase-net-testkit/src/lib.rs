@@ -16,6 +16,10 @@
 //!   [`FaultServer::verify`] checks, and dropping the server too (as wiremock does). With
 //!   [`FaultServerBuilder::forward_to`] it sits in front of any upstream on loopback (a
 //!   wiremock `MockServer`, say) and applies its faults around the upstream's answers.
+//!   With the `http3` feature it serves HTTP/3 too (`FaultServerBuilder::http3`, QUIC on
+//!   the UDP port beside the TCP one, `Alt-Svc` on request with
+//!   [`FaultServerBuilder::alt_svc`]), with QUIC's own faults: packets dropped for a while,
+//!   a stream reset with `H3_REQUEST_REJECTED`, the connection closed mid-response, GOAWAY.
 //! - [`CertKit`]: a test PKI with good and broken certificates, client certificates for mTLS,
 //!   SPKI pins and PEM export.
 //! - [`MockDns`]: an authoritative DNS server (UDP + TCP) with changeable records, poisoned
@@ -163,4 +167,4 @@ pub use server::{
     Mock, Protocol, RandomFaults, Reply, Script, Times, VerifyError,
 };
 pub use testnet::TestNet;
-pub use trace::trace_init;
+pub use trace::{trace_init, CapturedLogs};

@@ -1,4 +1,9 @@
-//! [`trace_init`]: `tracing` output for tests, filtered by `RUST_LOG`.
+//! [`trace_init`]: `tracing` output for tests, filtered by `RUST_LOG`; [`CapturedLogs`]: what
+//! the code under test logs, as text a test can assert on.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -30,6 +35,49 @@ pub fn trace_init() {
         .with(fmt)
         .with(filter)
         .try_init();
+}
+
+/// Everything logged through `tracing` on this thread (and so by the tasks of a
+/// single-threaded test runtime) while its guard is held, kept as text.
+///
+/// # Examples
+/// ```
+/// let (logs, _guard) = soulbase_net_testkit::CapturedLogs::start(tracing::Level::DEBUG);
+/// tracing::debug!(answer = 42, "said");
+/// assert!(logs.text().contains("answer=42"));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    /// Starts capturing events at `level` and above (no colours); capture ends when the
+    /// returned guard is dropped.
+    pub fn start(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = CapturedLogs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// What was logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

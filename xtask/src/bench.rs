@@ -15,6 +15,10 @@
 //! the shared machine was slow for both cancels out. Then the failing upstream (breaker and
 //! retry budget) and, with `redis-server` installed, the fleet row.
 //!
+//! `cargo xtask bench --h3` runs one scenario instead: soulbase-net over HTTP/3 and over
+//! HTTP/2 with TLS (the full policy, metrics and TraceUa on both) against the same server (a
+//! testkit FaultServer on QUIC and TLS in the server process), 64 callers.
+//!
 //! `cargo xtask bench --instructions` counts instructions per request instead, under
 //! callgrind, and checks them against `docs/bench-budget.json` (see [`instructions`]).
 //! `cargo xtask bench --outbox` measures the outbox (see [`outbox`]).
@@ -42,7 +46,7 @@ use std::{
 };
 
 use self::{
-    clients::{BenchClient, Kind, CLIENTS},
+    clients::{BenchClient, Kind, CLIENTS, H3_CLIENTS},
     measure::{load, Run, Summary},
     report::{Report, ScenarioResult},
     scenario::{Scenario, EXTRAS},
@@ -97,6 +101,10 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--json" => o.json = Some(parsed(flag, it.next())?),
+            "--h3" => {
+                o.scenarios = vec![scenario::H3.to_owned()];
+                o.clients = H3_CLIENTS.to_vec();
+            }
             "--secs" => o.secs = parsed(flag, it.next())?,
             "--concurrency" => o.concurrency = Some(parsed(flag, it.next())?),
             "--rounds" => o.rounds = parsed(flag, it.next())?,
@@ -201,7 +209,8 @@ async fn bench(opts: &Options) -> Result<Report, String> {
     }
     let wanted = |name: &str| opts.scenarios.iter().any(|s| s == name);
     let mut report = Report::new(opts.secs, opts.rounds, profile());
-    for mut scenario in scenario::all().into_iter().filter(|s| wanted(s.name)) {
+    let load = scenario::all().into_iter().chain([scenario::h3()]);
+    for mut scenario in load.filter(|s| wanted(s.name)) {
         if let Some(c) = opts.concurrency {
             scenario.callers = c;
         }
@@ -307,6 +316,9 @@ mod tests {
         let o = parse_args(&args("--scenario fleet,h2c-256,h1-1")).unwrap();
         assert_eq!(o.scenarios, ["h1-1", "h2c-256", "fleet"]);
         assert!(parse_args(&args("--scenario h3")).is_err());
+        let o = parse_args(&args("--h3")).unwrap();
+        assert_eq!(o.scenarios, ["h3-64"]);
+        assert_eq!(o.clients, vec![Kind::SoulbaseH2, Kind::SoulbaseH3]);
         assert_eq!(Options::default().scenarios.len(), 9);
     }
 }

@@ -242,5 +242,5 @@ async fn the_breaker_opens_on_a_failing_orders_api() {
         metrics.contains("net_circuit_open_total{host=\"orders.example.com\"} 1\n"),
         "{metrics}"
     );
-    assert!(metrics.contains("tenant=\"wholesale\",host=\"orders.example.com\",method=\"POST\",scheme=\"https\",outcome=\"circuit_open\"} 1\n"), "{metrics}");
+    assert!(metrics.contains("tenant=\"wholesale\",host=\"orders.example.com\",method=\"POST\",scheme=\"https\",outcome=\"circuit_open\",version=\"\"} 1\n"), "{metrics}");
 }

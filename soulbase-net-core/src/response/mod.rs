@@ -97,6 +97,9 @@ pub struct NetResponse {
     pub attempts: u32,
     /// The URL of the final response (after redirects), without userinfo.
     pub url: String,
+    /// The HTTP version the final response came over (`HTTP/3` when the runtime used QUIC).
+    /// `HTTP/1.1` for a response made by [`from_bytes`](Self::from_bytes).
+    pub version: http::Version,
 }
 
 // === impl NetResponse ===
@@ -115,6 +118,7 @@ impl NetResponse {
             elapsed: Elapsed::default(),
             attempts: 1,
             url: String::new(),
+            version: http::Version::HTTP_11,
         }
     }
 
@@ -250,6 +254,7 @@ impl fmt::Debug for NetResponse {
             .field("bytes_in", &self.bytes_in)
             .field("attempts", &self.attempts)
             .field("url", &self.url)
+            .field("version", &self.version)
             .finish()
     }
 }

@@ -10,7 +10,7 @@ use std::{
 
 use soulbase_net_core::{NetClient, NetRequest};
 use soulbase_net_interceptors::{Bearer, Token};
-use soulbase_net_testkit::{FaultServer, Reply, Script};
+use soulbase_net_testkit::{CapturedLogs, FaultServer, Reply, Script};
 
 use crate::support::client;
 
@@ -159,29 +159,9 @@ async fn a_second_401_is_returned_not_retried_again() {
     srv.join().await;
 }
 
-/// Collects everything the client logs (every level) for one test.
-#[derive(Clone, Default)]
-struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn the_token_never_appears_in_captured_logs() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = CapturedLogs::start(tracing::Level::TRACE);
 
     let srv = FaultServer::http1()
         .route("/me", Script::status(401).times(1).then(Reply::echo()))
@@ -201,7 +181,7 @@ async fn the_token_never_appears_in_captured_logs() {
     );
     srv.join().await;
 
-    let text = String::from_utf8_lossy(&captured.0.lock()).into_owned();
+    let text = captured.text();
     assert!(text.contains("sending"), "the capture works: {text}");
     assert!(!text.contains("SECRET-abc123"), "{text}");
 }

@@ -82,6 +82,7 @@ pub(crate) fn finished(
             ttfb: ms(total_ms),
             total: ms(total_ms),
         },
+        version: outcome_version(&outcome),
     });
 }
 
@@ -90,4 +91,9 @@ pub(crate) fn simple(obs: &dyn Observer, req: RequestInfo<'_>, outcome: Outcome,
     started(obs, req);
     attempt(obs, req, 1, outcome, 0, total_ms);
     finished(obs, req, outcome, 1, total_ms);
+}
+
+/// The version of a call's final response in these tests: HTTP/1.1 when there was one.
+fn outcome_version(outcome: &Outcome) -> Option<soulbase_net_core::http::Version> {
+    matches!(outcome, Outcome::Response(_)).then_some(soulbase_net_core::http::Version::HTTP_11)
 }

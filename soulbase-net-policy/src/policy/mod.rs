@@ -11,6 +11,7 @@ pub(crate) mod cache;
 pub(crate) mod dns;
 pub(crate) mod endpoints;
 pub(crate) mod hedge;
+pub(crate) mod http;
 pub(crate) mod limits;
 pub(crate) mod proxy;
 pub(crate) mod redirect;
@@ -25,6 +26,7 @@ use self::cache::CacheHookPolicy;
 use self::dns::DnsPolicy;
 use self::endpoints::EndpointPolicy;
 use self::hedge::HedgePolicy;
+use self::http::HttpPolicy;
 use self::limits::LimitsPolicy;
 use self::proxy::ProxyPolicy;
 use self::redirect::RedirectPolicy;
@@ -35,7 +37,7 @@ use self::timeout::TimeoutPolicy;
 use self::tls::TlsPolicy;
 
 /// The policy for one outbound call: retries, breaker, redirects, TLS, DNS, proxy, security,
-/// limits, cache, hedging, endpoint freezing, timeouts and SLO targets.
+/// limits, cache, hedging, endpoint freezing, timeouts, SLO targets and the HTTP version.
 ///
 /// Built-in defaults are the seed's: TLS 1.2+, private addresses denied, 3 attempts for
 /// idempotent requests, breaker off, at most 5 redirects, 32MiB bodies, 64 requests in flight
@@ -74,6 +76,9 @@ pub struct NetPolicy {
     pub timeout: TimeoutPolicy,
     /// SLO targets and the self-healing controller. Default is off.
     pub slo: SloPolicy,
+    /// The HTTP version: TCP (HTTP/2 or 1.1) unless HTTP/3 is advertised or asked for.
+    /// Default is [`HttpPolicy::default`] (`auto`).
+    pub http: HttpPolicy,
 }
 
 impl NetPolicy {
@@ -120,6 +125,7 @@ impl NetPolicy {
         self.endpoints.check(&mut c.nested("endpoints"));
         self.timeout.check(&mut c.nested("timeout"));
         self.slo.check(&mut c.nested("slo"));
+        self.http.check(&self.tls, &mut c.nested("http"));
         timeout::check_deadline(&self.retry, &self.timeout, &mut c);
         out
     }

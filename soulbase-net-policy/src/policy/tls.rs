@@ -13,13 +13,16 @@ use crate::validate::Checker;
 /// Certificates are always verified against the web PKI roots (plus `extra_roots_pem`); pins
 /// are checked in addition to, never instead of, that verification.
 ///
-/// Default: TLS 1.2 or newer, verification on, no pins, no client certificate, HTTP/2 offered.
+/// Default: TLS 1.2 or 1.3, verification on, no pins, no client certificate, HTTP/2 offered.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TlsPolicy {
     /// Lowest protocol version accepted; below 1.2 is refused. Default is `"1.2"`.
     pub min_tls: TlsVersion,
+    /// Highest protocol version offered; must not be below `min_tls`. `"1.2"` also refuses
+    /// HTTP/3 (QUIC is TLS 1.3 only). Default is `"1.3"`.
+    pub max_tls: TlsVersion,
     /// Verify the server's certificate chain and name. Must stay on. Default is `true`.
     pub verify_cert: bool,
     /// Accepted SHA-256 digests of the leaf's SubjectPublicKeyInfo, base64 (standard alphabet,
@@ -66,6 +69,7 @@ impl Default for TlsPolicy {
     fn default() -> Self {
         Self {
             min_tls: TlsVersion::Tls12,
+            max_tls: TlsVersion::Tls13,
             verify_cert: true,
             pinset_sha256: None,
             mtls: None,
@@ -87,6 +91,12 @@ impl TlsPolicy {
     }
 
     pub(crate) fn check(&self, c: &mut Checker<'_>) {
+        c.when(self.max_tls < self.min_tls, "max_tls", || {
+            format!(
+                "{} is below min_tls {}: no version would be left to offer",
+                self.max_tls, self.min_tls
+            )
+        });
         c.when(!self.verify_cert, "verify_cert", || {
             "certificate verification cannot be turned off; add the server's CA to extra_roots_pem instead"
                 .to_owned()

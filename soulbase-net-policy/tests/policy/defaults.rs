@@ -73,11 +73,20 @@ fn redirect_defaults() {
 fn tls_defaults() {
     let t = NetPolicy::default().tls;
     assert_eq!(t.min_tls, TlsVersion::Tls12);
+    assert_eq!(t.max_tls, TlsVersion::Tls13);
     assert!(t.verify_cert);
     assert_eq!(t.pinset_sha256, None);
     assert_eq!(t.mtls, None);
     assert!(t.extra_roots_pem.is_empty());
     assert!(t.http2);
+}
+
+#[test]
+fn http_defaults() {
+    let h = NetPolicy::default().http;
+    assert_eq!(h.version, HttpVersionPolicy::Auto);
+    assert!(!h.wants_h3());
+    assert!(!h.zero_rtt);
 }
 
 #[test]

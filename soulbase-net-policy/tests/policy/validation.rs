@@ -145,6 +145,56 @@ fn tls_rules() {
 }
 
 #[test]
+fn http3_needs_tls_1_3() {
+    fails(
+        "tls.min_tls = \"1.3\"\ntls.max_tls = \"1.2\"",
+        "default.tls.max_tls",
+        "below min_tls",
+    );
+    for version in ["h3", "h3-or-tcp"] {
+        fails(
+            &format!("tls.max_tls = \"1.2\"\nhttp.version = \"{version}\""),
+            "default.http.version",
+            "TLS 1.3 only",
+        );
+        passes(&format!("http.version = \"{version}\""));
+    }
+    // `auto` under TLS 1.2 is TCP only, not an error.
+    passes("tls.max_tls = \"1.2\"\nhttp.version = \"auto\"");
+    fails(
+        "http.version = \"h2\"",
+        "default.http.version",
+        "unknown variant",
+    );
+
+    // Layered per host: the default caps TLS at 1.2 and a host asks for HTTP/3.
+    let err = PolicyDocument::from_toml_str(
+        "[default]\ntls.max_tls = \"1.2\"\n[overrides.\"h3.example.com\"]\nhttp.version = \"h3\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.problems()
+            .iter()
+            .any(|p| p.path.ends_with("http.version") && p.path.contains("h3.example.com")),
+        "{err}"
+    );
+    // And a host may ask for it where the default allows TLS 1.3.
+    let doc = PolicyDocument::from_toml_str(
+        "[overrides.\"h3.example.com\"]\nhttp.version = \"h3-or-tcp\"\n",
+    )
+    .unwrap();
+    let r = SnapshotResolver::new(doc).unwrap();
+    assert_eq!(
+        r.resolve(None, "h3.example.com").http.version,
+        HttpVersionPolicy::H3OrTcp
+    );
+    assert_eq!(
+        r.resolve(None, "other.example.com").http.version,
+        HttpVersionPolicy::Auto
+    );
+}
+
+#[test]
 fn breaker_rules_apply_when_enabled() {
     let on = "cbreaker.enabled = true\n";
     fails(

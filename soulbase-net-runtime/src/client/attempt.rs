@@ -129,7 +129,7 @@ impl Inner {
                 .headers_mut()
                 .insert(header::PROXY_AUTHORIZATION, auth);
         }
-        let request = transport.pool.send(http_req);
+        let request = transport.send(http_req);
         tokio::pin!(request);
         // The first-byte clock starts when the connection takes the request (the body tells,
         // see `Progress`); until then only the total deadline applies (the connector bounds
@@ -216,6 +216,7 @@ impl Inner {
             bytes_in: 0,
             attempts: 1,
             url: url.as_str().to_owned(),
+            version: parts.version,
         })
     }
 

@@ -458,8 +458,10 @@ impl ClientBuilder {
     /// Builds the client.
     ///
     /// # Errors
-    /// `InvalidRequest` when the policy is invalid (every problem listed), or when
-    /// [`max_in_flight`](Self::max_in_flight) is 0.
+    /// `InvalidRequest` when the policy is invalid (every problem listed), when
+    /// [`max_in_flight`](Self::max_in_flight) is 0, or when the default policy asks for HTTP/3
+    /// (`http.version` `h3` or `h3-or-tcp`) and this build lacks the `http3` feature (a host's
+    /// override asking for it fails its requests the same way).
     pub fn build(self) -> Result<Client, NetError> {
         let in_flight = in_flight::cap(self.max_in_flight)?;
         let documented = match self.document {
@@ -511,6 +513,7 @@ impl ClientBuilder {
         // Seed 004: names listed in `dns.prefetch` are resolved in the background as soon as
         // the client exists (when built inside a Tokio runtime).
         let default_policy = resolver.resolve(None, "");
+        transport::check_http_version(&default_policy)?;
         if !default_policy.dns.prefetch.is_empty() {
             transports.warm_dns(&default_policy)?;
         }

@@ -32,6 +32,8 @@ impl Inner {
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
         let replayable = req.is_replayable();
+        // Read before the first attempt: a stream body is taken by it.
+        let body_replayable = req.body.is_replayable();
         let breaker = if policy.cbreaker.enabled {
             breaker_key(&policy.cbreaker, call.host(), call.labels.tenant.as_deref())
         } else {
@@ -129,6 +131,9 @@ impl Inner {
                     .saturating_sub(call.timeouts.margin),
                 attempt_timeout: learnt,
             };
+            // A request the server did not process (HTTP/3's H3_REQUEST_REJECTED, or one
+            // sent after GOAWAY) may go again whatever its method, when its body can.
+            let replayable = replayable || (body_replayable && not_processed(&result));
             let delay = match decide(&policy.retry, replayable, &end, &mut FastRand) {
                 RetryDecision::Stop(_) => return result,
                 RetryDecision::Retry { delay, .. } => delay,
@@ -190,5 +195,19 @@ impl Inner {
                 rate_factor: change.factors.rate,
             });
         }
+    }
+}
+
+/// Whether `result` failed without the server processing the request (see
+/// [`crate::h3::NotProcessed`]); only HTTP/3 says so.
+fn not_processed(result: &Result<NetResponse, NetError>) -> bool {
+    #[cfg(feature = "http3")]
+    return result
+        .as_ref()
+        .is_err_and(|e| e.find_source::<crate::h3::NotProcessed>().is_some());
+    #[cfg(not(feature = "http3"))]
+    {
+        let _ = result;
+        false
     }
 }

@@ -292,6 +292,7 @@ impl Inner {
                     outcome,
                     attempts,
                     elapsed,
+                    version: result.as_ref().ok().map(|res| res.version),
                 });
                 record_outcome(&Span::current(), &outcome, attempts);
                 result

@@ -48,6 +48,24 @@ pub(crate) struct Transport {
     /// request goes in absolute form (no proxy, or names resolved locally: every proxied
     /// request then goes through a CONNECT tunnel, whose credentials the CONNECT carried).
     pub(crate) proxy: Option<Arc<Matcher>>,
+    /// HTTP/3 beside the pool, choosing per request under `http.version`.
+    #[cfg(feature = "http3")]
+    h3: crate::h3::H3Pool,
+}
+
+impl Transport {
+    /// Sends `req` on a connection of this transport: over TCP by the pool, or over HTTP/3
+    /// when the policy's `http.version` says so (feature `http3`). Returns the response and
+    /// how long opening a connection took (zero when one was reused).
+    pub(crate) async fn send(
+        &self,
+        req: http::Request<crate::pool::ReqBody>,
+    ) -> Result<(http::Response<crate::pool::PoolBody>, Duration), NetError> {
+        #[cfg(feature = "http3")]
+        return self.h3.route(&self.pool, req).await;
+        #[cfg(not(feature = "http3"))]
+        self.pool.send(req).await
+    }
 }
 
 /// A policy a resolver handed out (held weakly) and its transport.
@@ -199,6 +217,7 @@ impl Transports {
     }
 
     fn build(&self, policy: &NetPolicy) -> Result<Transport, NetError> {
+        check_http_version(policy)?;
         let s = &self.settings;
         let guard = AddressGuard::new(&policy.security).map_err(|e| {
             NetError::invalid_request(format!("invalid security policy: {e}")).with_source(e)
@@ -232,6 +251,16 @@ impl Transports {
             freeze_addresses: (policy.endpoints.freeze && policy.endpoints.freeze_addresses)
                 .then_some(policy.endpoints.frozen_duration),
         });
+        #[cfg(feature = "http3")]
+        let h3 = crate::h3::H3Pool::new(
+            connector.clone(),
+            policy,
+            &s.extra_roots,
+            crate::h3::Limits {
+                idle: s.pool_idle_timeout,
+                max_head_bytes: s.max_response_head_bytes,
+            },
+        )?;
         let pool = Pool::new(
             connector,
             PoolConfig {
@@ -253,6 +282,8 @@ impl Transports {
         Ok(Transport {
             pool,
             proxy: proxy.filter(|_| absolute_form),
+            #[cfg(feature = "http3")]
+            h3,
         })
     }
 }
@@ -271,6 +302,19 @@ impl fmt::Debug for Transports {
 /// its h1 role); also the client's default `max_response_headers`.
 pub(crate) const HYPER_MAX_HEADERS: usize = 100;
 
+/// Refuses a policy that asks for HTTP/3 (`http.version` `h3` or `h3-or-tcp`) from a runtime
+/// built without the `http3` feature: sending it over TCP instead would silently ignore the
+/// policy.
+pub(crate) fn check_http_version(policy: &NetPolicy) -> Result<(), NetError> {
+    if policy.http.wants_h3() && !cfg!(feature = "http3") {
+        return Err(NetError::invalid_request(format!(
+            "http.version = \"{}\" needs HTTP/3, and this build of soulbase-net-runtime lacks its `http3` feature",
+            policy.http.version.as_str()
+        )));
+    }
+    Ok(())
+}
+
 /// The parts of a policy that shape a connection, as one string.
 fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
     serde_json::to_string(&(
@@ -278,6 +322,7 @@ fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
         &policy.security,
         &policy.dns,
         &policy.proxy,
+        &policy.http,
         policy.limits.per_host_concurrency,
         policy.timeout.connect,
     ))

@@ -122,6 +122,59 @@ impl Connector {
     }
 }
 
+#[cfg(feature = "http3")]
+impl Connector {
+    /// The UDP peers (on `port`) an HTTP/3 connection to `uri`'s host may use, checked as a TCP connection's
+    /// are (the host allow-list, resolution, the address guard on every address, frozen
+    /// addresses skipped), before any packet is sent; and the host, for TLS.
+    ///
+    /// # Errors
+    /// `Blocked` for a denied host or address; `InvalidRequest` for an `http` URL (HTTP/3 is
+    /// `https` only) or one a proxy would carry (QUIC cannot go through an HTTP proxy, and
+    /// going around it would ignore the policy); `Dns` when the name does not resolve.
+    pub(crate) async fn quic_targets(
+        &self,
+        uri: &Uri,
+        port: u16,
+    ) -> Result<(String, Vec<SocketAddr>), NetError> {
+        let inner = &self.inner;
+        if !is_https(uri)? {
+            return Err(NetError::invalid_request("http/3 is for https urls only"));
+        }
+        let host = uri
+            .host()
+            .ok_or_else(|| NetError::invalid_request("url has no host"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        inner.cfg.guard.check_host(host)?;
+        if self.proxied(uri) {
+            return Err(NetError::invalid_request(format!(
+                "{host} goes through a proxy, which http/3 cannot use"
+            )));
+        }
+        let targets = inner.direct_targets(host, port).await?;
+        Ok((host.to_owned(), targets))
+    }
+
+    /// The policy's connect timeout (for QUIC: the handshake).
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.inner.cfg.connect_timeout
+    }
+
+    /// Counts a connection opened (the client's `connections_opened`).
+    pub(crate) fn count_opened(&self) {
+        self.inner.cfg.opened.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a proxy carries requests to `uri` (then HTTP/3 is not tried for it).
+    pub(crate) fn proxied(&self, uri: &Uri) -> bool {
+        self.inner
+            .cfg
+            .proxy
+            .as_ref()
+            .is_some_and(|m| m.intercept(uri).is_some())
+    }
+}
+
 // === impl Inner ===
 
 impl Inner {
@@ -139,17 +192,7 @@ impl Inner {
                 .await;
         }
 
-        let addrs = self.addresses(host).await?;
-        let allowed = self.cfg.guard.filter_addrs(host, &addrs)?;
-        let targets: Vec<SocketAddr> = allowed
-            .iter()
-            .map(|ip| SocketAddr::new(*ip, port))
-            .collect();
-        let targets = match self.cfg.freeze_addresses {
-            Some(_) => self.frozen.choose(&targets, Instant::now()),
-            None => targets,
-        };
-
+        let targets = self.direct_targets(host, port).await?;
         let mut failed = Vec::new();
         let dialled = dial::happy_eyeballs(
             &self.cfg.dialer,
@@ -170,6 +213,21 @@ impl Inner {
         })?;
         let stream = self.secure(tcp, https, host).await?;
         Ok(self.finish(stream, remote, permit, false))
+    }
+
+    /// The addresses a direct connection to `host:port` may dial: name resolution (an IP
+    /// literal as it is), the address guard on every address, frozen addresses skipped.
+    async fn direct_targets(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, NetError> {
+        let addrs = self.addresses(host).await?;
+        let allowed = self.cfg.guard.filter_addrs(host, &addrs)?;
+        let targets: Vec<SocketAddr> = allowed
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect();
+        Ok(match self.cfg.freeze_addresses {
+            Some(_) => self.frozen.choose(&targets, Instant::now()),
+            None => targets,
+        })
     }
 
     /// Connects through the proxy chosen for this target: a CONNECT tunnel for `https`, a

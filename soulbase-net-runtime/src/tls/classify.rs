@@ -115,6 +115,14 @@ fn alert_named_by(text: &str) -> Option<AlertDescription> {
         .find(|alert| rustls::Error::AlertReceived(*alert).to_string() == text)
 }
 
+/// The kind of a TLS failure known only by its alert code (QUIC carries TLS alerts as
+/// transport error codes, without the rustls error): a certificate rejected, either way, is
+/// `TlsVerify`; any other alert is `Tls`.
+#[cfg(feature = "http3")]
+pub(crate) fn alert_kind(alert: u8) -> ErrorKind {
+    classify_rustls(&rustls::Error::AlertReceived(AlertDescription::from(alert)))
+}
+
 fn classify_rustls(err: &rustls::Error) -> ErrorKind {
     use rustls::Error as E;
     match err {

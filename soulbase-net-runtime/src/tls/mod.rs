@@ -19,6 +19,8 @@ use rustls::{ClientConfig, RootCertStore, SupportedProtocolVersion};
 use soulbase_net_core::{ErrorKind, NetError};
 use soulbase_net_policy::{TlsPolicy, TlsVersion};
 
+#[cfg(feature = "http3")]
+pub(crate) use self::classify::alert_kind;
 pub use self::classify::classify_error;
 pub use self::pin::{spki_sha256, PinMismatch, PinnedVerifier};
 
@@ -30,7 +32,8 @@ const ALPN_HTTP11: &[u8] = b"http/1.1";
 /// Builds the rustls client configuration that `policy` asks for.
 ///
 /// - Crypto: rustls' ring provider (never the process default).
-/// - Versions: `min_tls = "1.2"` offers TLS 1.3 and 1.2; `"1.3"` offers TLS 1.3 only.
+/// - Versions: from `min_tls` to `max_tls`: by default TLS 1.3 and 1.2; `min_tls = "1.3"`
+///   offers TLS 1.3 only, `max_tls = "1.2"` TLS 1.2 only.
 /// - Trust: the webpki-roots (Mozilla) roots, plus every certificate in
 ///   `policy.extra_roots_pem`, plus `extra_roots` (e.g. given to the client builder).
 ///   Chain and name are always verified.
@@ -69,15 +72,7 @@ pub fn client_config(
     }
     let provider: Arc<CryptoProvider> = Arc::new(rustls::crypto::ring::default_provider());
     let roots = Arc::new(root_store(policy, extra_roots)?);
-    let versions: &[&'static SupportedProtocolVersion] = match policy.min_tls {
-        TlsVersion::Tls12 => &[&TLS13, &TLS12],
-        TlsVersion::Tls13 => &[&TLS13],
-        other => {
-            return Err(NetError::invalid_request(format!(
-                "tls.min_tls {other} is not supported by this runtime"
-            )))
-        }
-    };
+    let versions = protocol_versions(policy)?;
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| {
@@ -144,6 +139,23 @@ pub(crate) fn proxy_client_config(
     for_proxy.mtls = None;
     for_proxy.http2 = false;
     client_config(&for_proxy, extra_roots)
+}
+
+/// The versions offered: from `min_tls` to `max_tls`, newest first.
+fn protocol_versions(
+    policy: &TlsPolicy,
+) -> Result<&'static [&'static SupportedProtocolVersion], NetError> {
+    const BOTH: &[&SupportedProtocolVersion] = &[&TLS13, &TLS12];
+    const ONLY_13: &[&SupportedProtocolVersion] = &[&TLS13];
+    const ONLY_12: &[&SupportedProtocolVersion] = &[&TLS12];
+    match (policy.min_tls, policy.max_tls) {
+        (TlsVersion::Tls12, TlsVersion::Tls13) => Ok(BOTH),
+        (TlsVersion::Tls13, TlsVersion::Tls13) => Ok(ONLY_13),
+        (TlsVersion::Tls12, TlsVersion::Tls12) => Ok(ONLY_12),
+        (min, max) => Err(NetError::invalid_request(format!(
+            "tls.min_tls {min} and tls.max_tls {max} leave no version this runtime supports"
+        ))),
+    }
 }
 
 /// The webpki roots, the policy's extra PEM roots and the caller's extra DER roots.

@@ -42,8 +42,7 @@ async fn a_scripted_scenario_leaves_exact_counters() {
         res.bytes().await.unwrap();
     }
     let text = metrics.encode();
-    let ok =
-        r#"net_requests_total{tenant="",host="127.0.0.1",method="GET",scheme="http",outcome="ok"}"#;
+    let ok = r#"net_requests_total{tenant="",host="127.0.0.1",method="GET",scheme="http",outcome="ok",version="h1"}"#;
     assert_eq!(sample(&text, ok), Some(4.0), "{text}");
     assert_eq!(
         sample(&text, r#"net_retry_total{reason="status_5xx"}"#),
@@ -416,8 +415,7 @@ async fn observers_add_up_and_each_sees_every_event() {
         .unwrap();
     res.bytes().await.unwrap();
     let text = metrics.encode();
-    let ok =
-        r#"net_requests_total{tenant="",host="127.0.0.1",method="GET",scheme="http",outcome="ok"}"#;
+    let ok = r#"net_requests_total{tenant="",host="127.0.0.1",method="GET",scheme="http",outcome="ok",version="h1"}"#;
     assert_eq!(sample(&text, ok), Some(1.0), "{text}");
     let seen = h.events.seen.lock().clone();
     assert!(

@@ -70,3 +70,26 @@ async fn min_tls_13_refuses_a_tls12_only_server_as_tls() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn max_tls_12_speaks_12_only() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let leaf = kit.localhost().unwrap();
+        let new = server(leaf.server_config().unwrap()).await;
+        let mut policy = trusting(&kit);
+        policy.max_tls = TlsVersion::Tls12;
+        let cfg = client_config(&policy, &[]).unwrap();
+        let tls = connect(cfg, &new, "localhost").await.unwrap();
+        assert_eq!(
+            tls.get_ref().1.protocol_version(),
+            Some(ProtocolVersion::TLSv1_2)
+        );
+        // No version left between the two bounds: refused as a configuration error.
+        policy.min_tls = TlsVersion::Tls13;
+        let err = client_config(&policy, &[]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidRequest);
+        assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+    })
+    .await;
+}

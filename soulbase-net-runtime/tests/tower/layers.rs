@@ -1,40 +1,16 @@
 //! tower and tower-http layers in front of the client.
 
-use std::{io, sync::Arc};
-
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
-use parking_lot::Mutex;
 use soulbase_net_core::{ErrorCode, ErrorKind};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
-use soulbase_net_testkit::{FaultServer, Reply, Script};
+use soulbase_net_testkit::{CapturedLogs, FaultServer, Reply, Script};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http::{set_header::SetRequestHeaderLayer, trace::TraceLayer};
 
 use super::{bounded, loopback_policy, LoopbackOnly};
-
-/// What a `tracing` fmt subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock()).into_owned()
-    }
-}
 
 fn client(policy: NetPolicy) -> Client {
     Client::builder()
@@ -51,14 +27,7 @@ async fn tower_http_layers_compose_and_the_policy_retries_under_them() {
         .start()
         .await
         .unwrap();
-    let log = Captured::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (log, _guard) = CapturedLogs::start(tracing::Level::DEBUG);
 
     let svc = ServiceBuilder::new()
         .layer(TraceLayer::new_for_http())

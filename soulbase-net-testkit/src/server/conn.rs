@@ -55,6 +55,14 @@ impl ConnCtl {
         self.kill_on_flush.store(true, Ordering::SeqCst);
     }
 
+    /// The bytes handed over so far were written: a kill armed by
+    /// [`kill_after_flush`](Self::kill_after_flush) fires now.
+    pub(crate) fn flushed(&self) {
+        if self.kill_on_flush.load(Ordering::SeqCst) {
+            self.kill.fire();
+        }
+    }
+
     /// Resolves when the connection must be dropped.
     pub(crate) async fn killed(&self) {
         self.kill.fired().await;
@@ -117,9 +125,7 @@ impl AsyncWrite for CtlIo {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let res = ready!(Pin::new(&mut self.inner).poll_flush(cx));
-        if self.ctl.kill_on_flush.load(Ordering::SeqCst) {
-            self.ctl.kill.fire();
-        }
+        self.ctl.flushed();
         Poll::Ready(res)
     }
 

@@ -8,6 +8,8 @@ mod conn;
 mod encode;
 mod forward;
 mod gate;
+#[cfg(feature = "http3")]
+mod h3;
 mod mock;
 mod reply;
 mod script;
@@ -71,6 +73,9 @@ pub struct FaultServerBuilder {
     upstream: Option<String>,
     capture_limit: usize,
     blackhole: bool,
+    #[cfg(feature = "http3")]
+    http3: bool,
+    alt_svc: bool,
 }
 
 impl std::fmt::Debug for FaultServerBuilder {
@@ -96,6 +101,9 @@ impl Default for FaultServerBuilder {
             upstream: None,
             capture_limit: DEFAULT_CAPTURE_LIMIT,
             blackhole: false,
+            #[cfg(feature = "http3")]
+            http3: false,
+            alt_svc: false,
         }
     }
 }
@@ -270,6 +278,25 @@ impl FaultServerBuilder {
         self
     }
 
+    /// Serves HTTP/3 too, on the UDP port of the same number as the TCP one (the same routes,
+    /// scripts, counters and request log; see [`FaultServer::h3_addr`]). Needs
+    /// [`tls`](Self::tls), whose configuration is used with ALPN `h3`. Over HTTP/3,
+    /// [`Reply::reset`] resets the request's stream with `H3_REQUEST_REJECTED`,
+    /// [`Reply::close`] closes the QUIC connection, and a body cut (`reset_after`,
+    /// `close_after`) closes the connection mid-response. Default is off.
+    #[cfg(feature = "http3")]
+    pub fn http3(mut self) -> Self {
+        self.http3 = true;
+        self
+    }
+
+    /// Advertises the HTTP/3 port on every response with `Alt-Svc: h3=":<port>"; ma=86400`
+    /// (a reply that sets its own `Alt-Svc` keeps it). Default is off.
+    pub fn alt_svc(mut self) -> Self {
+        self.alt_svc = true;
+        self
+    }
+
     /// Accepts connections and never reads from them or answers (not even a TLS handshake);
     /// they stay open until the client gives up or the server stops. Default is off.
     pub fn blackhole(mut self) -> Self {
@@ -300,6 +327,17 @@ impl FaultServerBuilder {
         });
         let listener = TcpListener::bind(self.bind).await?;
         let addr = listener.local_addr()?;
+        #[cfg(feature = "http3")]
+        let h3 = match (&self.tls, self.http3) {
+            (Some(tls), true) => Some(h3::bind(addr, tls)?),
+            (None, true) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "HTTP/3 needs TLS: give the builder a tls() configuration",
+                ))
+            }
+            (_, false) => None,
+        };
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let tls = self.tls.map(|cfg| {
             let mut cfg = (*cfg).clone();
@@ -326,6 +364,10 @@ impl FaultServerBuilder {
             origin: format!("{scheme}://{addr}"),
             authority: addr.to_string(),
             capture_limit: self.capture_limit,
+            alt_svc: self
+                .alt_svc
+                .then(|| http::HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", addr.port())))
+                .and_then(Result::ok),
             shutdown: Signal::new(),
             panic: Mutex::new(None),
         });
@@ -335,17 +377,28 @@ impl FaultServerBuilder {
             tls,
             blackhole: self.blackhole,
         };
-        let task = tokio::spawn(accept_loop(
-            listener,
-            shared.clone(),
-            Arc::new(cfg),
-            stop_accept.clone(),
-        ));
+        let tcp = accept_loop(listener, shared.clone(), Arc::new(cfg), stop_accept.clone());
+        #[cfg(feature = "http3")]
+        let (task, h3) = match h3 {
+            Some(side) => {
+                let udp =
+                    h3::accept_loop(side.endpoint.clone(), shared.clone(), side.goaway.clone());
+                let task = tokio::spawn(async move {
+                    tokio::join!(tcp, udp);
+                });
+                (task, Some(side))
+            }
+            None => (tokio::spawn(tcp), None),
+        };
+        #[cfg(not(feature = "http3"))]
+        let task = tokio::spawn(tcp);
         Ok(FaultServer {
             addr,
             shared,
             stop_accept,
             task: Some(task),
+            #[cfg(feature = "http3")]
+            h3,
         })
     }
 }
@@ -374,6 +427,8 @@ pub struct FaultServer {
     shared: Arc<Shared>,
     stop_accept: Signal,
     task: Option<JoinHandle<()>>,
+    #[cfg(feature = "http3")]
+    h3: Option<h3::H3Side>,
 }
 
 impl std::fmt::Debug for FaultServer {
@@ -404,6 +459,32 @@ impl FaultServer {
     /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The UDP address HTTP/3 is served on (the TCP port's number), when
+    /// [`http3`](FaultServerBuilder::http3) was asked for.
+    #[cfg(feature = "http3")]
+    pub fn h3_addr(&self) -> Option<SocketAddr> {
+        self.h3.as_ref().and_then(|h| h.endpoint.local_addr().ok())
+    }
+
+    /// Drops every UDP packet that arrives for `d` from now (HTTP/3 only; TCP is not
+    /// touched): a client's QUIC handshake meanwhile gets no answer and times out.
+    #[cfg(feature = "http3")]
+    pub fn drop_udp_for(&self, d: std::time::Duration) {
+        if let Some(h3) = &self.h3 {
+            h3.drop.drop_for(d);
+        }
+    }
+
+    /// Makes every HTTP/3 connection open now send GOAWAY (no request after those it has
+    /// taken) and end once those have been answered; connections that arrive later are not
+    /// concerned. [`wait_for_open_at_most`](Self::wait_for_open_at_most) says when they ended.
+    #[cfg(feature = "http3")]
+    pub fn h3_goaway(&self) {
+        if let Some(h3) = &self.h3 {
+            h3.goaway.send_modify(|n| *n += 1);
+        }
     }
 
     /// `http://127.0.0.1:PORT` (or `https://…`, or `http://[::1]:PORT`).

@@ -30,6 +30,9 @@ use super::reply::{Abort, Action, RenderCtx};
 use super::Protocol;
 use crate::signal::Signal;
 
+/// Counts a connection as open until it ends, however its task ends (aborted included).
+pub(super) struct OpenConn(pub(super) Arc<Shared>);
+
 /// A [`Mock`] being served: what it matches and answers, and how many requests it matched.
 pub(super) struct Route {
     pub(super) mock: Mock,
@@ -79,6 +82,9 @@ pub(super) struct Shared {
     pub(super) origin: String,
     pub(super) authority: String,
     pub(super) capture_limit: usize,
+    /// The `Alt-Svc` header every response carries (unless its reply sets one), advertising
+    /// the server's HTTP/3 port; `None` when not asked for.
+    pub(super) alt_svc: Option<http::HeaderValue>,
     /// Where [`Reply::forward`](super::Reply::forward) sends requests, if anywhere.
     pub(super) upstream: Option<Upstream>,
     pub(super) shutdown: Signal,
@@ -183,11 +189,8 @@ async fn accept(listener: Option<&TcpListener>) -> io::Result<TcpStream> {
     }
 }
 
-/// Counts a connection as open until it ends, however its task ends (aborted included).
-struct OpenConn(Arc<Shared>);
-
 impl OpenConn {
-    fn new(shared: Arc<Shared>) -> Self {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
         shared.open.fetch_add(1, Ordering::SeqCst);
         OpenConn(shared)
     }
@@ -243,22 +246,67 @@ async fn handle(
     ctl: Arc<ConnCtl>,
 ) -> Response<FaultBody> {
     let (parts, mut body) = req.into_parts();
-    // A forwarding server keeps the whole body for the upstream; the capture is its prefix.
-    let keep = match shared.upstream {
-        Some(_) => usize::MAX,
-        None => shared.capture_limit,
-    };
-    let mut kept = BytesMut::new();
-    let mut body_len = 0u64;
+    let mut kept = Kept::new(&shared);
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { break };
         if let Ok(data) = frame.into_data() {
-            body_len += data.len() as u64;
-            let room = keep.saturating_sub(kept.len());
-            kept.extend_from_slice(&data[..data.len().min(room)]);
+            kept.add(&data);
         }
     }
-    let whole = kept.freeze();
+    match answer(parts, kept.bytes.freeze(), kept.len, &shared, &ctl).await {
+        Action::Respond(res) => *res,
+        Action::Abort(a) => {
+            match a {
+                Abort::Reset => ctl.kill_now(true),
+                Abort::Close => ctl.kill_now(false),
+                Abort::Hang => {}
+            }
+            // The connection is dropped (reset, close) or left hanging until shutdown.
+            shared.shutdown.fired().await;
+            Response::new(FaultBody::empty(ctl))
+        }
+    }
+}
+
+/// What is kept of a request body while it arrives: its length, and its first bytes.
+pub(super) struct Kept {
+    pub(super) bytes: BytesMut,
+    pub(super) len: u64,
+    limit: usize,
+}
+
+impl Kept {
+    pub(super) fn new(shared: &Shared) -> Self {
+        Self {
+            bytes: BytesMut::new(),
+            len: 0,
+            // A forwarding server keeps the whole body for the upstream; the capture is its
+            // prefix.
+            limit: match shared.upstream {
+                Some(_) => usize::MAX,
+                None => shared.capture_limit,
+            },
+        }
+    }
+
+    pub(super) fn add(&mut self, data: &[u8]) {
+        self.len += data.len() as u64;
+        let room = self.limit.saturating_sub(self.bytes.len());
+        self.bytes.extend_from_slice(&data[..data.len().min(room)]);
+    }
+}
+
+/// The reply to a request whose head is `parts` and whose body was `whole` (its first
+/// bytes, as many as kept) of `body_len` bytes, on the connection `ctl` controls: the request
+/// is captured and counted, its route's script picks the reply, the reply's delay and gate
+/// are waited out. HTTP/1.1, HTTP/2 and HTTP/3 share it; each acts on an abort its own way.
+pub(super) async fn answer(
+    parts: http::request::Parts,
+    whole: bytes::Bytes,
+    body_len: u64,
+    shared: &Shared,
+    ctl: &Arc<ConnCtl>,
+) -> Action {
     let mut req = CapturedRequest {
         method: parts.method,
         uri: parts.uri,
@@ -299,19 +347,13 @@ async fn handle(
         origin: &shared.origin,
         authority: &shared.authority,
     };
-    match reply.render(&req, &cx, ctl.clone()) {
-        Action::Respond(res) => *res,
-        Action::Abort(a) => {
-            match a {
-                Abort::Reset => ctl.kill_now(true),
-                Abort::Close => ctl.kill_now(false),
-                Abort::Hang => {}
-            }
-            // The connection is dropped (reset, close) or left hanging until shutdown.
-            shared.shutdown.fired().await;
-            Response::new(FaultBody::empty(ctl))
-        }
+    let mut action = reply.render(&req, &cx, ctl.clone());
+    if let (Action::Respond(res), Some(alt_svc)) = (&mut action, &shared.alt_svc) {
+        res.headers_mut()
+            .entry(http::header::ALT_SVC)
+            .or_insert_with(|| alt_svc.clone());
     }
+    action
 }
 
 impl std::fmt::Debug for Route {

@@ -46,7 +46,14 @@ pub(crate) enum Kind {
     SoulbaseMin,
     /// soulbase-net with everything a production service runs (see [`full_policy`]).
     SoulbaseFull,
+    /// soulbase-net full over HTTP/2 with TLS (`bench --h3`).
+    SoulbaseH2,
+    /// soulbase-net full over HTTP/3 (`http.version = "h3"`, `bench --h3`).
+    SoulbaseH3,
 }
+
+/// The clients of `bench --h3`, in the order they take turns.
+pub(crate) const H3_CLIENTS: [Kind; 2] = [Kind::SoulbaseH2, Kind::SoulbaseH3];
 
 impl Kind {
     /// The key in the JSON report and on the command line.
@@ -56,6 +63,8 @@ impl Kind {
             Kind::Reqwest => "reqwest",
             Kind::SoulbaseMin => "soulbase_min",
             Kind::SoulbaseFull => "soulbase_full",
+            Kind::SoulbaseH2 => "soulbase_h2",
+            Kind::SoulbaseH3 => "soulbase_h3",
         }
     }
 
@@ -66,12 +75,17 @@ impl Kind {
             Kind::Reqwest => "reqwest",
             Kind::SoulbaseMin => "soulbase-net minimal",
             Kind::SoulbaseFull => "soulbase-net full",
+            Kind::SoulbaseH2 => "soulbase-net HTTP/2+TLS",
+            Kind::SoulbaseH3 => "soulbase-net HTTP/3",
         }
     }
 
     /// The client named `key`.
     pub(crate) fn parse(key: &str) -> Option<Kind> {
-        CLIENTS.into_iter().find(|k| k.key() == key)
+        CLIENTS
+            .into_iter()
+            .chain(H3_CLIENTS)
+            .find(|k| k.key() == key)
     }
 }
 
@@ -152,9 +166,10 @@ impl BenchClient {
                 }
                 Inner::Reqwest(b.build().map_err(|e| format!("bench: reqwest: {e}"))?)
             }
-            (Kind::SoulbaseMin | Kind::SoulbaseFull, proto) => {
-                Inner::Soulbase(soulbase(kind, proto, callers, &targets)?)
-            }
+            (
+                Kind::SoulbaseMin | Kind::SoulbaseFull | Kind::SoulbaseH2 | Kind::SoulbaseH3,
+                proto,
+            ) => Inner::Soulbase(soulbase(kind, proto, callers, &targets)?),
         };
         Ok(Self { inner, targets })
     }
@@ -267,6 +282,9 @@ fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Resu
     } else {
         full_policy(callers)
     };
+    if kind == Kind::SoulbaseH3 {
+        policy.http.version = soulbase_net_policy::HttpVersionPolicy::H3;
+    }
     // Named hosts (the many-hosts scenario) resolve to loopback without a name server.
     for host in targets.host_names() {
         if host.parse::<IpAddr>().is_err() {
@@ -283,7 +301,7 @@ fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Resu
     if let Some(root) = &targets.root {
         builder = builder.add_root_certificate(root.clone());
     }
-    if kind == Kind::SoulbaseFull {
+    if kind != Kind::SoulbaseMin {
         // What a service runs in production: trace context and metrics too.
         builder = builder
             .interceptor(soulbase_net_interceptors::TraceUa::new())

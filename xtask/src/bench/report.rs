@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use super::{
+    clients::Kind,
     failing::{Fleet, OffOn, FAILING_REQUESTS, FLEET_LEASE},
     measure::{Spread, Summary},
     scenario::Scenario,
@@ -80,8 +81,10 @@ impl Report {
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
             );
             for s in &r.clients {
+                // No ratios: the limit itself (1), or a scenario without the limit (`--h3`).
+                let none = if s.kind == Kind::Hyper { "1" } else { "—" };
                 let cells = s.vs_limit.map_or_else(
-                    || ["1".to_owned(), "1".to_owned(), "1".to_owned()],
+                    || [none.to_owned(), none.to_owned(), none.to_owned()],
                     |v| [ratio_cell(v.rps), ratio_cell(v.p99), ratio_cell(v.cpu)],
                 );
                 let _ = writeln!(
@@ -273,7 +276,6 @@ impl Report {
 
 /// The fleet row's two settings as summaries, the shared one paired with the local one.
 fn fleet_summaries(f: &Fleet) -> (Summary, Summary) {
-    use super::clients::Kind;
     let local = Summary::of(Kind::SoulbaseFull, &f.local, None);
     let shared = Summary::of(Kind::SoulbaseFull, &f.shared, Some(&f.local));
     (local, shared)

@@ -14,6 +14,9 @@ pub(crate) enum Proto {
     H2c,
     /// HTTP/2 over TLS (ALPN).
     H2Tls,
+    /// The FaultServer's TLS port: HTTP/3 on its UDP port or HTTP/2 over TLS, as the client
+    /// asks (`bench --h3`).
+    Quic,
 }
 
 /// Distinct host names of the many-hosts scenario.
@@ -84,6 +87,22 @@ pub(crate) fn all() -> Vec<Scenario> {
     ]
 }
 
+/// `bench --h3`: soulbase-net over HTTP/3 and over HTTP/2 with TLS against the same server,
+/// 64 callers.
+pub(crate) fn h3() -> Scenario {
+    Scenario {
+        name: H3,
+        title: "HTTP/3 vs HTTP/2 over TLS, the same server, 64 callers",
+        proto: Proto::Quic,
+        callers: 64,
+        path: "/",
+        hosts: 1,
+    }
+}
+
+/// The name of [`h3`].
+pub(crate) const H3: &str = "h3-64";
+
 /// The names of the scenarios that are not load scenarios: the failing upstream (breaker
 /// and retry budget) and the fleet row (a shared limit on Redis).
 pub(crate) const EXTRAS: [&str; 2] = ["breaker", "fleet"];
@@ -95,17 +114,23 @@ impl Scenario {
             Proto::H1 => Listener::H1,
             Proto::H2c => Listener::H2c,
             Proto::H2Tls => Listener::Tls,
+            Proto::Quic => Listener::Quic,
         }
     }
 
     /// Whether `kind` takes part (reqwest is built without TLS here).
     pub(crate) fn runs(&self, kind: Kind) -> bool {
-        !(kind == Kind::Reqwest && self.proto == Proto::H2Tls)
+        let versions = matches!(kind, Kind::SoulbaseH2 | Kind::SoulbaseH3);
+        match self.proto {
+            Proto::Quic => versions,
+            Proto::H2Tls => !versions && kind != Kind::Reqwest,
+            _ => !versions,
+        }
     }
 
     /// Its URLs on `server`: `127.0.0.1`, or `h<i>.bench.test` names for many hosts.
     pub(crate) fn targets(&self, server: &ServerProcess) -> Result<Targets, String> {
-        let scheme = if self.proto == Proto::H2Tls {
+        let scheme = if matches!(self.proto, Proto::H2Tls | Proto::Quic) {
             "https"
         } else {
             "http"
@@ -143,5 +168,8 @@ mod tests {
         );
         let tls = all().into_iter().find(|s| s.proto == Proto::H2Tls).unwrap();
         assert!(!tls.runs(Kind::Reqwest) && tls.runs(Kind::SoulbaseFull));
+        let h3 = h3();
+        assert!(h3.runs(Kind::SoulbaseH3) && h3.runs(Kind::SoulbaseH2));
+        assert!(!h3.runs(Kind::SoulbaseFull) && !tls.runs(Kind::SoulbaseH3));
     }
 }

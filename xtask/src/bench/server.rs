@@ -1,9 +1,11 @@
 //! The bench server, in a process of its own so that the bench process's CPU time is the
 //! clients' alone.
 //!
-//! `xtask bench-server` listens on three loopback ports — HTTP/1.1, h2c (HTTP/2 with prior
-//! knowledge) and TLS (ALPN `h2` or `http/1.1`, a throwaway [`CertKit`] leaf for `localhost`
-//! and `127.0.0.1`) — and prints one JSON line naming them and the kit's root certificate.
+//! `xtask bench-server` listens on four loopback ports — HTTP/1.1, h2c (HTTP/2 with prior
+//! knowledge), TLS (ALPN `h2` or `http/1.1`, a throwaway [`CertKit`] leaf for `localhost`
+//! and `127.0.0.1`) and a testkit FaultServer with the same leaf serving HTTP/2 over TLS and
+//! HTTP/3 on the UDP port of the same number (`/` only) — and prints one JSON line naming them
+//! and the kit's root certificate.
 //! Then it answers each `stats` line on its standard input with one JSON line of counters, and
 //! exits when its standard input closes (so it never outlives the bench, even one killed).
 //!
@@ -27,7 +29,7 @@ use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
-use soulbase_net_testkit::CertKit;
+use soulbase_net_testkit::{CertKit, FaultServer, Reply};
 use tokio::{
     io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Lines},
     net::{TcpListener, TcpSocket},
@@ -54,16 +56,20 @@ pub(crate) enum Listener {
     H2c,
     /// TLS, ALPN `h2` (or `http/1.1`).
     Tls,
+    /// A FaultServer: TLS on TCP (ALPN `h2`) and HTTP/3 on the UDP port of the same number,
+    /// so that HTTP/3 and HTTP/2 meet the same server (`bench --h3`).
+    Quic,
 }
 
 impl Listener {
-    const ALL: [Listener; 3] = [Listener::H1, Listener::H2c, Listener::Tls];
+    const ALL: [Listener; 4] = [Listener::H1, Listener::H2c, Listener::Tls, Listener::Quic];
 
     fn key(self) -> &'static str {
         match self {
             Listener::H1 => "h1",
             Listener::H2c => "h2c",
             Listener::Tls => "tls",
+            Listener::Quic => "quic",
         }
     }
 }
@@ -72,7 +78,7 @@ impl Listener {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Stats {
     /// Connections accepted per listener, in [`Listener::ALL`] order.
-    conns: [u64; 3],
+    conns: [u64; 4],
     /// Requests answered, every route and listener.
     pub(crate) requests: u64,
     /// Requests to `/fail`.
@@ -95,7 +101,7 @@ impl Stats {
     }
 
     fn from_json(v: &Value) -> Option<Self> {
-        let mut conns = [0; 3];
+        let mut conns = [0; 4];
         for (i, l) in Listener::ALL.iter().enumerate() {
             conns[i] = v["conns"][l.key()].as_u64()?;
         }
@@ -109,7 +115,7 @@ impl Stats {
 
 #[derive(Debug, Default)]
 struct Counters {
-    conns: [AtomicU64; 3],
+    conns: [AtomicU64; 4],
     requests: AtomicU64,
     fail_hits: AtomicU64,
 }
@@ -149,7 +155,22 @@ async fn serve_async() -> Result<(), String> {
     let tls = TlsAcceptor::from(Arc::new(tls));
     let big = Bytes::from(vec![b'x'; BIG_BODY]);
     let mut ports = serde_json::Map::new();
+    // HTTP/3 and HTTP/2 over TLS on one server: the FaultServer counts its own connections.
+    let quic = FaultServer::builder()
+        .tls(
+            leaf.server_config()
+                .map_err(|e| format!("bench-server: TLS config: {e}"))?,
+        )
+        .http3()
+        .route("/", Reply::ok("ok"))
+        .start()
+        .await
+        .map_err(|e| format!("bench-server: the HTTP/3 listener: {e}"))?;
+    ports.insert(Listener::Quic.key().to_owned(), quic.addr().port().into());
     for (i, listener) in Listener::ALL.into_iter().enumerate() {
+        if listener == Listener::Quic {
+            continue;
+        }
         let socket = listen()?;
         let port = socket
             .local_addr()
@@ -169,7 +190,10 @@ async fn serve_async() -> Result<(), String> {
         .map_err(|e| format!("bench-server: stdin: {e}"))?
     {
         if line.trim() == "stats" {
-            send_line(&mut out, &counters.snapshot().json()).await?;
+            let mut stats = counters.snapshot();
+            stats.conns[3] = quic.connections();
+            stats.requests += quic.total_hits();
+            send_line(&mut out, &stats.json()).await?;
         }
     }
     Ok(())
@@ -273,7 +297,7 @@ pub(crate) struct ServerProcess {
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
-    ports: [u16; 3],
+    ports: [u16; 4],
     root_pem: String,
 }
 
@@ -292,7 +316,7 @@ impl ServerProcess {
         };
         let mut lines = BufReader::new(stdout).lines();
         let hello = read_json(&mut lines).await?;
-        let mut ports = [0; 3];
+        let mut ports = [0; 4];
         for (i, l) in Listener::ALL.iter().enumerate() {
             ports[i] = hello["ports"][l.key()]
                 .as_u64()
@@ -356,12 +380,13 @@ mod tests {
     #[test]
     fn stats_survive_the_pipe() {
         let s = Stats {
-            conns: [3, 1, 2],
+            conns: [3, 1, 2, 4],
             requests: 40,
             fail_hits: 5,
         };
         assert_eq!(Stats::from_json(&s.json()), Some(s));
         assert_eq!(s.conns(Listener::H2c), 1);
+        assert_eq!(s.conns(Listener::Quic), 4);
         assert_eq!(Stats::from_json(&json!({ "requests": 1 })), None);
     }
 }

@@ -1,4 +1,5 @@
-//! Installing the peers: Debian packages through apt, httpbin and gunicorn through pip into a
+//! Installing the peers: Debian packages through apt, httpbin, gunicorn, Hypercorn and aioquic
+//! through pip into a
 //! virtual environment kept next to the build (`target/interop/venv`). Runs outside the
 //! network namespace, since the registries are not on loopback; each step is skipped when
 //! what it installs is already there.
@@ -23,8 +24,14 @@ const DEBS: &[(&str, &str)] = &[
     ("procps", "kill"),
 ];
 
-/// PyPI packages, pinned so every run drives the same peers.
-const PIP: &[&str] = &["httpbin==0.10.4", "gunicorn==27.0.1"];
+/// PyPI packages, pinned so every run drives the same peers: httpbin under gunicorn, and
+/// under Hypercorn with aioquic for HTTP/3.
+const PIP: &[&str] = &[
+    "httpbin==0.10.4",
+    "gunicorn==27.0.1",
+    "hypercorn==0.18.0",
+    "aioquic==1.7.2",
+];
 
 /// Installs the Debian packages of `debs` (package, a program it provides) that are missing,
 /// then checks each program is there: a name is looked up on PATH, an absolute path may hold
@@ -59,14 +66,15 @@ pub(crate) fn ensure_debs(debs: &[(&str, &str)]) -> Result<(), String> {
     Ok(())
 }
 
-/// Installs what is missing; returns the virtual environment holding gunicorn and httpbin.
+/// Installs what is missing; returns the virtual environment holding gunicorn, Hypercorn
+/// and httpbin.
 pub(crate) fn ensure(target_dir: &Path) -> Result<PathBuf, String> {
     ensure_debs(DEBS)?;
     let venv = target_dir.join("interop").join("venv");
     let gunicorn = venv.join("bin").join("gunicorn");
     let ready = gunicorn.exists()
         && Command::new(venv.join("bin").join("python"))
-            .args(["-c", "import httpbin, gunicorn"])
+            .args(["-c", "import httpbin, gunicorn, hypercorn, aioquic"])
             .output()
             .is_ok_and(|o| o.status.success());
     if !ready {

@@ -1,6 +1,6 @@
 //! `cargo xtask interop [--json PATH]`: the client against real servers nobody here wrote —
-//! nginx, httpbin (gunicorn), tinyproxy (also behind stunnel, as an https:// proxy), squid
-//! and dnsmasq — on loopback.
+//! nginx, httpbin (gunicorn, and Hypercorn with aioquic for HTTP/3), tinyproxy (also behind
+//! stunnel, as an https:// proxy), squid and dnsmasq — on loopback.
 //!
 //! Outside any namespace it installs what is missing (Debian packages, a Python virtual
 //! environment), then runs itself again as `unshare -n -p -f --mount-proc --kill-child --
@@ -19,6 +19,7 @@
 )]
 
 mod dns;
+mod h3;
 mod httpbin;
 pub(crate) mod install;
 mod nginx;

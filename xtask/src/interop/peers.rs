@@ -46,6 +46,9 @@ pub(crate) struct Layout {
     pub(crate) nginx_log: PathBuf,
     /// The two httpbin instances (two origins).
     pub(crate) httpbin: [u16; 2],
+    /// httpbin under Hypercorn: TLS (HTTP/1.1, HTTP/2, advertising HTTP/3 by `Alt-Svc`) on
+    /// this TCP port and HTTP/3 on the UDP port of the same number.
+    pub(crate) h3: u16,
     /// tinyproxy (Basic auth required).
     pub(crate) tinyproxy: u16,
     /// tinyproxy's log.
@@ -216,11 +219,12 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free loopback port: {e}"))
 }
 
-/// How many peer processes [`start`] runs: dnsmasq, two httpbins, nginx, tinyproxy, stunnel
-/// and squid.
-pub(crate) const STARTED: usize = 7;
+/// How many peer processes [`start`] runs: dnsmasq, two httpbins, Hypercorn, nginx,
+/// tinyproxy, stunnel and squid.
+pub(crate) const STARTED: usize = 8;
 
-/// Writes the configs and starts dnsmasq, two httpbins, nginx, tinyproxy (plain, and behind
+/// Writes the configs and starts dnsmasq, two httpbins, httpbin under Hypercorn (HTTP/3),
+/// nginx, tinyproxy (plain, and behind
 /// stunnel as an https:// proxy) and squid; returns
 /// once every one answers. `dns_port` is 53 inside the namespace (squid and the system
 /// resolver library can only use that port).
@@ -247,6 +251,7 @@ pub(crate) fn start(
         tls12: free_port()?,
     };
     let httpbin = [free_port()?, free_port()?];
+    let h3 = free_port()?;
     let tinyproxy = free_port()?;
     let tls_proxy = free_port()?;
     let squid = free_port()?;
@@ -294,6 +299,20 @@ pub(crate) fn start(
             &dir.join(format!("{name}.out")),
         )?;
     }
+
+    // httpbin under Hypercorn: TLS on TCP, HTTP/3 (aioquic) on the UDP port of the same number.
+    peers.spawn(
+        "hypercorn",
+        Command::new(venv.join("bin").join("hypercorn"))
+            .args(["--bind", &format!("127.0.0.1:{h3}")])
+            .args(["--quic-bind", &format!("127.0.0.1:{h3}")])
+            .arg("--certfile")
+            .arg(pki.dir.join("server.crt"))
+            .arg("--keyfile")
+            .arg(pki.dir.join("server.key"))
+            .arg("httpbin:app"),
+        &dir.join("hypercorn.out"),
+    )?;
 
     // nginx: one process, every listener on 127.0.0.1, everything under the run directory.
     let nginx_dir = mkdir("nginx")?;
@@ -390,12 +409,14 @@ pub(crate) fn start(
         squid,
     ];
     ports.extend(httpbin);
+    ports.push(h3);
     wait_ready(&mut peers, dir, &ports, dns)?;
     let layout = Layout {
         dir: dir.to_path_buf(),
         nginx,
         nginx_log,
         httpbin,
+        h3,
         tinyproxy,
         tinyproxy_log,
         tls_proxy,

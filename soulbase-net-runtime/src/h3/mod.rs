@@ -1,0 +1,239 @@
+//! HTTP/3 over QUIC (feature `http3`): one QUIC connection per origin carrying concurrent
+//! requests as streams, under the same policy as TCP.
+//!
+//! Owns: the QUIC endpoints (one UDP socket per address family, bound to loopback for a
+//! loopback peer and to the unspecified address otherwise), the connection per origin (opened
+//! once under a per-origin lock, replaced when it closed: idle timeout, GOAWAY, error), the
+//! request and response streams, and the mapping of QUIC and HTTP/3 errors to [`NetError`]s.
+//!
+//! Never touches: name resolution, the host allow-list and the address guard (the TCP
+//! [`Connector`]'s, run on every UDP peer before its first packet), TLS policy (the same
+//! [`crate::tls::client_config`] as TCP, TLS 1.3 only, ALPN `h3`), limits, timeouts and
+//! metering of bodies (the attempt's, as for TCP: the response body comes back as the pool's
+//! [`PoolBody`]).
+
+mod alt_svc;
+mod body;
+mod conn;
+mod error;
+mod route;
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use bytes::Buf;
+use foldhash::{HashMap, HashMapExt};
+use http::{header, Method, Request, Response};
+use http_body_util::BodyExt;
+use parking_lot::Mutex;
+use rustls::pki_types::CertificateDer;
+use soulbase_net_core::NetError;
+use soulbase_net_policy::{HttpVersionPolicy, NetPolicy};
+use tokio::time::Instant;
+
+use crate::connect::Connector;
+use crate::pool::{PoolBody, ReqBody};
+
+use self::alt_svc::Memory;
+pub(crate) use self::body::H3Body;
+use self::conn::{Endpoints, Live};
+pub(crate) use self::error::NotProcessed;
+use self::route::Won;
+
+/// Origins remembered at most; past this, closed connections are forgotten.
+const MAX_ORIGINS: usize = 4096;
+
+/// What the client builder sets for HTTP/3 as for TCP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// The QUIC idle timeout: the pool's idle timeout.
+    pub(crate) idle: Duration,
+    /// The most bytes of a response head (HTTP/3's `MAX_FIELD_SECTION_SIZE`), as
+    /// `max_response_head_bytes` for TCP.
+    pub(crate) max_head_bytes: usize,
+}
+
+/// An origin's connection, when it has one; locked while a request opens it.
+type Slot = Arc<tokio::sync::Mutex<Option<Live>>>;
+
+/// The HTTP/3 side of one transport.
+pub(crate) struct H3Pool {
+    connector: Connector,
+    endpoints: Endpoints,
+    /// The policy's `http.version`.
+    version: HttpVersionPolicy,
+    /// Same-host HTTP/3 ports origins advertised with `Alt-Svc` (`auto`).
+    advertised: Memory<u16>,
+    /// Which transport won an origin's race (`h3-or-tcp`).
+    won: Memory<Won>,
+    /// Per origin (`host:port`): the live connection, behind an async lock that makes one
+    /// request open it while the others wait for it.
+    origins: Mutex<HashMap<Box<str>, Slot>>,
+}
+
+impl H3Pool {
+    /// The HTTP/3 pool of a transport under `policy`: its TLS (TLS 1.3, ALPN `h3`) from the
+    /// same policy as the TCP side's, and the client's `limits`.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when the TLS policy is unusable for QUIC (see
+    /// [`crate::tls::client_config`]).
+    pub(crate) fn new(
+        connector: Connector,
+        policy: &NetPolicy,
+        extra_roots: &[CertificateDer<'static>],
+        limits: Limits,
+    ) -> Result<Self, NetError> {
+        Ok(H3Pool {
+            connector,
+            endpoints: Endpoints::new(&policy.tls, extra_roots, limits, policy.http.zero_rtt)?,
+            version: policy.http.version,
+            advertised: Memory::new(),
+            won: Memory::new(),
+            origins: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sends `req` (absolute `https` URI) over HTTP/3 on `live`, a connection to its origin
+    /// that took `connect` to open.
+    async fn exchange(
+        &self,
+        live: Live,
+        connect: Duration,
+        req: Request<ReqBody>,
+    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        if !req.method().is_idempotent() {
+            // Never as 0-RTT early data, which can be replayed.
+            live.confirmed().await;
+        }
+        let (parts, mut body) = req.into_parts();
+        let mut head = Request::from_parts(parts, ());
+        strip_connection_headers(head.headers_mut());
+        // As hyper does over TCP: a body of known length says so (a server reading by
+        // Content-Length, such as a WSGI application, sees no body otherwise).
+        if let Some(len) = http_body::Body::size_hint(&body).exact() {
+            if len > 0 || !matches!(*head.method(), Method::GET | Method::HEAD) {
+                head.headers_mut()
+                    .entry(header::CONTENT_LENGTH)
+                    .or_insert_with(|| len.into());
+            }
+        }
+        let mut sender = live.sender();
+        let mut stream = sender
+            .send_request(head)
+            .await
+            .map_err(|e| error::on_stream(e, &live))?;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(error::body_error)?;
+            if let Ok(mut data) = frame.into_data() {
+                if data.has_remaining() {
+                    let bytes = data.copy_to_bytes(data.remaining());
+                    stream
+                        .send_data(bytes)
+                        .await
+                        .map_err(|e| error::on_stream(e, &live))?;
+                }
+            }
+        }
+        stream
+            .finish()
+            .await
+            .map_err(|e| error::on_stream(e, &live))?;
+        let head = stream
+            .recv_response()
+            .await
+            .map_err(|e| error::on_stream(e, &live))?;
+        let res = head.map(|()| PoolBody::h3(H3Body::new(stream, live)));
+        Ok((res, connect))
+    }
+
+    /// The live connection to the origin of `uri` (its host, UDP port `port`), opened when
+    /// there is none (or it closed), bounded by the connect timeout.
+    ///
+    /// `early`: the request is idempotent, so a new connection may carry it as 0-RTT early
+    /// data (when the policy allows).
+    async fn checkout(
+        &self,
+        uri: &http::Uri,
+        port: u16,
+        early: bool,
+    ) -> Result<(Live, Duration), NetError> {
+        let host = uri
+            .host()
+            .ok_or_else(|| NetError::invalid_request("url has no host"))?;
+        let key = format!("{host}:{port}");
+        let slot = {
+            let mut origins = self.origins.lock();
+            if origins.len() >= MAX_ORIGINS {
+                origins.retain(|_, slot| Arc::strong_count(slot) > 1);
+            }
+            origins
+                .entry(key.into_boxed_str())
+                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(None)))
+                .clone()
+        };
+        let mut slot = slot.lock().await;
+        if let Some(live) = slot.as_ref().filter(|l| l.is_open()) {
+            return Ok((live.clone(), Duration::ZERO));
+        }
+        let began = Instant::now();
+        let limit = self.connector.connect_timeout();
+        let live = match tokio::time::timeout(limit, self.open(uri, port, early)).await {
+            Ok(live) => live?,
+            Err(_) => {
+                return Err(NetError::timeout(soulbase_net_core::Phase::Connect)
+                    .with_message(format!("no quic handshake within {limit:?}")))
+            }
+        };
+        *slot = Some(live.clone());
+        Ok((live, began.elapsed()))
+    }
+
+    /// A new connection to the host of `uri` on UDP port `port`: the guarded peers, each
+    /// tried in turn.
+    async fn open(&self, uri: &http::Uri, port: u16, early: bool) -> Result<Live, NetError> {
+        let (host, targets) = self.connector.quic_targets(uri, port).await?;
+        let mut last = None;
+        for peer in targets {
+            match self.endpoints.connect(peer, &host, early).await {
+                Ok(live) => {
+                    self.connector.count_opened();
+                    return Ok(live);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            NetError::new(soulbase_net_core::ErrorKind::Connect)
+                .with_message(format!("{host} has no address to connect to"))
+        }))
+    }
+}
+
+impl fmt::Debug for H3Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("H3Pool")
+            .field("origins", &self.origins.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Removes what HTTP/3 forbids in a request (RFC 9114 §4.2: connection-specific fields) and
+/// the `Host` header (the URI's authority becomes `:authority`).
+fn strip_connection_headers(headers: &mut http::HeaderMap) {
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::HOST,
+        header::HeaderName::from_static("keep-alive"),
+        header::HeaderName::from_static("proxy-connection"),
+    ] {
+        headers.remove(name);
+    }
+    if headers
+        .get(header::TE)
+        .is_some_and(|v| v.as_bytes() != b"trailers")
+    {
+        headers.remove(header::TE);
+    }
+}

@@ -1,0 +1,165 @@
+//! Which transport a request takes under the policy's `http.version`: `h3` always HTTP/3;
+//! `auto` TCP until the origin advertised HTTP/3 with `Alt-Svc` (then HTTP/3 while the
+//! advertisement is fresh, TCP again once HTTP/3 to it failed); `h3-or-tcp` a QUIC handshake
+//! raced with a TCP connect, the winner used and remembered.
+
+use std::time::Duration;
+
+use http::{header::ALT_SVC, Request, Response, Uri};
+use soulbase_net_core::{ErrorKind, NetError, Phase};
+use soulbase_net_policy::HttpVersionPolicy;
+use tokio::time::Instant;
+
+use super::alt_svc::{self, Advert};
+use super::H3Pool;
+use crate::pool::{Pool, PoolBody, ReqBody};
+
+/// How long the winner of a race is remembered for its origin.
+const RACE_MEMORY: Duration = Duration::from_secs(3600);
+
+/// The winner of an origin's `h3-or-tcp` race.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Won {
+    Quic,
+    Tcp,
+}
+
+impl H3Pool {
+    /// Sends `req` over HTTP/3 or over `tcp`, as the policy's `http.version` says.
+    pub(crate) async fn route(
+        &self,
+        tcp: &Pool,
+        req: Request<ReqBody>,
+    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        let uri = req.uri().clone();
+        let port = uri.port_u16().unwrap_or(443);
+        let early = req.method().is_idempotent();
+        if self.version == HttpVersionPolicy::H3 {
+            let (live, connect) = self.checkout(&uri, port, early).await?;
+            return self.exchange(live, connect, req).await;
+        }
+        // Plain `http`, or a request a proxy carries: TCP, whatever was advertised.
+        if uri.scheme_str() != Some("https") || self.connector.proxied(&uri) {
+            return tcp.send(req).await;
+        }
+        let origin = uri.authority().map_or("", |a| a.as_str()).to_owned();
+        match self.version {
+            HttpVersionPolicy::H3OrTcp => self.raced(tcp, req, &uri, &origin).await,
+            _ => self.advertised(tcp, req, &uri, &origin).await,
+        }
+    }
+
+    /// `auto`: HTTP/3 on the advertised port while the advertisement is fresh; TCP otherwise,
+    /// learning from the response's `Alt-Svc`. An advertised port that cannot be connected
+    /// to is forgotten and the request goes over TCP (nothing was sent yet); one that fails
+    /// later is forgotten too, so the retry goes over TCP.
+    async fn advertised(
+        &self,
+        tcp: &Pool,
+        req: Request<ReqBody>,
+        uri: &Uri,
+        origin: &str,
+    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        if let Some(port) = self.advertised.get(origin, Instant::now()) {
+            match self.checkout(uri, port, req.method().is_idempotent()).await {
+                Ok((live, connect)) => {
+                    let sent = self.exchange(live, connect, req).await;
+                    if sent.is_err() {
+                        self.advertised.forget(origin);
+                    }
+                    return sent;
+                }
+                Err(e) => {
+                    tracing::debug!(origin, error = %e, "advertised http/3 failed; using tcp");
+                    self.advertised.forget(origin);
+                }
+            }
+        }
+        let (res, connect) = tcp.send(req).await?;
+        self.learn(origin, &res);
+        Ok((res, connect))
+    }
+
+    /// Remembers (or forgets) what `res` advertises about HTTP/3 for `origin`.
+    fn learn(&self, origin: &str, res: &Response<PoolBody>) {
+        let Some(value) = res.headers().get(ALT_SVC).and_then(|v| v.to_str().ok()) else {
+            return;
+        };
+        match alt_svc::parse(value) {
+            Some(Advert::H3 { port, max_age }) => {
+                self.advertised.put(origin, port, max_age, Instant::now());
+            }
+            Some(Advert::Clear) => self.advertised.forget(origin),
+            None => {}
+        }
+    }
+
+    /// `h3-or-tcp`: the remembered winner for the origin, or a race of a QUIC handshake with
+    /// a TCP connect; the first to complete carries the request and is remembered. When the
+    /// remembered transport fails to connect, it is forgotten (the next request races again).
+    async fn raced(
+        &self,
+        tcp: &Pool,
+        req: Request<ReqBody>,
+        uri: &Uri,
+        origin: &str,
+    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        let port = uri.port_u16().unwrap_or(443);
+        let now = Instant::now();
+        let began = now;
+        let won = match self.won.get(origin, now) {
+            Some(won) => won,
+            None => {
+                let won = self.race(tcp, uri, port).await?;
+                self.won.put(origin, won, RACE_MEMORY, Instant::now());
+                won
+            }
+        };
+        let raced = began.elapsed();
+        let sent = match won {
+            Won::Quic => match self.checkout(uri, port, req.method().is_idempotent()).await {
+                Ok((live, connect)) => self.exchange(live, connect.max(raced), req).await,
+                Err(e) => Err(e),
+            },
+            Won::Tcp => tcp
+                .send(req)
+                .await
+                .map(|(res, connect)| (res, connect.max(raced))),
+        };
+        if sent.as_ref().is_err_and(failed_to_connect) {
+            self.won.forget(origin);
+        }
+        sent
+    }
+
+    /// Races a QUIC handshake with a TCP connect to the origin of `uri`: the first to
+    /// succeed wins; when one fails, the other decides; when both fail, the last error.
+    async fn race(&self, tcp: &Pool, uri: &Uri, port: u16) -> Result<Won, NetError> {
+        // Nothing goes early on a connection opened by the race.
+        let quic = self.checkout(uri, port, false);
+        let plain = tcp.warm(uri);
+        tokio::pin!(quic, plain);
+        tokio::select! {
+            q = &mut quic => match q {
+                Ok(_) => Ok(Won::Quic),
+                Err(_) => plain.await.map(|()| Won::Tcp),
+            },
+            t = &mut plain => match t {
+                Ok(()) => Ok(Won::Tcp),
+                Err(_) => quic.await.map(|_| Won::Quic),
+            },
+        }
+    }
+}
+
+/// Whether `e` says no connection could be opened (rather than a failure of a request).
+fn failed_to_connect(e: &NetError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Connect
+            | ErrorKind::Tls
+            | ErrorKind::TlsVerify
+            | ErrorKind::Dns
+            | ErrorKind::Timeout(Phase::Connect)
+    )
+}
