@@ -62,8 +62,11 @@ impl Transport {
         req: http::Request<crate::pool::ReqBody>,
     ) -> Result<(http::Response<crate::pool::PoolBody>, Duration), NetError> {
         #[cfg(feature = "http3")]
-        return self.h3.route(&self.pool, req).await;
-        #[cfg(not(feature = "http3"))]
+        if self.h3.may_route(&req) {
+            // Boxed: the routing holds QUIC's handshake and streams, and every plain TCP
+            // request would otherwise carry their size in its future.
+            return Box::pin(self.h3.route(&self.pool, req)).await;
+        }
         self.pool.send(req).await
     }
 }
