@@ -47,6 +47,8 @@ const MAX_ORIGINS: usize = 4096;
 pub(crate) struct Limits {
     /// The QUIC idle timeout: the pool's idle timeout.
     pub(crate) idle: Duration,
+    /// QUIC keep-alive: a PING when nothing was sent for this long (`None`: off).
+    pub(crate) keep_alive: Option<Duration>,
     /// The most bytes of a response head (HTTP/3's `MAX_FIELD_SECTION_SIZE`), as
     /// `max_response_head_bytes` for TCP.
     pub(crate) max_head_bytes: usize,

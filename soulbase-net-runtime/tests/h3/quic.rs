@@ -381,6 +381,41 @@ async fn the_response_head_limit_is_announced_to_the_server() {
 }
 
 #[tokio::test]
+async fn keep_alive_holds_an_idle_connection_past_the_idle_timeout() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(&kit, "/k", Reply::ok("k")).await;
+        // The shortest QUIC idle timeout the client allows (1 s), and 2.5 s idle between two
+        // requests: kept open by keep-alive PINGs, closed by the idle timeout without them.
+        for (keep_alive, connections) in [(Some(Duration::from_millis(200)), 1), (None, 2)] {
+            let mut builder = Client::builder()
+                .policy(policy(&kit, HttpVersionPolicy::H3))
+                .pool_idle_timeout(Duration::from_secs(1));
+            if let Some(every) = keep_alive {
+                builder = builder.pool_keep_alive(every);
+            }
+            let client = builder.build().unwrap();
+            let before = srv.connections();
+            for round in 0..2 {
+                if round > 0 {
+                    tokio::time::sleep(Duration::from_millis(2500)).await;
+                }
+                let res = client.send(NetRequest::get(srv.url("/k"))).await.unwrap();
+                assert_eq!(res.version, Version::HTTP_3);
+                assert_eq!(res.text().await.unwrap(), "k");
+            }
+            assert_eq!(
+                srv.connections() - before,
+                connections,
+                "keep-alive {keep_alive:?}"
+            );
+            assert_eq!(client.connections_opened(), connections);
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_lost_connection_is_retried_for_get_not_for_post() {
     bounded(async {
         let kit = CertKit::new().unwrap();
