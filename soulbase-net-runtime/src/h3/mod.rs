@@ -143,7 +143,7 @@ impl H3Pool {
         let head = stream
             .recv_response()
             .await
-            .map_err(|e| error::on_stream(e, &live))?;
+            .map_err(|e| error::on_response_head(e, &live))?;
         let res = head.map(|()| PoolBody::h3(H3Body::new(stream, live)));
         Ok((res, connect))
     }
