@@ -64,6 +64,8 @@ pub(crate) struct PoolConfig {
     pub(crate) max_idle_per_origin: usize,
     /// A connection older than this takes no new request (`None`: no limit).
     pub(crate) max_lifetime: Option<Duration>,
+    /// HTTP/2 connections are pinged at this interval, idle or not (`None`: never).
+    pub(crate) keep_alive: Option<Duration>,
     /// The most connections open to one origin at once (`limits.per_host_concurrency`).
     pub(crate) per_origin_cap: usize,
     /// Speak HTTP/2 on every connection, without ALPN (`http2_prior_knowledge`).
@@ -104,6 +106,9 @@ struct Origins {
 /// client builds its bodies to it).
 pub(crate) type ReqBody =
     http_body_util::combinators::UnsyncBoxBody<Bytes, soulbase_net_core::BoxError>;
+
+/// The shortest wait for the answer to an HTTP/2 keep-alive PING.
+const KEEP_ALIVE_MIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Origins without connections are pruned once a map holds this many.
 const MAX_ORIGINS: usize = 4096;
@@ -194,6 +199,13 @@ impl Pool {
         let mut h2 = http2::Builder::new(TokioExecutor::new());
         h2.timer(TokioTimer::new())
             .max_header_list_size(u32::try_from(cfg.max_head_bytes).unwrap_or(u32::MAX));
+        if let Some(every) = cfg.keep_alive {
+            // A ping unanswered until the next one is due (at least a second, so that a busy
+            // peer is not taken for a dead one) closes the connection.
+            h2.keep_alive_interval(every)
+                .keep_alive_timeout(every.max(KEEP_ALIVE_MIN_TIMEOUT))
+                .keep_alive_while_idle(true);
+        }
         Pool {
             shared: Arc::new(Shared {
                 connector,

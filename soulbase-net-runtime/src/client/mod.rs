@@ -67,6 +67,7 @@ pub struct ClientBuilder {
     pool_idle_timeout: Duration,
     pool_max_idle_per_host: usize,
     pool_max_lifetime: Option<Duration>,
+    pool_keep_alive: Option<Duration>,
     http2_prior_knowledge: bool,
     decompress: bool,
     max_response_headers: usize,
@@ -178,6 +179,7 @@ impl ClientBuilder {
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 32,
             pool_max_lifetime: None,
+            pool_keep_alive: None,
             http2_prior_knowledge: false,
             decompress: true,
             max_response_headers: transport::HYPER_MAX_HEADERS,
@@ -406,6 +408,37 @@ impl ClientBuilder {
         self
     }
 
+    /// Pings every open pooled connection that can be pinged at this interval, so that it
+    /// survives the idle timeouts of the peer and of middleboxes (NATs, load balancers) in
+    /// between. Zero turns it off. Default is off.
+    ///
+    /// - HTTP/3: a QUIC PING when nothing else was sent for `every` (quinn's
+    ///   `keep_alive_interval`). The QUIC idle timeout is the shorter of the
+    ///   [pool's](Self::pool_idle_timeout) and the server's, so with keep-alive shorter than
+    ///   both, a connection stays open until the server closes it or the client is dropped:
+    ///   the pool idle timeout then no longer closes it.
+    /// - HTTP/2: a PING frame every `every`, idle or not (hyper's `keep_alive_interval` with
+    ///   `keep_alive_while_idle`). A PING unanswered for as long as the interval (at least
+    ///   1 second) closes the connection: the next request opens a new one. The pool still
+    ///   closes an HTTP/2 connection unused for longer than the pool idle timeout.
+    /// - HTTP/1.1 has no ping: its idle connections are not kept alive (they close after the
+    ///   pool idle timeout, or sooner when the server closes them).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let client = soulbase_net_runtime::Client::builder()
+    ///     .pool_keep_alive(Duration::from_secs(15))
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), soulbase_net_core::NetError>(())
+    /// ```
+    pub fn pool_keep_alive(mut self, every: Duration) -> Self {
+        self.pool_keep_alive = (!every.is_zero()).then_some(every);
+        self
+    }
+
     /// Speaks HTTP/2 without negotiation on plain `http` (h2c prior knowledge). Default is
     /// off: HTTP/1.1 on `http`, ALPN (h2 or HTTP/1.1) on `https`.
     pub fn http2_prior_knowledge(mut self, on: bool) -> Self {
@@ -506,6 +539,7 @@ impl ClientBuilder {
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
             pool_max_lifetime: self.pool_max_lifetime,
+            pool_keep_alive: self.pool_keep_alive,
             http2_prior_knowledge: self.http2_prior_knowledge,
             max_response_headers: self.max_response_headers,
             max_response_head_bytes: self.max_response_head_bytes,
@@ -587,6 +621,7 @@ impl fmt::Debug for ClientBuilder {
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
             .field("pool_max_lifetime", &self.pool_max_lifetime)
+            .field("pool_keep_alive", &self.pool_keep_alive)
             .field("http2_prior_knowledge", &self.http2_prior_knowledge)
             .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()

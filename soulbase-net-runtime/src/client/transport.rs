@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     pub(crate) pool_idle_timeout: Duration,
     pub(crate) pool_max_idle_per_host: usize,
     pub(crate) pool_max_lifetime: Option<Duration>,
+    /// Pings pooled HTTP/2 and HTTP/3 connections at this interval (`None`: off).
+    pub(crate) pool_keep_alive: Option<Duration>,
     pub(crate) http2_prior_knowledge: bool,
     pub(crate) max_response_headers: usize,
     pub(crate) max_response_head_bytes: usize,
@@ -261,6 +263,7 @@ impl Transports {
             &s.extra_roots,
             crate::h3::Limits {
                 idle: s.pool_idle_timeout,
+                keep_alive: s.pool_keep_alive,
                 max_head_bytes: s.max_response_head_bytes,
             },
         )?;
@@ -270,6 +273,7 @@ impl Transports {
                 idle_timeout: s.pool_idle_timeout,
                 max_idle_per_origin: s.pool_max_idle_per_host,
                 max_lifetime: s.pool_max_lifetime,
+                keep_alive: s.pool_keep_alive,
                 per_origin_cap: policy.limits.per_host_concurrency as usize,
                 http2_only: s.http2_prior_knowledge,
                 h2_alpn: policy.tls.http2,

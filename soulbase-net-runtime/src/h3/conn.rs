@@ -59,7 +59,7 @@ pub(super) struct Live {
 
 impl Endpoints {
     /// Endpoints speaking QUIC with the TLS of `policy` (TLS 1.3 only, ALPN `h3`), the idle
-    /// timeout and head limit of `limits`; 0-RTT for idempotent requests when `zero_rtt`.
+    /// timeout, keep-alive and head limit of `limits`; 0-RTT for idempotent requests when `zero_rtt`.
     pub(super) fn new(
         policy: &TlsPolicy,
         extra_roots: &[CertificateDer<'static>],
@@ -82,6 +82,7 @@ impl Endpoints {
             NetError::invalid_request("the pool idle timeout is too long for quic").with_source(e)
         })?;
         transport.max_idle_timeout(Some(idle));
+        transport.keep_alive_interval(limits.keep_alive);
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
         config.transport_config(Arc::new(transport));
         Ok(Endpoints {

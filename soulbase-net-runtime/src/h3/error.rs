@@ -1,10 +1,11 @@
 //! QUIC and HTTP/3 failures as [`NetError`]s, with the same kinds and codes as TCP's: a
 //! handshake that times out is `Timeout(Connect)`, a refused certificate `TlsVerify`
 //! (`AUTH.FORBIDDEN`), a connection that cannot be opened `Connect`, one lost after it was
-//! opened `Io` (retried for idempotent requests), and a stream the server refused before
-//! processing it (`H3_REQUEST_REJECTED`, a request sent after GOAWAY, or one still unanswered
-//! when the server closed the connection gracefully with `H3_NO_ERROR`) `Io` marked
-//! [`NotProcessed`], which the retry loop retries whatever the method.
+//! opened `Io` (retried for idempotent requests), a response head over
+//! `max_response_head_bytes` `TooLarge` (see [`on_response_head`]), and a stream the server
+//! refused before processing it (`H3_REQUEST_REJECTED`, a request sent after GOAWAY, or one
+//! still unanswered when the server closed the connection gracefully with `H3_NO_ERROR`) `Io`
+//! marked [`NotProcessed`], which the retry loop retries whatever the method.
 
 use std::fmt;
 
@@ -127,6 +128,29 @@ fn not_processed(why: &'static str) -> NetError {
     NetError::new(ErrorKind::Io)
         .with_message(why)
         .with_source(NotProcessed(why))
+}
+
+/// A request stream on `live` that failed while its response head was awaited: as
+/// [`on_stream`], except that a head over the client's limit is `TooLarge`.
+///
+/// The client announces `max_response_head_bytes` as `SETTINGS_MAX_FIELD_SECTION_SIZE`, so
+/// this is a server that sent a head it had been told is too large (h3 then refuses to decode
+/// it and stops the stream with `H3_REQUEST_CANCELLED`; the connection stays usable). A
+/// server that honours the setting sends no such head: what it does instead (reset the
+/// stream, end it without a head, answer 5xx) is its own choice, and reaches the client as
+/// that failure, which says nothing about the limit.
+pub(super) fn on_response_head(e: StreamError, live: &super::conn::Live) -> NetError {
+    match e {
+        StreamError::HeaderTooBig {
+            actual_size,
+            max_size,
+            ..
+        } => NetError::new(ErrorKind::TooLarge).with_message(format!(
+            "the response head is over the header limits ({actual_size} bytes, \
+             max_response_head_bytes is {max_size})"
+        )),
+        e => on_stream(e, live),
+    }
 }
 
 /// A request stream on `live` that failed; a failure of the connection, or a GOAWAY, retires

@@ -47,6 +47,8 @@ const MAX_ORIGINS: usize = 4096;
 pub(crate) struct Limits {
     /// The QUIC idle timeout: the pool's idle timeout.
     pub(crate) idle: Duration,
+    /// QUIC keep-alive: a PING when nothing was sent for this long (`None`: off).
+    pub(crate) keep_alive: Option<Duration>,
     /// The most bytes of a response head (HTTP/3's `MAX_FIELD_SECTION_SIZE`), as
     /// `max_response_head_bytes` for TCP.
     pub(crate) max_head_bytes: usize,
@@ -141,7 +143,7 @@ impl H3Pool {
         let head = stream
             .recv_response()
             .await
-            .map_err(|e| error::on_stream(e, &live))?;
+            .map_err(|e| error::on_response_head(e, &live))?;
         let res = head.map(|()| PoolBody::h3(H3Body::new(stream, live)));
         Ok((res, connect))
     }

@@ -8,6 +8,7 @@ mod body;
 mod cap;
 mod dns;
 mod guard;
+mod keep_alive;
 mod limits;
 mod metrics;
 mod pool;

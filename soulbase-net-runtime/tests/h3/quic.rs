@@ -362,7 +362,9 @@ async fn the_response_head_limit_is_announced_to_the_server() {
         let mut p = policy(&kit, HttpVersionPolicy::H3);
         p.retry.enabled = false;
         // The default 64 KiB limit goes to the server as SETTINGS_MAX_FIELD_SECTION_SIZE: it
-        // cannot send this head, and the request fails without it.
+        // cannot send this head, and ends the stream without one. All the client sees is a
+        // stream that ended without a response (h3 closes the connection with
+        // H3_FRAME_UNEXPECTED), which says nothing about the limit: `Io`.
         let err = client(p.clone())
             .send(NetRequest::get(srv.url("/h")))
             .await
@@ -376,6 +378,84 @@ async fn the_response_head_limit_is_announced_to_the_server() {
             .unwrap();
         let res = roomy.send(NetRequest::get(srv.url("/h"))).await.unwrap();
         assert_eq!(res.status, 200);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_response_head_over_the_limit_is_too_large() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        // A server that sends the head although the client announced a smaller limit.
+        let srv = h3_server(&kit)
+            .h3_ignore_header_limit()
+            .route("/h", Reply::ok("h").huge_header(100 * 1024))
+            .route("/ok", Reply::ok("ok"))
+            .start()
+            .await
+            .unwrap();
+        let mut p = policy(&kit, HttpVersionPolicy::H3);
+        p.retry.enabled = false;
+        let client = client(p.clone());
+        let err = client
+            .send(NetRequest::get(srv.url("/h")))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TooLarge, "{err:?}");
+        let message = err.message().unwrap();
+        assert!(message.contains("response head"), "{message}");
+        assert!(
+            message.contains("max_response_head_bytes is 65536"),
+            "{message}"
+        );
+        // Only that stream was refused: the connection serves the next request.
+        let res = client.send(NetRequest::get(srv.url("/ok"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "ok");
+        assert_eq!(srv.connections(), 1);
+        // With a limit above the head, the same response comes through.
+        let roomy = Client::builder()
+            .policy(p)
+            .max_response_head_bytes(256 * 1024)
+            .build()
+            .unwrap();
+        let res = roomy.send(NetRequest::get(srv.url("/h"))).await.unwrap();
+        assert_eq!(res.status, 200);
+        assert_eq!(res.text().await.unwrap(), "h");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn keep_alive_holds_an_idle_connection_past_the_idle_timeout() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(&kit, "/k", Reply::ok("k")).await;
+        // The shortest QUIC idle timeout the client allows (1 s), and 2.5 s idle between two
+        // requests: kept open by keep-alive PINGs, closed by the idle timeout without them.
+        for (keep_alive, connections) in [(Some(Duration::from_millis(200)), 1), (None, 2)] {
+            let mut builder = Client::builder()
+                .policy(policy(&kit, HttpVersionPolicy::H3))
+                .pool_idle_timeout(Duration::from_secs(1));
+            if let Some(every) = keep_alive {
+                builder = builder.pool_keep_alive(every);
+            }
+            let client = builder.build().unwrap();
+            let before = srv.connections();
+            for round in 0..2 {
+                if round > 0 {
+                    tokio::time::sleep(Duration::from_millis(2500)).await;
+                }
+                let res = client.send(NetRequest::get(srv.url("/k"))).await.unwrap();
+                assert_eq!(res.version, Version::HTTP_3);
+                assert_eq!(res.text().await.unwrap(), "k");
+            }
+            assert_eq!(
+                srv.connections() - before,
+                connections,
+                "keep-alive {keep_alive:?}"
+            );
+            assert_eq!(client.connections_opened(), connections);
+        }
     })
     .await;
 }

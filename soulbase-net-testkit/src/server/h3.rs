@@ -9,7 +9,10 @@
 //! [`FaultServer::drop_udp_for`](super::FaultServer::drop_udp_for) drops every packet that
 //! arrives for a while (a client's handshake then times out);
 //! [`FaultServer::h3_goaway`](super::FaultServer::h3_goaway) makes the open connections send
-//! GOAWAY and end once their requests have.
+//! GOAWAY and end once their requests have;
+//! [`FaultServerBuilder::h3_ignore_header_limit`](super::FaultServerBuilder::h3_ignore_header_limit)
+//! sends response heads over the size the client announced (by default a head too large for
+//! the client is not sent, and the stream ends without one).
 //!
 //! Never touches the TCP side: the two share only the routes, the counters and the request
 //! log ([`Shared`]).
@@ -34,6 +37,7 @@ use tokio::time::Instant;
 
 use super::body::FaultBody;
 use super::conn::ConnCtl;
+use super::h3_settings::Conn;
 use super::reply::{Abort, Action};
 use super::serve::{answer, Kept, OpenConn, Shared};
 
@@ -92,6 +96,7 @@ pub(super) async fn accept_loop(
     endpoint: quinn::Endpoint,
     shared: Arc<Shared>,
     goaway: tokio::sync::watch::Sender<u64>,
+    hide_header_limit: bool,
 ) {
     let mut conns = JoinSet::new();
     loop {
@@ -100,7 +105,7 @@ pub(super) async fn accept_loop(
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
                     let open = OpenConn::new(shared.clone());
-                    conns.spawn(serve_conn(incoming, open, goaway.subscribe()));
+                    conns.spawn(serve_conn(incoming, open, goaway.subscribe(), hide_header_limit));
                 }
                 None => break,
             },
@@ -128,6 +133,7 @@ async fn serve_conn(
     incoming: quinn::Incoming,
     open: OpenConn,
     mut goaway: tokio::sync::watch::Receiver<u64>,
+    hide_header_limit: bool,
 ) {
     // Only a GOAWAY asked for after this connection arrived concerns it.
     goaway.borrow_and_update();
@@ -139,7 +145,7 @@ async fn serve_conn(
         + 1;
     let ctl = Arc::new(ConnCtl::new(id));
     let Ok(mut h3) = h3::server::builder()
-        .build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()))
+        .build::<_, Bytes>(Conn::new(conn.clone(), hide_header_limit))
         .await
     else {
         return;
@@ -183,7 +189,7 @@ async fn serve_conn(
     streams.abort_all();
 }
 
-type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+type Resolver = h3::server::RequestResolver<Conn, Bytes>;
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 
 async fn serve_stream(resolver: Resolver, shared: Arc<Shared>, ctl: Arc<ConnCtl>) {

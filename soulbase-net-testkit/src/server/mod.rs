@@ -10,6 +10,8 @@ mod forward;
 mod gate;
 #[cfg(feature = "http3")]
 mod h3;
+#[cfg(feature = "http3")]
+mod h3_settings;
 mod mock;
 mod reply;
 mod script;
@@ -75,6 +77,8 @@ pub struct FaultServerBuilder {
     blackhole: bool,
     #[cfg(feature = "http3")]
     http3: bool,
+    #[cfg(feature = "http3")]
+    h3_ignore_header_limit: bool,
     alt_svc: bool,
 }
 
@@ -103,6 +107,8 @@ impl Default for FaultServerBuilder {
             blackhole: false,
             #[cfg(feature = "http3")]
             http3: false,
+            #[cfg(feature = "http3")]
+            h3_ignore_header_limit: false,
             alt_svc: false,
         }
     }
@@ -290,6 +296,18 @@ impl FaultServerBuilder {
         self
     }
 
+    /// Over HTTP/3, ignores the client's `SETTINGS_MAX_FIELD_SECTION_SIZE`: a response head
+    /// over the size the client announced is sent all the same (by default it is not: h3
+    /// refuses to, as RFC 9114 §4.2.2 asks, and the server ends the stream without a head),
+    /// so that a test reaches the
+    /// client's own check of the head's size, as against a server that does not honour the
+    /// setting. Default is off.
+    #[cfg(feature = "http3")]
+    pub fn h3_ignore_header_limit(mut self) -> Self {
+        self.h3_ignore_header_limit = true;
+        self
+    }
+
     /// Advertises the HTTP/3 port on every response with `Alt-Svc: h3=":<port>"; ma=86400`
     /// (a reply that sets its own `Alt-Svc` keeps it). Default is off.
     pub fn alt_svc(mut self) -> Self {
@@ -381,8 +399,12 @@ impl FaultServerBuilder {
         #[cfg(feature = "http3")]
         let (task, h3) = match h3 {
             Some(side) => {
-                let udp =
-                    h3::accept_loop(side.endpoint.clone(), shared.clone(), side.goaway.clone());
+                let udp = h3::accept_loop(
+                    side.endpoint.clone(),
+                    shared.clone(),
+                    side.goaway.clone(),
+                    self.h3_ignore_header_limit,
+                );
                 let task = tokio::spawn(async move {
                     tokio::join!(tcp, udp);
                 });
