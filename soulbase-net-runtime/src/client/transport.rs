@@ -64,10 +64,20 @@ impl Transport {
         req: http::Request<crate::pool::ReqBody>,
     ) -> Result<(http::Response<crate::pool::PoolBody>, Duration), NetError> {
         #[cfg(feature = "http3")]
-        if self.h3.may_route(&req) {
-            // Boxed: the routing holds QUIC's handshake and streams, and every plain TCP
-            // request would otherwise carry their size in its future.
-            return Box::pin(self.h3.route(&self.pool, req)).await;
+        match self.h3.way(&req) {
+            crate::h3::Way::Route => {
+                // Boxed: the routing holds QUIC's handshake and streams, and every TCP
+                // request would otherwise carry their size in its future.
+                return Box::pin(self.h3.route(&self.pool, req)).await;
+            }
+            crate::h3::Way::TcpLearning => {
+                let authority = req.uri().authority().cloned();
+                let (res, connect) = self.pool.send(req).await?;
+                let origin = authority.as_ref().map_or("", |a| a.as_str());
+                self.h3.learn(origin, &res);
+                return Ok((res, connect));
+            }
+            crate::h3::Way::Tcp => {}
         }
         self.pool.send(req).await
     }

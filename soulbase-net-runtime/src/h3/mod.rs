@@ -37,6 +37,7 @@ use self::alt_svc::Memory;
 pub(crate) use self::body::H3Body;
 use self::conn::{Endpoints, Live};
 pub(crate) use self::error::NotProcessed;
+pub(crate) use self::route::Way;
 use self::route::Won;
 
 /// Origins remembered at most; past this, closed connections are forgotten.

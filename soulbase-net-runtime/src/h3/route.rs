@@ -17,6 +17,17 @@ use crate::pool::{Pool, PoolBody, ReqBody};
 /// How long the winner of a race is remembered for its origin.
 const RACE_MEMORY: Duration = Duration::from_secs(3600);
 
+/// Which way a request goes (see [`H3Pool::way`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Way {
+    /// Over the TCP pool, nothing to learn.
+    Tcp,
+    /// Over the TCP pool, then [`H3Pool::learn`] from the response (`auto`, nothing advertised).
+    TcpLearning,
+    /// Through [`H3Pool::route`]: HTTP/3, the race, or an advertised port.
+    Route,
+}
+
 /// The winner of an origin's `h3-or-tcp` race.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Won {
@@ -25,30 +36,43 @@ pub(crate) enum Won {
 }
 
 impl H3Pool {
-    /// Whether `req` may go over HTTP/3 at all: always under `h3`; under `auto` and
-    /// `h3-or-tcp` an `https` request that no proxy carries. Anything else goes straight to
-    /// the TCP pool, without the routing (one check, no copy of the URI).
-    pub(crate) fn may_route<B>(&self, req: &Request<B>) -> bool {
-        self.version == HttpVersionPolicy::H3
-            || (req.uri().scheme_str() == Some("https") && !self.connector.proxied(req.uri()))
+    /// Which way `req` goes, decided once and without copying anything: under `h3` always
+    /// the routing; plain `http`, or a request a proxy carries, TCP whatever was advertised;
+    /// under `h3-or-tcp` the routing (the race or its remembered winner); under `auto` the
+    /// routing only while the origin's advertisement is fresh, else TCP, learning from the
+    /// response's `Alt-Svc` ([`H3Pool::learn`]). The common cases never enter the routing.
+    pub(crate) fn way<B>(&self, req: &Request<B>) -> Way {
+        let uri = req.uri();
+        if self.version == HttpVersionPolicy::H3 {
+            return Way::Route;
+        }
+        if uri.scheme_str() != Some("https") || self.connector.proxied(uri) {
+            return Way::Tcp;
+        }
+        if self.version == HttpVersionPolicy::H3OrTcp {
+            return Way::Route;
+        }
+        let origin = uri.authority().map_or("", |a| a.as_str());
+        match self.advertised.get(origin, Instant::now()) {
+            Some(_) => Way::Route,
+            None => Way::TcpLearning,
+        }
     }
 
-    /// Sends `req` over HTTP/3 or over `tcp`, as the policy's `http.version` says.
+    /// Sends `req` over HTTP/3 or over `tcp`, as the policy's `http.version` says, for a
+    /// request whose [`H3Pool::way`] is [`Way::Route`].
     pub(crate) async fn route(
         &self,
         tcp: &Pool,
         req: Request<ReqBody>,
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
         let uri = req.uri().clone();
-        let port = uri.port_u16().unwrap_or(443);
-        let early = req.method().is_idempotent();
         if self.version == HttpVersionPolicy::H3 {
-            let (live, connect) = self.checkout(&uri, port, early).await?;
+            let port = uri.port_u16().unwrap_or(443);
+            let (live, connect) = self
+                .checkout(&uri, port, req.method().is_idempotent())
+                .await?;
             return self.exchange(live, connect, req).await;
-        }
-        // Plain `http`, or a request a proxy carries: TCP, whatever was advertised.
-        if uri.scheme_str() != Some("https") || self.connector.proxied(&uri) {
-            return tcp.send(req).await;
         }
         let origin = uri.authority().map_or("", |a| a.as_str()).to_owned();
         match self.version {
@@ -89,7 +113,7 @@ impl H3Pool {
     }
 
     /// Remembers (or forgets) what `res` advertises about HTTP/3 for `origin`.
-    fn learn(&self, origin: &str, res: &Response<PoolBody>) {
+    pub(crate) fn learn(&self, origin: &str, res: &Response<PoolBody>) {
         let Some(value) = res.headers().get(ALT_SVC).and_then(|v| v.to_str().ok()) else {
             return;
         };
