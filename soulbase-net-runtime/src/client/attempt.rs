@@ -280,6 +280,10 @@ impl Inner {
 /// show it), `http.request.resend_count` from the second attempt on; at its end
 /// `http.response.status_code`, `error.type` and the error status (see `record_outcome`).
 fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Span {
+    // Nothing takes INFO spans: nothing to build (see `request_span`).
+    if !tracing::level_enabled!(tracing::Level::INFO) {
+        return Span::none();
+    }
     let method = call.labels.method.as_str();
     let span = tracing::info_span!(
         "http.client.attempt",

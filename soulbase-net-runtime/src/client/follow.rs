@@ -21,13 +21,15 @@ impl Inner {
     /// to another host goes under that host's policy (its transport — TLS settings and pins,
     /// proxy, guard, allow-list —, its retry, breaker and size limits, and a slot under its
     /// concurrency and rate limits for the hop); the redirect rules, the timeouts and
-    /// deadline, the retry budget and the tenant's slot stay the call's.
+    /// deadline, the retry budget and the tenant's slot stay the call's. `keep`, when given,
+    /// gets a copy of the request and its URL just before the first redirect changes them.
     pub(super) async fn follow(
         &self,
         req: &mut NetRequest,
         mut url: Url,
         call: &Call<'_>,
         attempts: &mut Attempts,
+        mut keep: Option<&mut Option<Box<(NetRequest, Url)>>>,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
         // Only retries and hedges spend from the budget: without either, nothing is kept.
@@ -85,6 +87,10 @@ impl Inner {
                 location: &shown,
             });
             drop(res);
+            // The request is about to change: the caller wants it as it was (see `run`).
+            if let Some(slot) = keep.take() {
+                *slot = req.try_clone().map(|r| Box::new((r, url.clone())));
+            }
             redirects.prepare_headers(&follow, &mut req.headers, &policy.security.strip_headers);
             req.method = follow.method.clone();
             if !follow.keep_body {

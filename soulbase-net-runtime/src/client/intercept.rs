@@ -21,10 +21,10 @@ impl Inner {
         url: Url,
         call: &Call<'_>,
     ) -> Result<NetResponse, NetError> {
-        // What `before` may change that the parsed URL depends on; without interceptors
-        // nothing can, and the URL parsed by `send` stands.
-        let target =
-            (!self.interceptors.before.is_empty()).then(|| (req.url.clone(), req.query.clone()));
+        // What `before` may change that the parsed URL depends on, as a fingerprint (a
+        // copy of the URL would cost an allocation per call); without interceptors nothing
+        // can, and the URL parsed by `send` stands.
+        let target = (!self.interceptors.before.is_empty()).then(|| target_of(req));
         for interceptor in &self.interceptors.before {
             if let Err(e) = interceptor.before(req).await {
                 return Err(self.after_error(req, e).await);
@@ -33,7 +33,7 @@ impl Inner {
         record_trace(req);
         let prepared = prepare_body(req).and_then(|()| {
             let url = match target {
-                Some((u, q)) if u != req.url || q != req.query => req.validate(u64::MAX)?,
+                Some(before) if before != target_of(req) => req.validate(u64::MAX)?,
                 Some(_) => {
                     req.check_headers()?;
                     url
@@ -64,29 +64,53 @@ impl Inner {
         let mut attempts = Attempts::default();
         // A resend starts from the request as the caller built it (after `before`), not from
         // the last redirect hop's (which may have turned a POST into a GET, dropped the body
-        // or stripped credentials): kept only when an interceptor may ask for a resend.
-        // Boxed, as the resend below: both are rare, and what the call's future holds across
-        // its attempts is copied with it on every call.
-        let original = if self.interceptors.should_resend.is_empty() {
-            None
-        } else {
-            req.try_clone().map(|r| Box::new((r, url.clone())))
-        };
-        let mut result = self.follow(req, url, call, &mut attempts).await;
-        if let (Ok(res), Some(mut original)) = (&mut result, original) {
+        // or stripped credentials). Only when an interceptor may ask for one, and the body
+        // can be sent again. Copied lazily: `follow` keeps a copy the first time a redirect
+        // is about to change the request; without a redirect the request is still the
+        // caller's (the attempts change only per-attempt headers, which `on_attempt` sets
+        // again on the resend's attempts), and no copy is made. Boxed, as the resend below:
+        // both are rare, and what the call's future holds is copied with it on every call.
+        let resendable = !self.interceptors.should_resend.is_empty() && req.body.is_replayable();
+        let mut original: Option<Box<(NetRequest, Url)>> = None;
+        let mut result = self
+            .follow(
+                req,
+                url,
+                call,
+                &mut attempts,
+                resendable.then_some(&mut original),
+            )
+            .await;
+        if let (Ok(res), true) = (&mut result, resendable) {
             let mut resend = false;
+            let to_resend = match original.as_deref_mut() {
+                Some((original, _)) => original,
+                None => &mut *req,
+            };
             for interceptor in &self.interceptors.should_resend {
-                if interceptor.should_resend(&mut original.0, res).await {
+                if interceptor.should_resend(to_resend, res).await {
                     resend = true;
                     break;
                 }
             }
             if resend {
                 drop(result);
-                let (original, url) = *original;
-                *req = original;
-                attempts.this_send = 0;
-                result = Box::pin(self.follow(req, url, call, &mut attempts)).await;
+                let url = match original {
+                    Some(original) => {
+                        let (original, url) = *original;
+                        *req = original;
+                        Ok(url)
+                    }
+                    // The request's own URL, parsed again (it was moved into the first send).
+                    None => req.validate(u64::MAX),
+                };
+                result = match url {
+                    Ok(url) => {
+                        attempts.this_send = 0;
+                        Box::pin(self.follow(req, url, call, &mut attempts, None)).await
+                    }
+                    Err(e) => Err(e),
+                };
             }
         }
         match result {
@@ -101,6 +125,18 @@ impl Inner {
             Err(e) => Err(self.after_error(req, e).await),
         }
     }
+}
+
+/// A fingerprint of what the request's URL is made of (its URL and query pairs), to see
+/// whether `before` interceptors changed it without keeping a copy. 64 bits of foldhash: a
+/// change that keeps the fingerprint would have to be built for it, and interceptors are the
+/// client's own code.
+fn target_of(req: &NetRequest) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    req.url.hash(&mut h);
+    req.query.hash(&mut h);
+    h.finish()
 }
 
 /// Gives an idempotent POST or PATCH an `Idempotency-Key` when it has none, so that every

@@ -186,6 +186,8 @@ impl Inner {
             // The call runs inside its span (a child of the caller's), so whatever it logs —
             // here, in interceptors, in observers — is the span's.
             let span = request_span(&req, &url, &call);
+            // The span the outcome is recorded on (a clone of a disabled span is free).
+            let recorded = span.clone();
             let result = async {
                 self.observer
                     .on_event(&NetEvent::RequestStarted { req: call.info() });
@@ -294,7 +296,7 @@ impl Inner {
                     elapsed,
                     version: result.as_ref().ok().map(|res| res.version),
                 });
-                record_outcome(&Span::current(), &outcome, attempts);
+                record_outcome(&recorded, &outcome, attempts);
                 result
             }
             .instrument(span)
@@ -433,6 +435,12 @@ impl Inner {
 /// interceptor set one. Exported through OpenTelemetry it is an INTERNAL span (the logical
 /// call); its attempts are the CLIENT spans, one per request on the wire (`attempt_span`).
 fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
+    // No subscriber takes INFO spans: nothing to build. (Checked before the macro: with
+    // `tracing`'s `log` bridge compiled in, a disabled span still evaluates and formats its
+    // fields for `log`, a few hundred instructions per call.)
+    if !tracing::level_enabled!(tracing::Level::INFO) {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         "http.client.request",
         otel.kind = "internal",
@@ -494,6 +502,9 @@ pub(super) fn record_outcome(span: &Span, outcome: &Outcome, attempts: u32) {
 /// Records the trace the request is sent in (its `traceparent`, W3C: `00-<trace>-<span>-<flags>`)
 /// on the current span, so that a log of the span can be found from the upstream's trace.
 pub(super) fn record_trace(req: &NetRequest) {
+    if !tracing::level_enabled!(tracing::Level::INFO) {
+        return;
+    }
     let span = Span::current();
     if span.is_disabled() {
         return;

@@ -279,8 +279,9 @@ impl Interceptor for Hooks {
     }
 }
 
-#[tokio::test]
-async fn interceptors_can_answer_without_sending_and_ask_for_one_resend() {
+/// A server with `/cached` (never reached when `Hooks` answers), `/auth` (401 once, then
+/// 200) and `/always401`; a client running `Hooks`.
+async fn resend_setup() -> (FaultServer, Arc<Hooks>, crate::support::Harness) {
     let srv = FaultServer::http1()
         .route("/cached", Reply::ok("origin"))
         .route(
@@ -297,6 +298,12 @@ async fn interceptors_can_answer_without_sending_and_ask_for_one_resend() {
         resends: std::sync::atomic::AtomicU32::new(0),
     });
     let h = harness_with(loopback_policy(), |b| b.interceptors(vec![hooks.clone()]));
+    (srv, hooks, h)
+}
+
+#[tokio::test]
+async fn interceptors_can_answer_without_sending_and_ask_for_one_resend() {
+    let (srv, _hooks, h) = resend_setup().await;
     let res = h
         .client
         .send(NetRequest::get(srv.url("/cached")))
@@ -330,6 +337,41 @@ async fn interceptors_can_answer_without_sending_and_ask_for_one_resend() {
         .unwrap();
     assert_eq!(res.status, 401);
     assert_eq!(srv.hits("/always401"), 2);
+    srv.join().await;
+}
+
+/// A resend without a redirect sends the caller's request again, body included; a request
+/// whose body is a stream is never resent (it cannot be sent twice).
+#[tokio::test]
+async fn a_resend_sends_the_body_again_and_a_stream_is_never_resent() {
+    let (srv, hooks, h) = resend_setup().await;
+    let res = h
+        .client
+        .send(NetRequest::post(srv.url("/auth")).body("the payload"))
+        .await
+        .unwrap();
+    assert_eq!(res.text().await.unwrap(), "welcome");
+    let seen = srv.requests("/auth");
+    assert_eq!(seen.len(), 2);
+    for sent in &seen {
+        assert_eq!(sent.body, "the payload".as_bytes());
+    }
+    assert_eq!(seen[0].header("authorization"), None);
+    assert_eq!(seen[1].header("authorization"), Some("Bearer fresh"));
+
+    let stream = http_body_util::Full::new(bytes::Bytes::from_static(b"once"));
+    let res = h
+        .client
+        .send(NetRequest::post(srv.url("/always401")).body(soulbase_net_core::Body::stream(stream)))
+        .await
+        .unwrap();
+    assert_eq!(res.status, 401);
+    assert_eq!(srv.hits("/always401"), 1);
+    assert_eq!(
+        hooks.resends.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "asked once (for /auth); never for the stream"
+    );
     srv.join().await;
 }
 

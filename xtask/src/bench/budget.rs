@@ -115,7 +115,7 @@ pub(crate) fn write(path: &Path, doc: &Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::clients::CLIENTS;
+    use crate::bench::clients::INSTRUCTION_CLIENTS;
 
     #[test]
     fn over_three_percent_or_without_a_budget_fails() {
@@ -153,7 +153,7 @@ mod tests {
     fn the_checked_in_budget_covers_every_client() {
         let budget = read(&crate::project_root().join(BUDGET_FILE)).unwrap();
         for profile in ["release", "debug"] {
-            for kind in CLIENTS {
+            for kind in INSTRUCTION_CLIENTS {
                 let b = budget["instructions_per_request"][profile][kind.key()].as_f64();
                 assert!(
                     b.is_some_and(|b| b > 1000.0),

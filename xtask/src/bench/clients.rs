@@ -46,11 +46,32 @@ pub(crate) enum Kind {
     SoulbaseMin,
     /// soulbase-net with everything a production service runs (see [`full_policy`]).
     SoulbaseFull,
+    /// soulbase-net minimal with [`NOOP_INTERCEPTORS`] interceptors that implement no hook
+    /// themselves (every hook declared, each the trait's default): what a hook costs
+    /// (`bench --instructions` only).
+    SoulbaseHooks,
     /// soulbase-net full over HTTP/2 with TLS (`bench --h3`).
     SoulbaseH2,
     /// soulbase-net full over HTTP/3 (`http.version = "h3"`, `bench --h3`).
     SoulbaseH3,
 }
+
+/// The clients `bench --instructions` counts: those of the rounds, and the minimal client
+/// with [`NOOP_INTERCEPTORS`] interceptors that do nothing, which prices a hook.
+pub(crate) const INSTRUCTION_CLIENTS: [Kind; 5] = [
+    Kind::Hyper,
+    Kind::Reqwest,
+    Kind::SoulbaseMin,
+    Kind::SoulbaseFull,
+    Kind::SoulbaseHooks,
+];
+
+/// How many no-op interceptors [`Kind::SoulbaseHooks`] runs.
+pub(crate) const NOOP_INTERCEPTORS: usize = 4;
+
+/// The hooks an interceptor declaring every hook has called on a request answered at the
+/// first attempt: `before`, `respond`, `on_attempt`, `should_resend`, `after`.
+pub(crate) const HOOKS_PER_REQUEST: usize = 5;
 
 /// The clients of `bench --h3`, in the order they take turns.
 pub(crate) const H3_CLIENTS: [Kind; 2] = [Kind::SoulbaseH2, Kind::SoulbaseH3];
@@ -63,6 +84,7 @@ impl Kind {
             Kind::Reqwest => "reqwest",
             Kind::SoulbaseMin => "soulbase_min",
             Kind::SoulbaseFull => "soulbase_full",
+            Kind::SoulbaseHooks => "soulbase_hooks",
             Kind::SoulbaseH2 => "soulbase_h2",
             Kind::SoulbaseH3 => "soulbase_h3",
         }
@@ -75,6 +97,7 @@ impl Kind {
             Kind::Reqwest => "reqwest",
             Kind::SoulbaseMin => "soulbase-net minimal",
             Kind::SoulbaseFull => "soulbase-net full",
+            Kind::SoulbaseHooks => "soulbase-net minimal + 4 no-op interceptors",
             Kind::SoulbaseH2 => "soulbase-net HTTP/2+TLS",
             Kind::SoulbaseH3 => "soulbase-net HTTP/3",
         }
@@ -82,7 +105,7 @@ impl Kind {
 
     /// The client named `key`.
     pub(crate) fn parse(key: &str) -> Option<Kind> {
-        CLIENTS
+        INSTRUCTION_CLIENTS
             .into_iter()
             .chain(H3_CLIENTS)
             .find(|k| k.key() == key)
@@ -167,7 +190,11 @@ impl BenchClient {
                 Inner::Reqwest(b.build().map_err(|e| format!("bench: reqwest: {e}"))?)
             }
             (
-                Kind::SoulbaseMin | Kind::SoulbaseFull | Kind::SoulbaseH2 | Kind::SoulbaseH3,
+                Kind::SoulbaseMin
+                | Kind::SoulbaseFull
+                | Kind::SoulbaseHooks
+                | Kind::SoulbaseH2
+                | Kind::SoulbaseH3,
                 proto,
             ) => Inner::Soulbase(soulbase(kind, proto, callers, &targets)?),
         };
@@ -277,7 +304,7 @@ async fn h2_connection(
 }
 
 fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Result<Client, String> {
-    let mut policy = if kind == Kind::SoulbaseMin {
+    let mut policy = if matches!(kind, Kind::SoulbaseMin | Kind::SoulbaseHooks) {
         minimal_policy(callers)
     } else {
         full_policy(callers)
@@ -301,7 +328,11 @@ fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Resu
     if let Some(root) = &targets.root {
         builder = builder.add_root_certificate(root.clone());
     }
-    if kind != Kind::SoulbaseMin {
+    if kind == Kind::SoulbaseHooks {
+        for _ in 0..NOOP_INTERCEPTORS {
+            builder = builder.interceptor(Noop);
+        }
+    } else if kind != Kind::SoulbaseMin {
         // What a service runs in production: trace context and metrics too.
         builder = builder
             .interceptor(soulbase_net_interceptors::TraceUa::new())
@@ -311,6 +342,12 @@ fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Resu
         .build()
         .map_err(|e| format!("bench: soulbase-net client: {e}"))
 }
+
+/// An interceptor that implements nothing: every hook is declared (the default `hooks()`)
+/// and each is the trait's default, so the client pays for calling it and nothing else.
+struct Noop;
+
+impl soulbase_net_core::Interceptor for Noop {}
 
 /// The common part: the guard on with only loopback granted, DNS kept on loopback, and
 /// concurrency limits that never bind at `callers`.

@@ -32,7 +32,9 @@ use std::{
 
 use super::{
     budget,
-    clients::{BenchClient, Kind, Targets, CLIENTS},
+    clients::{
+        BenchClient, Kind, Targets, HOOKS_PER_REQUEST, INSTRUCTION_CLIENTS, NOOP_INTERCEPTORS,
+    },
     scenario::{Proto, Scenario},
     server::{Listener, ServerProcess},
 };
@@ -61,7 +63,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         update: false,
         proto: Proto::H1,
         requests: REQUESTS,
-        clients: CLIENTS.to_vec(),
+        clients: INSTRUCTION_CLIENTS.to_vec(),
         budget: crate::project_root().join(budget::BUDGET_FILE),
     };
     let mut it = args.iter();
@@ -150,6 +152,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     drop(server);
     let verdicts = budget::judge(&measured, &old, profile);
     budget::print_table(&verdicts, opts.update);
+    if let Some(hook) = hook_cost(&measured) {
+        println!(
+            "a no-op interceptor hook: {hook:.0} instructions ({NOOP_INTERCEPTORS} interceptors \
+             × {HOOKS_PER_REQUEST} hooks per request over the minimal client)"
+        );
+    }
     if opts.update {
         budget::write(
             &opts.budget,
@@ -177,6 +185,14 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             over.join(", ")
         ))
     }
+}
+
+/// What one no-op hook costs: the minimal client with no-op interceptors against the
+/// minimal client, per hook called; when both were counted.
+fn hook_cost(measured: &[(Kind, f64)]) -> Option<f64> {
+    let of = |kind| measured.iter().find(|(k, _)| *k == kind).map(|(_, m)| *m);
+    let (hooks, min) = (of(Kind::SoulbaseHooks)?, of(Kind::SoulbaseMin)?);
+    Some((hooks - min) / (NOOP_INTERCEPTORS * HOOKS_PER_REQUEST) as f64)
 }
 
 /// A private copy of this program for valgrind to run: valgrind needs a path, and a build
