@@ -221,67 +221,82 @@ impl Pool {
 
     /// Sends `req` (absolute URI) on a pooled or new connection. Returns the response and how
     /// long opening a connection for it took (zero when it used a pooled one).
-    pub(crate) async fn send(
+    ///
+    /// Not an `async fn`: its future would hold the request twice (as the argument and as
+    /// the local it is moved into), and the request's 240 bytes would be in every caller's
+    /// future too; an `async move` block uses the captured request in place.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice (see above)"
+    )]
+    pub(crate) fn send(
         &self,
         mut req: Request<ReqBody>,
-    ) -> Result<(Response<PoolBody>, Duration), NetError> {
-        let shared = &self.shared;
-        let origin = shared.origin(req.uri())?;
-        let mut stale = 0;
-        loop {
-            let (sender, opened) = shared.checkout(&origin, req.uri()).await?;
-            let reused = opened.is_none();
-            let connect = opened.unwrap_or_default();
-            let back = match sender {
-                Sender::H1 {
-                    mut tx,
-                    proxied,
-                    born,
-                } => {
-                    req.headers_mut()
-                        .entry(HOST)
-                        .or_insert_with(|| origin.host.clone());
-                    let absolute = (!proxied).then(|| origin_form(req.uri_mut())).transpose()?;
-                    match tx.try_send_request(req).await {
-                        Ok(res) if head_len(&res) > shared.cfg.max_head_bytes => {
-                            // Dropped unread: hyper closes the connection.
-                            return Err(NetError::new(soulbase_net_core::ErrorKind::TooLarge)
-                                .with_message("the response head is over the header limits"));
+    ) -> impl Future<Output = Result<(Response<PoolBody>, Duration), NetError>> + Send + '_ {
+        async move {
+            let shared = &self.shared;
+            let origin = shared.origin(req.uri())?;
+            let mut stale = 0;
+            loop {
+                let (sender, opened) = shared.checkout(&origin, req.uri()).await?;
+                let reused = opened.is_none();
+                let connect = opened.unwrap_or_default();
+                let back = match sender {
+                    Sender::H1 {
+                        mut tx,
+                        proxied,
+                        born,
+                    } => {
+                        req.headers_mut()
+                            .entry(HOST)
+                            .or_insert_with(|| origin.host.clone());
+                        // The absolute form is not kept beside the request (this future would
+                        // carry it on every request): the rare resend below builds it again.
+                        if !proxied {
+                            origin_form(req.uri_mut())?;
                         }
-                        Ok(res) => {
-                            let back = GiveBack {
-                                shared: shared.clone(),
-                                origin: origin.clone(),
-                                tx,
-                                proxied,
-                                born,
-                            };
-                            return Ok((PoolBody::wrap(res, Some(back)), connect));
-                        }
-                        Err(mut e) => match (e.take_message(), absolute) {
-                            (Some(mut unsent), absolute) if reused && stale < MAX_STALE => {
-                                if let Some(uri) = absolute {
-                                    *unsent.uri_mut() = uri;
-                                }
-                                unsent
+                        match tx.try_send_request(req).await {
+                            Ok(res) if head_len(&res) > shared.cfg.max_head_bytes => {
+                                // Dropped unread: hyper closes the connection.
+                                return Err(NetError::new(soulbase_net_core::ErrorKind::TooLarge)
+                                    .with_message("the response head is over the header limits"));
                             }
+                            Ok(res) => {
+                                let back = GiveBack {
+                                    shared: shared.clone(),
+                                    origin: origin.clone(),
+                                    tx,
+                                    proxied,
+                                    born,
+                                };
+                                return Ok((PoolBody::wrap(res, Some(back)), connect));
+                            }
+                            Err(mut e) => match e.take_message() {
+                                Some(mut unsent) if reused && stale < MAX_STALE => {
+                                    if !proxied {
+                                        let absolute = absolute_form(&origin, unsent.uri())?;
+                                        *unsent.uri_mut() = absolute;
+                                    }
+                                    unsent
+                                }
+                                _ => return Err(crate::classify::send_error(e.into_error())),
+                            },
+                        }
+                    }
+                    Sender::H2(mut tx) => match tx.try_send_request(req).await {
+                        Ok(res) => return Ok((PoolBody::wrap(res, None), connect)),
+                        Err(mut e) => match e.take_message() {
+                            Some(unsent) if reused && stale < MAX_STALE => unsent,
                             _ => return Err(crate::classify::send_error(e.into_error())),
                         },
-                    }
-                }
-                Sender::H2(mut tx) => match tx.try_send_request(req).await {
-                    Ok(res) => return Ok((PoolBody::wrap(res, None), connect)),
-                    Err(mut e) => match e.take_message() {
-                        Some(unsent) if reused && stale < MAX_STALE => unsent,
-                        _ => return Err(crate::classify::send_error(e.into_error())),
                     },
-                },
-            };
-            // A pooled connection closed before it took the request: nothing was sent, so
-            // the request goes on another connection.
-            tracing::trace!("pooled connection closed before it took the request");
-            stale += 1;
-            req = back;
+                };
+                // A pooled connection closed before it took the request: nothing was sent, so
+                // the request goes on another connection.
+                tracing::trace!("pooled connection closed before it took the request");
+                stale += 1;
+                req = back;
+            }
         }
     }
 }
@@ -768,6 +783,25 @@ fn host_header(authority: &Authority, https: bool) -> Result<HeaderValue, NetErr
     })
 }
 
+/// The absolute form of `path` (an origin-form target) at `origin`: what [`origin_form`]
+/// took away, for a request that goes again on another connection.
+fn absolute_form(origin: &Origin, path: &Uri) -> Result<Uri, NetError> {
+    let mut parts = Parts::default();
+    parts.scheme = Some(if origin.https {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    });
+    parts.authority =
+        Some(Authority::try_from(origin.host.as_bytes()).map_err(|e| {
+            NetError::invalid_request("the origin is not an authority").with_source(e)
+        })?);
+    parts.path_and_query = path.path_and_query().cloned();
+    Uri::from_parts(parts).map_err(|e| {
+        NetError::invalid_request("url path is not a valid request target").with_source(e)
+    })
+}
+
 /// Puts `uri` in origin form (path and query) for a direct HTTP/1.1 connection; returns the
 /// absolute form it had.
 fn origin_form(uri: &mut Uri) -> Result<Uri, NetError> {
@@ -940,6 +974,27 @@ mod tests {
         assert_eq!(authority_host("127.0.0.1:80"), "127.0.0.1");
         assert_eq!(authority_host("[::1]:8080"), "::1");
         assert_eq!(authority_host("[::1]"), "::1");
+    }
+
+    #[test]
+    fn the_absolute_form_is_built_again_from_the_origin_and_the_path() {
+        for (url, https) in [
+            ("http://h.example:8080/a/b?x=1&y=2", false),
+            ("https://h.example/a", true),
+            ("http://127.0.0.1:9/", false),
+            ("http://[::1]:8080/v6?q", false),
+        ] {
+            let mut uri: Uri = url.parse().unwrap();
+            let origin = Origin {
+                https,
+                host: host_header(uri.authority().unwrap(), https).unwrap(),
+                cap: Arc::new(Semaphore::new(1)),
+                open: Arc::default(),
+                state: Mutex::new(State::default()),
+            };
+            let absolute = origin_form(&mut uri).unwrap();
+            assert_eq!(absolute_form(&origin, &uri).unwrap(), absolute, "{url}");
+        }
     }
 
     #[test]

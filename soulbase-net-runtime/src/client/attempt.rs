@@ -106,118 +106,134 @@ impl Inner {
         result
     }
 
-    pub(super) async fn exchange(
-        &self,
-        req: &mut NetRequest,
-        url: &Url,
-        call: &Call<'_>,
+    /// The exchange of one attempt: the transport sends the request; the first-byte timeout
+    /// runs from when the connection took it; the response's body is wrapped in its limits
+    /// and meter.
+    ///
+    /// Not an `async fn`, for the reason `Inner::send` gives: its future is boxed once per
+    /// attempt, and an allocation of up to 1 KiB is one of the allocator's cheap ones.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn's future holds its arguments twice (see above)"
+    )]
+    pub(super) fn exchange<'a>(
+        &'a self,
+        req: &'a mut NetRequest,
+        url: &'a Url,
+        call: &'a Call<'a>,
         limit: Duration,
         began: Instant,
-    ) -> Result<NetResponse, NetError> {
-        let timeouts = call.timeouts;
-        let transport = self.transports.get(call.policy)?;
-        let progress = Arc::new(Progress::new(began));
-        let limits = (
-            call.policy.security.max_req_bytes.as_u64(),
-            timeouts.write,
-            progress.clone(),
-        );
-        let mut http_req = self.http_request(req, url, limits)?;
-        let decoding = call.decoding.load(Ordering::Relaxed);
-        if let Some(auth) = proxy_auth(&transport, http_req.uri()) {
-            http_req
-                .headers_mut()
-                .insert(header::PROXY_AUTHORIZATION, auth);
-        }
-        let request = transport.send(http_req);
-        tokio::pin!(request);
-        // The first-byte clock starts when the connection takes the request (the body tells,
-        // see `Progress`); until then only the total deadline applies (the connector bounds
-        // connecting by itself). One timer: set to the earliest moment the first-byte phase
-        // could end, and when it fires, either that is a timeout or it is set again — to the
-        // phase's real end once the request was taken, else one first-byte timeout later.
-        // Nothing on the connection's side has to wake this task.
-        let ttfb_from = |taken: Instant| {
-            let left_in_attempt = limit.saturating_sub(taken.saturating_duration_since(began));
-            call.phase_deadline(Phase::Ttfb, taken, timeouts.ttfb.min(left_in_attempt))
-        };
-        let timer = tokio::time::sleep_until(ttfb_from(began).0);
-        tokio::pin!(timer);
-        let (res, connect) = std::future::poll_fn(|cx| {
-            if let Poll::Ready(res) = request.as_mut().poll(cx) {
-                return Poll::Ready(res);
-            }
-            loop {
-                if timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
+    ) -> impl Future<Output = Result<NetResponse, NetError>> + Send + 'a {
+        async move {
+            let timeouts = call.timeouts;
+            let transport = self.transports.get(call.policy)?;
+            let progress = Arc::new(Progress::new(began));
+            let limits = (
+                call.policy.security.max_req_bytes.as_u64(),
+                timeouts.write,
+                progress.clone(),
+            );
+            let decoding = call.decoding.load(Ordering::Relaxed);
+            // The request is built in a block of its own: moved into the transport's future, it
+            // must not keep a slot of its own in this one.
+            let request = {
+                let mut http_req = self.http_request(req, url, limits)?;
+                if let Some(auth) = proxy_auth(&transport, http_req.uri()) {
+                    http_req
+                        .headers_mut()
+                        .insert(header::PROXY_AUTHORIZATION, auth);
                 }
-                let now = Instant::now();
-                let (at, phase) = match progress.taken_at() {
-                    Some(taken) => ttfb_from(taken),
-                    // Not taken yet, so no first-byte timeout has begun (this `at` is in the
-                    // future unless it is the total deadline): look again one timeout later.
-                    None => {
-                        let recheck = timeouts.ttfb.max(RECHECK_MIN);
-                        call.phase_deadline(Phase::Ttfb, now, recheck)
+                transport.send(http_req)
+            };
+            tokio::pin!(request);
+            // The first-byte clock starts when the connection takes the request (the body tells,
+            // see `Progress`); until then only the total deadline applies (the connector bounds
+            // connecting by itself). One timer: set to the earliest moment the first-byte phase
+            // could end, and when it fires, either that is a timeout or it is set again — to the
+            // phase's real end once the request was taken, else one first-byte timeout later.
+            // Nothing on the connection's side has to wake this task.
+            let ttfb_from = |taken: Instant| {
+                let left_in_attempt = limit.saturating_sub(taken.saturating_duration_since(began));
+                call.phase_deadline(Phase::Ttfb, taken, timeouts.ttfb.min(left_in_attempt))
+            };
+            let timer = tokio::time::sleep_until(ttfb_from(began).0);
+            tokio::pin!(timer);
+            let (res, connect) = std::future::poll_fn(|cx| {
+                if let Poll::Ready(res) = request.as_mut().poll(cx) {
+                    return Poll::Ready(res);
+                }
+                loop {
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
                     }
-                };
-                if now >= at {
-                    return Poll::Ready(Err(NetError::timeout(phase)));
+                    let now = Instant::now();
+                    let (at, phase) = match progress.taken_at() {
+                        Some(taken) => ttfb_from(taken),
+                        // Not taken yet, so no first-byte timeout has begun (this `at` is in the
+                        // future unless it is the total deadline): look again one timeout later.
+                        None => {
+                            let recheck = timeouts.ttfb.max(RECHECK_MIN);
+                            call.phase_deadline(Phase::Ttfb, now, recheck)
+                        }
+                    };
+                    if now >= at {
+                        return Poll::Ready(Err(NetError::timeout(phase)));
+                    }
+                    timer.as_mut().reset(at);
                 }
-                timer.as_mut().reset(at);
+            })
+            .await?;
+            let head_at = Instant::now();
+            let ttfb = head_at.saturating_duration_since(began);
+            let (mut parts, body) = res.into_parts();
+            let max = call.policy.security.max_resp_bytes.as_u64();
+            check_content_length(&parts.headers, max)?;
+            let limited = LimitedBody::new(body, max)
+                .read_timeout(timeouts.read)
+                .deadline(call.deadline);
+            // Body bytes only: a request without a body reports none.
+            let sent = progress.sent();
+            if sent > 0 {
+                self.observer.on_event(&NetEvent::Bytes {
+                    req: call.info(),
+                    dir: Direction::Out,
+                    bytes: sent,
+                });
             }
-        })
-        .await?;
-        let head_at = Instant::now();
-        let ttfb = head_at.saturating_duration_since(began);
-        let (mut parts, body) = res.into_parts();
-        let max = call.policy.security.max_resp_bytes.as_u64();
-        check_content_length(&parts.headers, max)?;
-        let limited = LimitedBody::new(body, max)
-            .read_timeout(timeouts.read)
-            .deadline(call.deadline);
-        // Body bytes only: a request without a body reports none.
-        let sent = progress.sent();
-        if sent > 0 {
-            self.observer.on_event(&NetEvent::Bytes {
-                req: call.info(),
-                dir: Direction::Out,
-                bytes: sent,
-            });
-        }
-        // The byte meter wraps whatever the body is, unboxed: one box per response.
-        let (observer, labels) = (&self.observer, &call.labels);
-        let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
-            let decoded = decode(limited, &mut parts.headers, max, decoding)?;
-            if self.observed {
-                MeteredBody::new(decoded, observer.clone(), labels.clone()).boxed_unsync()
+            // The byte meter wraps whatever the body is, unboxed: one box per response.
+            let (observer, labels) = (&self.observer, &call.labels);
+            let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
+                let decoded = decode(limited, &mut parts.headers, max, decoding)?;
+                if self.observed {
+                    MeteredBody::new(decoded, observer.clone(), labels.clone()).boxed_unsync()
+                } else {
+                    decoded
+                }
+            } else if self.observed {
+                MeteredBody::new(limited, observer.clone(), labels.clone()).boxed_unsync()
             } else {
-                decoded
-            }
-        } else if self.observed {
-            MeteredBody::new(limited, observer.clone(), labels.clone()).boxed_unsync()
-        } else {
-            limited.boxed_unsync()
-        };
-        Ok(NetResponse {
-            status: parts.status,
-            content_type: parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            headers: parts.headers,
-            body: RespBody::Stream(body),
-            elapsed: Elapsed {
-                connect,
-                ttfb,
-                total: head_at.saturating_duration_since(call.started),
-            },
-            bytes_in: 0,
-            attempts: 1,
-            url: url.as_str().to_owned(),
-            version: parts.version,
-        })
+                limited.boxed_unsync()
+            };
+            Ok(NetResponse {
+                status: parts.status,
+                content_type: parts
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                headers: parts.headers,
+                body: RespBody::Stream(body),
+                elapsed: Elapsed {
+                    connect,
+                    ttfb,
+                    total: head_at.saturating_duration_since(call.started),
+                },
+                bytes_in: 0,
+                attempts: 1,
+                url: url.as_str().to_owned(),
+                version: parts.version,
+            })
+        }
     }
 
     /// The client's own headers, set once per call on the request (so every attempt's copy of
@@ -228,14 +244,15 @@ impl Inner {
         req.headers
             .entry(header::USER_AGENT)
             .or_insert_with(|| self.user_agent.clone());
-        let decoding = self.decompress && !req.headers.contains_key(header::ACCEPT_ENCODING);
-        if decoding {
-            req.headers.insert(
-                header::ACCEPT_ENCODING,
-                HeaderValue::from_static(ACCEPT_ENCODING),
-            );
-        }
-        decoding
+        // One lookup: the entry says whether the caller asked for encodings and takes ours.
+        self.decompress
+            && match req.headers.entry(header::ACCEPT_ENCODING) {
+                header::Entry::Vacant(entry) => {
+                    entry.insert(HeaderValue::from_static(ACCEPT_ENCODING));
+                    true
+                }
+                header::Entry::Occupied(_) => false,
+            }
     }
 
     /// The hyper request for one attempt.

@@ -6,10 +6,13 @@
 
 use std::{
     fmt,
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Weak,
     },
+    task::{ready, Context, Poll},
     time::Duration,
 };
 
@@ -59,27 +62,87 @@ impl Transport {
     /// Sends `req` on a connection of this transport: over TCP by the pool, or over HTTP/3
     /// when the policy's `http.version` says so (feature `http3`). Returns the response and
     /// how long opening a connection took (zero when one was reused).
-    pub(crate) async fn send(
+    ///
+    /// Not an `async fn`: the future is the pool's own on the TCP ways (see [`Sending`]), so
+    /// an attempt's future does not carry the request a second time.
+    pub(crate) fn send(
         &self,
         req: http::Request<crate::pool::ReqBody>,
-    ) -> Result<(http::Response<crate::pool::PoolBody>, Duration), NetError> {
+    ) -> Sending<'_, impl Future<Output = Sent> + Send + '_> {
         #[cfg(feature = "http3")]
         match self.h3.way(&req) {
             crate::h3::Way::Route => {
                 // Boxed: the routing holds QUIC's handshake and streams, and every TCP
                 // request would otherwise carry their size in its future.
-                return Box::pin(self.h3.route(&self.pool, req)).await;
+                return Sending::Routed {
+                    routed: Box::pin(self.h3.route(&self.pool, req)),
+                };
             }
             crate::h3::Way::TcpLearning => {
-                let authority = req.uri().authority().cloned();
-                let (res, connect) = self.pool.send(req).await?;
-                let origin = authority.as_ref().map_or("", |a| a.as_str());
-                self.h3.learn(origin, &res);
-                return Ok((res, connect));
+                let origin = req.uri().authority().cloned();
+                return Sending::Learning {
+                    pool: self.pool.send(req),
+                    h3: &self.h3,
+                    origin,
+                };
             }
             crate::h3::Way::Tcp => {}
         }
-        self.pool.send(req).await
+        Sending::Tcp {
+            pool: self.pool.send(req),
+        }
+    }
+}
+
+/// What a transport's send ends with: the response and how long opening a connection took.
+pub(crate) type Sent = Result<(http::Response<crate::pool::PoolBody>, Duration), NetError>;
+
+/// The HTTP/3 side a response is learnt from (nothing without the `http3` feature).
+#[cfg(feature = "http3")]
+type H3Side<'a> = &'a crate::h3::H3Pool;
+#[cfg(not(feature = "http3"))]
+type H3Side<'a> = std::marker::PhantomData<&'a ()>;
+
+pin_project_lite::pin_project! {
+    /// The future of [`Transport::send`]: the pool's future itself on the TCP ways (no box,
+    /// no copy of the request beside it), the HTTP/3 routing boxed.
+    #[project = SendingProj]
+    #[cfg_attr(not(feature = "http3"), allow(dead_code, reason = "HTTP/3 ways need `http3`"))]
+    pub(crate) enum Sending<'a, F> {
+        /// Over the TCP pool.
+        Tcp { #[pin] pool: F },
+        /// Over the TCP pool, then what the response's `Alt-Svc` says is remembered for its
+        /// origin (`http.version = "auto"` with nothing advertised yet).
+        Learning {
+            #[pin]
+            pool: F,
+            h3: H3Side<'a>,
+            origin: Option<http::uri::Authority>,
+        },
+        /// Through the HTTP/3 routing.
+        Routed { routed: Pin<Box<dyn Future<Output = Sent> + Send + 'a>> },
+    }
+}
+
+impl<F: Future<Output = Sent>> Future for Sending<'_, F> {
+    type Output = Sent;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Sent> {
+        match self.project() {
+            SendingProj::Tcp { pool } => pool.poll(cx),
+            SendingProj::Learning { pool, h3, origin } => {
+                let sent = ready!(pool.poll(cx));
+                #[cfg(feature = "http3")]
+                if let Ok((res, _)) = &sent {
+                    let origin = origin.as_ref().map_or("", |a| a.as_str());
+                    h3.learn(origin, res);
+                }
+                #[cfg(not(feature = "http3"))]
+                let _ = (h3, origin);
+                Poll::Ready(sent)
+            }
+            SendingProj::Routed { routed } => routed.as_mut().poll(cx),
+        }
     }
 }
 
