@@ -47,14 +47,20 @@ pub fn check_content_length(headers: &HeaderMap, max_bytes: u64) -> Result<(), N
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     match declared {
-        Some(len) if len > max_bytes => {
-            Err(NetError::new(ErrorKind::TooLarge).with_message(format!(
-                "declared content-length {len} is over the limit of {max_bytes} bytes \
-                 ({MAX_RESP_BYTES_FIELD})"
-            )))
-        }
-        _ => Ok(()),
+        Some(len) => check_declared_length(len, max_bytes),
+        None => Ok(()),
     }
+}
+
+/// `TooLarge` when a body declared to be `len` bytes long is over `max_bytes`.
+pub(crate) fn check_declared_length(len: u64, max_bytes: u64) -> Result<(), NetError> {
+    if len > max_bytes {
+        return Err(NetError::new(ErrorKind::TooLarge).with_message(format!(
+            "declared content-length {len} is over the limit of {max_bytes} bytes \
+             ({MAX_RESP_BYTES_FIELD})"
+        )));
+    }
+    Ok(())
 }
 
 /// Reads a body to its end.

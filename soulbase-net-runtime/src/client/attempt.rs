@@ -26,7 +26,7 @@ use super::{
     Inner,
 };
 use crate::{
-    body::{check_content_length, decode, LimitedBody},
+    body::{check_content_length, check_declared_length, decode, LimitedBody},
     pool::ReqBody,
 };
 
@@ -187,7 +187,13 @@ impl Inner {
             let ttfb = head_at.saturating_duration_since(began);
             let (mut parts, body) = res.into_parts();
             let max = call.policy.security.max_resp_bytes.as_u64();
-            check_content_length(&parts.headers, max)?;
+            // The length the connection read from the head (hyper's exact size; zero for a
+            // response without a body, like a HEAD's, whatever its header says): the header
+            // is parsed again only when the connection cannot tell (HTTP/3).
+            match http_body::Body::size_hint(&body).exact() {
+                Some(len) => check_declared_length(len, max)?,
+                None => check_content_length(&parts.headers, max)?,
+            }
             let limited = LimitedBody::new(body, max)
                 .read_timeout(timeouts.read)
                 .deadline(call.deadline);

@@ -70,6 +70,19 @@ async fn declared_content_length_over_the_limit_is_refused_before_reading() {
         .await
         .unwrap();
     assert_eq!(body.len(), 4096);
+    // A HEAD's Content-Length describes the body a GET would get, not one that comes: no
+    // TooLarge for it.
+    let head = h
+        .client
+        .send(NetRequest::head(srv.url("/big")))
+        .await
+        .unwrap();
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        head.headers["content-length"],
+        (1u64 << 30).to_string().as_str()
+    );
+    assert!(head.bytes().await.unwrap().is_empty());
     srv.join().await;
 }
 
