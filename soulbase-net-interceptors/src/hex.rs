@@ -1,6 +1,8 @@
-//! Lower-case hex and random identifiers shared by the interceptors. Table lookups rather
-//! than `format!`: these run for every request (trace and request ids, span ids, keys).
+//! Lower-case hex and random identifiers shared by the interceptors. Table lookups and
+//! word-at-a-time arithmetic rather than `format!`: these run for every request (trace and
+//! request ids, span ids, keys).
 
+#[cfg(any(feature = "idempotency", feature = "otel"))]
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `bytes` to `out` as lower-case hex.
@@ -14,43 +16,54 @@ pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
 }
 
 /// Writes `bytes` as lowercase hex into `out`, which holds exactly two bytes per input byte.
-/// Eight bytes at a time (see [`hex16`]), the rest one by one: a trace id, a span id and a
-/// request id are written for every request.
-#[cfg(feature = "trace")]
+#[cfg(any(
+    feature = "otel",
+    all(test, feature = "trace", feature = "idempotency")
+))]
 pub(crate) fn write_hex(out: &mut [u8], bytes: &[u8]) {
-    let mut outs = out.chunks_exact_mut(16);
-    let mut ins = bytes.chunks_exact(8);
-    for (o, i) in (&mut outs).zip(&mut ins) {
-        let mut word = [0u8; 8];
-        // `chunks_exact(8)`: always eight bytes.
-        word.copy_from_slice(i);
-        o.copy_from_slice(&hex16(u64::from_be_bytes(word)));
-    }
-    for (pair, b) in outs
-        .into_remainder()
-        .chunks_exact_mut(2)
-        .zip(ins.remainder())
-    {
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
         pair[0] = DIGITS[usize::from(b >> 4)];
         pair[1] = DIGITS[usize::from(b & 0x0f)];
     }
 }
 
-/// `x` as 16 lowercase hex digits, most significant first, without a loop or a table: each
-/// nibble is spread to a byte of its own, then every byte becomes its digit at once
-/// (`'0' + n`, plus `'a' - '0' - 10` where `n > 9`). No byte ever carries into the next.
+/// `x` as 16 lowercase hex digits, most significant first: a span id.
 #[cfg(feature = "trace")]
-fn hex16(x: u64) -> [u8; 16] {
-    const fn every_byte(b: u8) -> u128 {
-        u128::from_ne_bytes([b; 16])
+pub(crate) fn hex_u64(x: u64) -> [u8; 16] {
+    // The halves of `x`: truncation is the point.
+    let (high, low) = (hex8((x >> 32) as u32), hex8(x as u32));
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&high.to_be_bytes());
+    out[8..].copy_from_slice(&low.to_be_bytes());
+    out
+}
+
+/// `x` as 32 lowercase hex digits, most significant first: a trace id, a request id.
+#[cfg(feature = "trace")]
+pub(crate) fn hex_u128(x: u128) -> [u8; 32] {
+    // The halves of `x`: truncation is the point.
+    let (high, low) = (hex_u64((x >> 64) as u64), hex_u64(x as u64));
+    let mut out = [0u8; 32];
+    out[..16].copy_from_slice(&high);
+    out[16..].copy_from_slice(&low);
+    out
+}
+
+/// `x` as 8 lowercase hex digits (most significant first once written big-endian), without
+/// a loop or a table: each nibble is spread to a byte of its own, then every byte becomes
+/// its digit at once (`'0' + n`, plus `'a' - '0' - 10` where `n > 9`). No byte ever carries
+/// into the next.
+#[cfg(feature = "trace")]
+fn hex8(x: u32) -> u64 {
+    const fn every_byte(b: u8) -> u64 {
+        u64::from_ne_bytes([b; 8])
     }
-    let mut v = u128::from(x);
-    v = (v | (v << 32)) & 0x0000_0000_ffff_ffff_0000_0000_ffff_ffff;
-    v = (v | (v << 16)) & 0x0000_ffff_0000_ffff_0000_ffff_0000_ffff;
-    v = (v | (v << 8)) & 0x00ff_00ff_00ff_00ff_00ff_00ff_00ff_00ff;
+    let mut v = u64::from(x);
+    v = (v | (v << 16)) & 0x0000_ffff_0000_ffff;
+    v = (v | (v << 8)) & 0x00ff_00ff_00ff_00ff;
     v = (v | (v << 4)) & every_byte(0x0f);
     let letters = ((v + every_byte(0x06)) >> 4) & every_byte(0x01);
-    (v + every_byte(b'0') + letters * u128::from(b'a' - b'0' - 10)).to_be_bytes()
+    v + every_byte(b'0') + letters * u64::from(b'a' - b'0' - 10)
 }
 
 #[cfg(feature = "idempotency")]
@@ -73,8 +86,8 @@ mod tests {
     }
 
     #[test]
-    fn write_hex_matches_the_formatter_at_every_length() {
-        // A fixed pseudo-random sequence: every length from 0 to 40, every nibble value.
+    fn the_fixed_width_forms_match_the_formatter() {
+        // A fixed pseudo-random sequence, plus the edges of every nibble.
         let mut state = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = || {
             state ^= state << 13;
@@ -82,17 +95,18 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for len in 0..=40 {
-            for _ in 0..50 {
-                let bytes: Vec<u8> = (0..len).map(|_| next().to_le_bytes()[0]).collect();
-                let mut out = vec![0u8; len * 2];
-                write_hex(&mut out, &bytes);
-                let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-                assert_eq!(std::str::from_utf8(&out).unwrap(), expected);
-            }
-        }
-        for x in [0, 1, 9, 10, 15, 16, u64::MAX, 0x0123_4567_89ab_cdef] {
-            assert_eq!(std::str::from_utf8(&hex16(x)).unwrap(), format!("{x:016x}"));
+        let mut xs = vec![0, 1, 9, 10, 15, 16, u64::MAX, 0x0123_4567_89ab_cdef];
+        xs.extend((0..500).map(|_| next()));
+        for &x in &xs {
+            assert_eq!(
+                std::str::from_utf8(&hex_u64(x)).unwrap(),
+                format!("{x:016x}")
+            );
+            let wide = (u128::from(x) << 64) | u128::from(x.rotate_left(17));
+            assert_eq!(
+                std::str::from_utf8(&hex_u128(wide)).unwrap(),
+                format!("{wide:032x}")
+            );
         }
     }
 

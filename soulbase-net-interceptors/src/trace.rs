@@ -115,7 +115,7 @@ impl Interceptor for TraceUa {
                 Some(value) => traceparent.copy_from_slice(&value),
                 None => {
                     traceparent[..3].copy_from_slice(b"00-");
-                    hex::write_hex(&mut traceparent[3..35], &nonzero_u128().to_be_bytes());
+                    traceparent[3..35].copy_from_slice(&hex::hex_u128(nonzero_u128()));
                     traceparent[35] = b'-';
                     traceparent[52..].copy_from_slice(b"-01");
                 }
@@ -124,7 +124,7 @@ impl Interceptor for TraceUa {
         }
         let new_id = !req.headers.contains_key(&REQUEST_ID);
         if new_id {
-            hex::write_hex(request_id, &nonzero_u128().to_be_bytes());
+            request_id.copy_from_slice(&hex::hex_u128(nonzero_u128()));
         }
         // Both values in one allocation, shared by the two headers (and by the client's
         // copies of them).
@@ -187,7 +187,7 @@ fn nonzero_u128() -> u128 {
 /// Writes a new random span id (never zero) into a `traceparent`.
 fn write_span(traceparent: &mut [u8]) {
     let span = fastrand::u64(..).max(1);
-    hex::write_hex(&mut traceparent[SPAN_AT..SPAN_AT + 16], &span.to_be_bytes());
+    traceparent[SPAN_AT..SPAN_AT + 16].copy_from_slice(&hex::hex_u64(span));
 }
 
 /// Writes a new random span id into `value` and sets it as the `traceparent`.
