@@ -10,6 +10,7 @@ use std::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
+    task::Poll,
     time::Duration,
 };
 
@@ -204,52 +205,6 @@ impl Inner {
                     }
                 }
                 let token = req.extensions.get::<CancellationToken>().cloned();
-                let work = async {
-                    // Held until the call ends: the client's cap counts calls, not attempts.
-                    let _in_flight = match self
-                        .in_flight_slot(reserved, &policy.limits, call.deadline)
-                        .await
-                    {
-                        Ok(permit) => permit,
-                        Err(no) => {
-                            let err = self
-                                .no_slot(&call, no, "the client")
-                                .at(&call.labels.method, &req.url);
-                            return Err(self.after_error(&req, err).await);
-                        }
-                    };
-                    let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
-                    match self
-                        .slot(host, tenant, &policy.limits, &policy.slo, call.deadline)
-                        .await
-                    {
-                        Ok(permit) => {
-                            if let Some(global) = &policy.limits.global {
-                                // Boxed: a store round trip would enlarge every call's future.
-                                let shared = Box::pin(self.admit_global(global, &call)).await;
-                                if let Err(err) = shared {
-                                    let err = err.at(&call.labels.method, &req.url);
-                                    return Err(self.after_error(&req, err).await);
-                                }
-                            }
-                            // Inline, not boxed: the call's future is boxed once as a whole by
-                            // `NetClient::send`, and measured, a second box here cost more (an
-                            // allocation per call) than the larger move it saved.
-                            let result = self.run(&mut req, url, &call).await;
-                            permit.record(match &result {
-                                Ok(res) => Outcome::Response(res.status),
-                                Err(e) => Outcome::Error(e.kind()),
-                            });
-                            result
-                        }
-                        Err(no) => {
-                            let err = self
-                                .no_slot(&call, no, host)
-                                .at(&call.labels.method, &req.url);
-                            Err(self.after_error(&req, err).await)
-                        }
-                    }
-                };
                 // One place for the work future whether or not there is a token: each copy of it
                 // would make this future (moved on every call) bigger.
                 let cancel = async {
@@ -258,20 +213,71 @@ impl Inner {
                         None => std::future::pending().await,
                     }
                 };
-                let result = {
-                    let cancelled = tokio::select! {
-                        biased;
-                        () = cancel => None,
-                        result = work => Some(result),
-                    };
-                    match cancelled {
-                        Some(result) => result,
-                        None => {
-                            let err = NetError::new(ErrorKind::Cancelled)
-                                .with_message("the cancel token fired")
-                                .at(&call.labels.method, &req.url);
-                            Err(self.after_error(&req, err).await)
+                let cancelled = {
+                    let mut work = std::pin::pin!(async {
+                        // Held until the call ends: the client's cap counts calls, not attempts.
+                        let _in_flight = match self
+                            .in_flight_slot(reserved, &policy.limits, call.deadline)
+                            .await
+                        {
+                            Ok(permit) => permit,
+                            Err(no) => {
+                                let err = self
+                                    .no_slot(&call, no, "the client")
+                                    .at(&call.labels.method, &req.url);
+                                return Err(self.after_error(&req, err).await);
+                            }
+                        };
+                        let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
+                        match self
+                            .slot(host, tenant, &policy.limits, &policy.slo, call.deadline)
+                            .await
+                        {
+                            Ok(permit) => {
+                                if let Some(global) = &policy.limits.global {
+                                    // Boxed: a store round trip would enlarge every call's future.
+                                    let shared = Box::pin(self.admit_global(global, &call)).await;
+                                    if let Err(err) = shared {
+                                        let err = err.at(&call.labels.method, &req.url);
+                                        return Err(self.after_error(&req, err).await);
+                                    }
+                                }
+                                // Inline, not boxed: the call's future is boxed once as a whole by
+                                // `NetClient::send`, and measured, a second box here cost more (an
+                                // allocation per call) than the larger move it saved.
+                                let result = self.run(&mut req, url, &call).await;
+                                permit.record(match &result {
+                                    Ok(res) => Outcome::Response(res.status),
+                                    Err(e) => Outcome::Error(e.kind()),
+                                });
+                                result
+                            }
+                            Err(no) => {
+                                let err = self
+                                    .no_slot(&call, no, host)
+                                    .at(&call.labels.method, &req.url);
+                                Err(self.after_error(&req, err).await)
+                            }
                         }
+                    });
+                    // Polled in place (`select!` moved the whole call's work into its own
+                    // tuple first: a copy of a few kilobytes per call); the token first.
+                    let mut cancel = std::pin::pin!(cancel);
+                    std::future::poll_fn(|cx| {
+                        if cancel.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(None);
+                        }
+                        work.as_mut().poll(cx).map(Some)
+                    })
+                    .await
+                };
+                let result = match cancelled {
+                    Some(result) => result,
+                    None => {
+                        let err = NetError::new(ErrorKind::Cancelled)
+                            .with_message("the cancel token fired")
+                            .at(&call.labels.method, &req.url);
+                        Err(self.after_error(&req, err).await)
                     }
                 };
                 let outcome = match &result {
