@@ -150,8 +150,10 @@ fn ensure_idempotency_key(req: &mut NetRequest) -> Result<(), NetError> {
         return Ok(());
     }
     let key = soulbase_net_core::new_idempotency_key()?;
-    // 32 hex digits: always a valid header value.
-    if let Ok(value) = HeaderValue::from_str(&key) {
+    // 32 hex digits: always a valid header value. New for every call, so never indexed by
+    // HTTP/2's HPACK (see `TraceUa`'s ids).
+    if let Ok(mut value) = HeaderValue::from_str(&key) {
+        value.set_sensitive(true);
         req.headers.insert(IDEMPOTENCY_KEY, value);
     }
     Ok(())
@@ -168,4 +170,24 @@ fn prepare_body(req: &mut NetRequest) -> Result<(), NetError> {
         req.body = Body::Bytes(bytes);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idempotent_post_gets_a_never_indexed_key_and_a_get_none() {
+        let mut post = NetRequest::post("http://h.example/").idempotent(true);
+        ensure_idempotency_key(&mut post).unwrap();
+        let key = &post.headers["idempotency-key"];
+        assert_eq!(key.len(), 32);
+        assert!(
+            key.is_sensitive(),
+            "new for every call: never indexed by HPACK"
+        );
+        let mut get = NetRequest::get("http://h.example/");
+        ensure_idempotency_key(&mut get).unwrap();
+        assert!(get.headers.get("idempotency-key").is_none());
+    }
 }
