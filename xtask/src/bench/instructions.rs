@@ -279,16 +279,18 @@ fn callgrind_total(text: &str) -> Option<u64> {
     line("totals:").or_else(|| line("summary:"))
 }
 
-/// `xtask bench-client --client K --url URL [--proto h1|h2c] [--requests N]`: the process
+/// `xtask bench-client --client K --url URL [--proto h1|h2c] [--requests N] [--hosts N]`: the process
 /// callgrind runs.
 pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
     let (mut kind, mut url, mut requests, mut proto) = (None, None, REQUESTS, Proto::H1);
+    let mut hosts = 1usize;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--client" => kind = Kind::parse(&super::parsed::<String>(flag, it.next())?),
             "--url" => url = Some(super::parsed::<String>(flag, it.next())?),
             "--requests" => requests = super::parsed(flag, it.next())?,
+            "--hosts" => hosts = super::parsed::<usize>(flag, it.next())?.max(1),
             "--proto" => {
                 proto = match super::parsed::<String>(flag, it.next())?.as_str() {
                     "h1" => Proto::H1,
@@ -305,7 +307,16 @@ pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("could not start a tokio runtime: {e}"))?;
-    let targets = Targets::new(vec![url], None)?;
+    // `--hosts N` (for profiling the many-hosts scenario): the same server under N names,
+    // `h<i>.bench.test`, taken in turn.
+    let urls = if hosts == 1 {
+        vec![url]
+    } else {
+        (0..hosts)
+            .map(|i| url.replacen("127.0.0.1", &format!("h{i}.bench.test"), 1))
+            .collect()
+    };
+    let targets = Targets::new(urls, None)?;
     let client = Arc::new(rt.block_on(BenchClient::build(kind, &scenario(proto), targets))?);
     rt.block_on(drive(client.clone(), WARMUP))?;
     callgrind_measured_section(&rt, client, requests)
@@ -325,11 +336,12 @@ fn callgrind_measured_section(
 /// `requests` GETs from [`CALLERS`] concurrent callers, each its share.
 async fn drive(client: Arc<BenchClient>, requests: usize) -> Result<(), String> {
     let mut set = tokio::task::JoinSet::new();
-    for _ in 0..CALLERS {
+    for caller in 0..CALLERS {
         let client = client.clone();
         set.spawn(async move {
-            for _ in 0..requests / CALLERS {
-                client.get(0).await?;
+            // The targets in turn (there is one unless `--hosts` says otherwise).
+            for n in 0..requests / CALLERS {
+                client.get(n * CALLERS + caller).await?;
             }
             Ok::<(), String>(())
         });
@@ -353,11 +365,20 @@ mod tests {
     }
 
     #[test]
+    fn a_hook_costs_the_difference_per_hook_called() {
+        let measured = [(Kind::SoulbaseMin, 1000.0), (Kind::SoulbaseHooks, 3000.0)];
+        let per_hook = hook_cost(&measured).unwrap();
+        assert!((per_hook - 2000.0 / (NOOP_INTERCEPTORS * HOOKS_PER_REQUEST) as f64).abs() < 1e-9);
+        assert_eq!(hook_cost(&measured[..1]), None);
+    }
+
+    #[test]
     fn options() {
         let args = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
         let o = parse_args(&args("--instructions --update-budget --requests 400")).unwrap();
         assert!(o.update);
-        assert_eq!((o.requests, o.clients.len()), (400, 4));
+        assert_eq!((o.requests, o.clients.len()), (400, 5));
+        assert_eq!(o.clients.last(), Some(&Kind::SoulbaseHooks));
         assert!(parse_args(&args("--instructions --requests 3")).is_err());
         assert!(parse_args(&args("--instructions --secs 2")).is_err());
         assert_eq!(
