@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorKind, NetRequest};
 use soulbase_net_policy::{GlobalLimit, NetPolicy};
 use soulbase_net_runtime::{
     fleet::{Counted, RedisRateStore},

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_interceptors::{Bearer, Token};
 use soulbase_net_testkit::{CapturedLogs, FaultServer, Reply, Script};
 

@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_interceptors::IdempotencyKey;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 

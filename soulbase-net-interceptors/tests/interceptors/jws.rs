@@ -6,7 +6,7 @@ use std::{
 };
 
 use ring::{rand::SystemRandom, signature::Ed25519KeyPair};
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_interceptors::{jws_verify, A2aJws, JwsError};
 use soulbase_net_testkit::{FaultServer, Reply};
 

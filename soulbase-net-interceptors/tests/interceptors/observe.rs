@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use soulbase_net_core::{Interceptor, NetClient, NetRequest};
+use soulbase_net_core::{Interceptor, NetRequest};
 use soulbase_net_observe::Metrics;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Reply};

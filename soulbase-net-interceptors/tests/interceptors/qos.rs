@@ -2,7 +2,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorKind, NetRequest};
 use soulbase_net_interceptors::{ByteBudget, ByteCount, QosBytes};
 use soulbase_net_testkit::{FaultServer, Reply};
 use tokio::time::Instant;

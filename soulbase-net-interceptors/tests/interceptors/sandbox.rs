@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorKind, NetRequest};
 use soulbase_net_interceptors::SandboxGuard;
 use soulbase_net_policy::{Denied, SecurityPolicy};
 use soulbase_net_testkit::{FaultServer, Reply};

@@ -14,7 +14,7 @@ use std::{
 };
 
 use parking_lot::Mutex;
-use soulbase_net_core::{Interceptor, NetClient, NetRequest, NetResponse};
+use soulbase_net_core::{Interceptor, NetRequest, NetResponse};
 use soulbase_net_interceptors::TraceUa;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 use tracing::{

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use soulbase_net_core::{http::HeaderValue, NetClient, NetRequest};
+use soulbase_net_core::{http::HeaderValue, NetRequest};
 use soulbase_net_interceptors::TraceUa;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 

@@ -9,7 +9,7 @@ use opentelemetry::{
     Value,
 };
 use opentelemetry_sdk::trace::{InMemorySpanExporter, Sampler, SdkTracerProvider, SpanData};
-use soulbase_net_core::{http::HeaderMap, NetClient, NetRequest};
+use soulbase_net_core::{http::HeaderMap, NetRequest};
 use soulbase_net_interceptors::TraceUa;
 use soulbase_net_observe::{otel, TracingObserver};
 use soulbase_net_policy::NetPolicy;

@@ -636,6 +636,26 @@ impl Client {
         ClientBuilder::new()
     }
 
+    /// Sends `req` under its policy: the call of [`NetClient::send`], with its future
+    /// unboxed. A caller holding the `Client` itself (not a `dyn NetClient`) awaits the call in
+    /// place, without the allocation the object-safe trait makes for every call (the call's
+    /// future is a few kilobytes: past the allocator's per-thread cache). Method syntax picks
+    /// this one over the trait's wherever the type is known to be `Client`.
+    ///
+    /// ```
+    /// # async fn run(client: soulbase_net_runtime::Client) -> Result<(), soulbase_net_core::NetError> {
+    /// use soulbase_net_core::NetRequest;
+    /// let res = client.send(NetRequest::get("https://api.example.com/v1/items")).await?;
+    /// println!("{}", res.status);
+    /// # Ok(()) }
+    /// ```
+    pub fn send(
+        &self,
+        req: NetRequest,
+    ) -> impl Future<Output = Result<NetResponse, NetError>> + Send + '_ {
+        self.inner.send(req, None)
+    }
+
     /// The version of the policy in force: 1 for the first document, +1 for each one taken
     /// since (a reload of [`ClientBuilder::policy_file_watched`], an update of the
     /// [`SnapshotResolver`] given to [`ClientBuilder::policy_resolver`]).

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use http::Method;
 use soulbase_net_core::{
-    ErrorCode, ErrorKind, Interceptor, NetClient, NetClientExt, NetError, NetRequest, NetResponse,
+    ErrorCode, ErrorKind, Interceptor, NetClientExt, NetError, NetRequest, NetResponse,
 };
 use soulbase_net_testkit::{CertKit, FaultServer, Reply};
 

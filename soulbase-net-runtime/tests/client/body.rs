@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use soulbase_net_core::{ErrorKind, NetClient, NetRequest, Phase, TimeoutCfg};
+use soulbase_net_core::{ErrorKind, NetRequest, Phase, TimeoutCfg};
 use soulbase_net_policy::ByteSize;
 use soulbase_net_testkit::{FaultServer, Reply};
 

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorCode, ErrorKind, NetRequest};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_testkit::{FaultServer, Reply};
 

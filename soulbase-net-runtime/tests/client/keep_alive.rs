@@ -3,7 +3,7 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Reply};
 use tokio::{

@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use soulbase_net_core::{ErrorKind, NetClient, NetEvent, NetRequest, Observer, Phase};
+use soulbase_net_core::{ErrorKind, NetEvent, NetRequest, Observer, Phase};
 use soulbase_net_observe::{Fanout, Metrics};
 use soulbase_net_policy::AimdScope;
 use soulbase_net_testkit::{FaultServer, Reply, Script};

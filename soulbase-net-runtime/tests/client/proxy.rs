@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorCode, ErrorKind, NetRequest};
 use soulbase_net_policy::{NetPolicy, ProxyPolicy, ProxyResolve};
 use soulbase_net_testkit::{
     CertKit, ConnectProxy, FaultServer, MockDns, ProxyFault, ProxyOutcome, Reply,

@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use soulbase_net_core::{
-    ErrorKind, GaugeReading, NetClient, NetEvent, NetRequest, Observer, Phase,
-};
+use soulbase_net_core::{ErrorKind, GaugeReading, NetEvent, NetRequest, Observer, Phase};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, RandomFaults, Reply, Script};

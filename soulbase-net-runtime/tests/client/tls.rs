@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rustls::version::TLS12;
 use rustls::ServerConfig;
-use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetError, NetRequest};
+use soulbase_net_core::{ErrorCode, ErrorKind, NetError, NetRequest};
 use soulbase_net_policy::{MtlsCfg, NetPolicy, TlsVersion};
 use soulbase_net_testkit::{crypto_provider, CertKit, FaultServer, Leaf, Reply};
 

@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorKind, NetRequest};
 use soulbase_net_policy::{RedisTarget, StoreConfig};
 use soulbase_net_runtime::{
     fleet::{RateStore, RedisRateStore, TakeRequest},

@@ -13,7 +13,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use parking_lot::Mutex;
 use soulbase_net_core::{
-    ErrorKind, LimitScope, NetClient, NetError, NetEvent, NetRequest, NetResponse, Observer,
+    ErrorKind, LimitScope, NetError, NetEvent, NetRequest, NetResponse, Observer,
 };
 use soulbase_net_policy::{GlobalLimit, NetPolicy, OnStoreError};
 use soulbase_net_runtime::{

@@ -10,9 +10,7 @@ use std::{
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::Empty;
-use soulbase_net_core::{
-    ErrorCode, ErrorKind, LimitScope, NetClient, NetEvent, NetRequest, Observer,
-};
+use soulbase_net_core::{ErrorCode, ErrorKind, LimitScope, NetEvent, NetRequest, Observer};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Gate, Reply};

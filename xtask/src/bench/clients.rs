@@ -20,7 +20,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
 };
 use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 

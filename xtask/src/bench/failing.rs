@@ -8,7 +8,7 @@
 use std::{sync::Arc, time::Duration};
 
 use http::StatusCode;
-use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorKind, NetRequest};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 

@@ -37,7 +37,7 @@
 
 use std::time::Duration;
 
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{Capacity, FaultServer, RandomFaults, Reply, Script};

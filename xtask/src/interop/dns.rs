@@ -4,7 +4,7 @@
 
 use std::{net::Ipv4Addr, time::Duration};
 
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 
 use super::{
     nginx::send,

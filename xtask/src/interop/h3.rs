@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Version;
 use serde_json::Value;
-use soulbase_net_core::{NetClient, NetRequest, NetResponse};
+use soulbase_net_core::{NetRequest, NetResponse};
 use soulbase_net_policy::{HttpVersionPolicy, NetPolicy};
 
 use super::{

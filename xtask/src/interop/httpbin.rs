@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_interceptors::{jws_verify, A2aJws, Bearer, IdempotencyKey, Token, TraceUa};
 
 use super::{

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_interceptors::CacheHook;
 use soulbase_net_policy::{ByteSize, MtlsCfg, NetPolicy, TlsVersion};
 use soulbase_net_runtime::Client;

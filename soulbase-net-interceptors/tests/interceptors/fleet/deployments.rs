@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use soulbase_net_core::{NetClient, NetRequest};
+use soulbase_net_core::NetRequest;
 use soulbase_net_interceptors::{RedisCacheStore, RedisDedupStore};
 use soulbase_net_policy::{RedisSentinel, RedisTarget};
 use soulbase_net_testkit::{FaultServer, Gate, RedisCluster, Reply};
