@@ -1,6 +1,6 @@
 //! Outbound requests: [`NetRequest`], its builder methods and its validation.
 
-use std::{borrow::Cow, fmt, time::Duration};
+use std::{borrow::Cow, fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{header::HeaderName, HeaderMap, HeaderValue, Method};
@@ -283,6 +283,27 @@ impl NetRequest {
     /// # Errors
     /// As above.
     pub fn validate(&self, max_req_bytes: u64) -> Result<Url, NetError> {
+        self.validate_shared(max_req_bytes)
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// [`validate`](Self::validate), with the URL shared: a URL this thread checked recently
+    /// is handed out as it was remembered (a reference count, where [`validate`](Self::validate)
+    /// copies it). For a client that checks every request it sends.
+    ///
+    /// # Errors
+    /// As [`validate`](Self::validate).
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_core::NetRequest;
+    ///
+    /// let req = NetRequest::get("https://api.example.com/v1/items");
+    /// let (a, b) = (req.validate_shared(0).unwrap(), req.validate_shared(0).unwrap());
+    /// assert_eq!(a.host_str(), Some("api.example.com"));
+    /// assert!(std::sync::Arc::ptr_eq(&a, &b)); // the same parse, remembered
+    /// ```
+    pub fn validate_shared(&self, max_req_bytes: u64) -> Result<Arc<Url>, NetError> {
         let fail = |msg: String| NetError::invalid_request(msg).at(&self.method, &self.url);
         if let Some(problem) = &self.invalid {
             return Err(fail(problem.to_string()));
@@ -333,21 +354,23 @@ impl NetRequest {
     }
 
     /// Parses the URL, checks it, and merges the query pairs.
-    fn target_url(&self) -> Result<Url, String> {
-        let mut url = checked_url(&self.url)?;
-        if !self.query.is_empty() {
-            let kept: Vec<(String, String)> = url
-                .query_pairs()
-                .filter(|(k, _)| !self.query.iter().any(|(q, _)| q == k))
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-            let mut pairs = url.query_pairs_mut();
-            pairs.clear();
-            pairs.extend_pairs(kept.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            pairs.extend_pairs(self.query.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            drop(pairs);
+    fn target_url(&self) -> Result<Arc<Url>, String> {
+        let url = checked_url(&self.url)?;
+        if self.query.is_empty() {
+            return Ok(url);
         }
-        Ok(url)
+        let mut url = Arc::unwrap_or_clone(url);
+        let kept: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| !self.query.iter().any(|(q, _)| q == k))
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let mut pairs = url.query_pairs_mut();
+        pairs.clear();
+        pairs.extend_pairs(kept.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        pairs.extend_pairs(self.query.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        drop(pairs);
+        Ok(Arc::new(url))
     }
 
     fn note_invalid(&mut self, problem: impl FnOnce() -> String) {
@@ -370,12 +393,14 @@ impl NetRequest {
 const RECENT_URLS: usize = 8;
 
 thread_local! {
-    static RECENT: Recent<Url> = const { Recent::new(Vec::new()) };
+    static RECENT: Recent<Arc<Url>> = const { Recent::new(Vec::new()) };
 }
 
 /// [`parse_checked`], remembered per thread for the last [`RECENT_URLS`] URLs that passed.
-fn checked_url(raw: &str) -> Result<Url, String> {
-    recall(&RECENT, RECENT_URLS, raw, parse_checked)
+fn checked_url(raw: &str) -> Result<Arc<Url>, String> {
+    recall(&RECENT, RECENT_URLS, raw, |raw| {
+        parse_checked(raw).map(Arc::new)
+    })
 }
 
 /// Parses `raw` and refuses what a request URL may not be (see [`check_url`]).

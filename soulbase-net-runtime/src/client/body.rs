@@ -164,22 +164,47 @@ pub(crate) struct OwnedInfo {
     pub(crate) id: u64,
     pub(crate) method: Method,
     pub(crate) scheme: &'static str,
-    pub(crate) host: String,
+    /// The URL the call was made to, as validated (shared with the call, not copied).
+    pub(crate) target: Arc<url::Url>,
+    /// Where the call's host label is in `target`'s text (see [`host_span`]).
+    pub(crate) host: std::ops::Range<usize>,
     pub(crate) tenant: Option<String>,
     pub(crate) url: String,
 }
 
 impl OwnedInfo {
+    /// The host the call was made to, as policies and keys name it.
+    pub(crate) fn host(&self) -> &str {
+        self.target
+            .as_str()
+            .get(self.host.clone())
+            .unwrap_or_default()
+    }
+
     /// The borrowed labels events carry.
     pub(crate) fn info(&self) -> RequestInfo<'_> {
         RequestInfo {
             id: self.id,
             method: &self.method,
             scheme: self.scheme,
-            host: &self.host,
+            host: self.host(),
             tenant: self.tenant.as_deref(),
             url: &self.url,
         }
+    }
+}
+
+/// Where [`host_of`](super::send::host_of)`(url)` is in `url`'s text: the host as the URL
+/// parser wrote it, without an IPv6 literal's brackets. Found once per call, so that the host
+/// label, read by every event and limiter, is a slice rather than a search.
+pub(crate) fn host_span(url: &url::Url) -> std::ops::Range<usize> {
+    let (start, end) = (
+        url[..url::Position::BeforeHost].len(),
+        url[..url::Position::AfterHost].len(),
+    );
+    match url.as_str().get(start..end) {
+        Some(host) if host.starts_with('[') && host.ends_with(']') => start + 1..end - 1,
+        _ => start..end,
     }
 }
 

@@ -15,6 +15,10 @@ use crate::{
     resilience::budget_key,
 };
 
+/// The caller's request and its URL, kept for a resend once a redirect is about to change
+/// them (see `Inner::run`).
+pub(super) type Kept = Option<Box<(NetRequest, Arc<Url>)>>;
+
 impl Inner {
     /// The attempt, then every redirect the policy lets it follow. Each hop is a new request
     /// through the connector, so the allow-list and the address guard check it again. A hop
@@ -26,10 +30,10 @@ impl Inner {
     pub(super) async fn follow(
         &self,
         req: &mut NetRequest,
-        mut url: Url,
+        mut url: Arc<Url>,
         call: &Call<'_>,
         attempts: &mut Attempts,
-        mut keep: Option<&mut Option<Box<(NetRequest, Url)>>>,
+        mut keep: Option<&mut Kept>,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
         // Only retries and hedges spend from the budget: without either, nothing is kept.
@@ -37,7 +41,7 @@ impl Inner {
         let budget = if policy.retry.budget.enabled && spends {
             let key = budget_key(
                 &policy.retry.budget,
-                &call.labels.host,
+                call.labels.host(),
                 call.labels.tenant.as_deref(),
             );
             self.budgets
@@ -100,9 +104,9 @@ impl Inner {
             req.url = follow.url.to_string();
             // A new host: its policy (none to keep when the chain comes back to the request's).
             let next = host_of(&follow.url);
-            let this = elsewhere.as_ref().map_or(&*call.labels.host, |(_, h)| h);
+            let this = elsewhere.as_ref().map_or(call.labels.host(), |(_, h)| h);
             if next != this {
-                elsewhere = if next == call.labels.host {
+                elsewhere = if next == call.labels.host() {
                     None
                 } else {
                     let tenant = call.labels.tenant.as_deref();
@@ -116,7 +120,7 @@ impl Inner {
                     Some((policy, next.to_owned()))
                 };
             }
-            url = follow.url;
+            url = Arc::new(follow.url);
         }
     }
 

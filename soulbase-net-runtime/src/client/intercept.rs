@@ -3,7 +3,7 @@
 //! without a request (reported as `NetEvent::Answered`), a resend asked for by
 //! `should_resend`, and `after` / `on_error`.
 
-use std::sync::atomic::Ordering;
+use std::sync::{atomic::Ordering, Arc};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method};
@@ -18,7 +18,7 @@ impl Inner {
     pub(super) async fn run(
         &self,
         req: &mut NetRequest,
-        url: Url,
+        url: Arc<Url>,
         call: &Call<'_>,
     ) -> Result<NetResponse, NetError> {
         // What `before` may change that the parsed URL depends on, as a fingerprint (a
@@ -33,7 +33,7 @@ impl Inner {
         record_trace(req);
         let prepared = prepare_body(req).and_then(|()| {
             let url = match target {
-                Some(before) if before != target_of(req) => req.validate(u64::MAX)?,
+                Some(before) if before != target_of(req) => req.validate_shared(u64::MAX)?,
                 Some(_) => {
                     req.check_headers()?;
                     url
@@ -71,7 +71,7 @@ impl Inner {
         // again on the resend's attempts), and no copy is made. Boxed, as the resend below:
         // both are rare, and what the call's future holds is copied with it on every call.
         let resendable = !self.interceptors.should_resend.is_empty() && req.body.is_replayable();
-        let mut original: Option<Box<(NetRequest, Url)>> = None;
+        let mut original: super::follow::Kept = None;
         let mut result = self
             .follow(
                 req,
@@ -101,8 +101,8 @@ impl Inner {
                         *req = original;
                         Ok(url)
                     }
-                    // The request's own URL, parsed again (it was moved into the first send).
-                    None => req.validate(u64::MAX),
+                    // The request's own URL, checked again (it was moved into the first send).
+                    None => req.validate_shared(u64::MAX),
                 };
                 result = match url {
                     Ok(url) => {

@@ -83,7 +83,7 @@ impl Call<'_> {
     /// The host this hop goes to (the request's own, or a redirect's): what the breaker,
     /// the learnt timeouts and the endpoints are keyed by.
     pub(super) fn host(&self) -> &str {
-        self.hop_host.unwrap_or(&self.labels.host)
+        self.hop_host.unwrap_or(self.labels.host())
     }
 
     /// The same call, for a redirect hop to `host` under that host's `policy`. The call's
@@ -138,17 +138,16 @@ impl Inner {
         async move {
             let started = Instant::now();
             let id = next_request_id();
-            let url = match req.validate(u64::MAX) {
+            let url = match req.validate_shared(u64::MAX) {
                 Ok(url) => url,
                 Err(e) => return Err(self.fail_early(&req, e).await),
             };
-            let host = host_of(&url).to_owned();
             let view = self.resolver.view();
             let policy_key = req.policy_key.clone();
             let Some(policy) = self.policy_for(
                 view.as_ref(),
                 req.tenant.as_deref(),
-                &host,
+                host_of(&url),
                 policy_key.as_deref(),
             ) else {
                 let e = unknown_policy_key(policy_key.as_deref().unwrap_or_default())
@@ -166,7 +165,8 @@ impl Inner {
                     } else {
                         "http"
                     },
-                    host,
+                    host: super::body::host_span(&url),
+                    target: url.clone(),
                     tenant: req.tenant.clone(),
                     // Only events carry it: without an observer nobody would read it.
                     url: if self.observed {
@@ -228,7 +228,7 @@ impl Inner {
                                 return Err(self.after_error(&req, err).await);
                             }
                         };
-                        let (host, tenant) = (&call.labels.host, call.labels.tenant.as_deref());
+                        let (host, tenant) = (call.labels.host(), call.labels.tenant.as_deref());
                         match self
                             .slot(host, tenant, &policy.limits, &policy.slo, call.deadline)
                             .await
@@ -372,7 +372,7 @@ impl Inner {
         let key = crate::fleet::GlobalLimiter::key(
             global,
             call.labels.tenant.as_deref(),
-            &call.labels.host,
+            call.labels.host(),
         );
         let refused = match self
             .global
@@ -453,7 +453,7 @@ fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
         otel.name = req.method.as_str(),
         otel.status_code = Unset,
         http.request.method = req.method.as_str(),
-        server.address = call.labels.host.as_str(),
+        server.address = call.labels.host(),
         server.port = url.port_or_known_default().map(i64::from),
         url.scheme = call.labels.scheme,
         url.full = Unset,
@@ -599,5 +599,22 @@ mod tests {
     fn shown_urls_drop_query_and_fragment() {
         let url = Url::parse("https://api.example:8443/a/b?token=1#f").unwrap();
         assert_eq!(shown_url(&url), "https://api.example:8443/a/b");
+    }
+
+    #[test]
+    fn the_host_label_is_found_once_where_host_of_finds_it() {
+        for raw in [
+            "https://API.Example.com/a",
+            "http://api.example.com:8080/a?q=1",
+            "http://127.0.0.1:9/",
+            "http://[::1]:8080/x",
+            "https://[2001:DB8::1]/",
+            "https://bücher.example/",
+            "http://a.b/",
+        ] {
+            let url = Url::parse(raw).unwrap();
+            let span = super::super::body::host_span(&url);
+            assert_eq!(&url.as_str()[span], host_of(&url), "{raw}");
+        }
     }
 }
