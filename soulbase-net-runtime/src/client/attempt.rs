@@ -50,7 +50,7 @@ impl Inner {
             for interceptor in &self.interceptors.on_attempt {
                 interceptor.on_attempt(req, attempt);
             }
-            self.observer.on_event(&NetEvent::AttemptStarted {
+            self.emit(|| NetEvent::AttemptStarted {
                 req: call.info(),
                 attempt,
                 hedge,
@@ -69,14 +69,14 @@ impl Inner {
         });
         let result = result.map_err(|e| {
             if let ErrorKind::Timeout(phase) = e.kind() {
-                self.observer.on_event(&NetEvent::TimedOut {
+                self.emit(|| NetEvent::TimedOut {
                     req: call.info(),
                     phase,
                 });
             }
             if e.kind() == ErrorKind::Blocked {
                 let denied = e.find_source::<soulbase_net_policy::Denied>();
-                self.observer.on_event(&NetEvent::Blocked {
+                self.emit(|| NetEvent::Blocked {
                     req: call.info(),
                     addr: denied.and_then(|d| d.addr),
                     rule: denied.map_or("address_guard", |d| d.rule.as_str()),
@@ -97,7 +97,7 @@ impl Inner {
         };
         record_outcome(&span, &outcome, 1);
         let _inside = span.enter();
-        self.observer.on_event(&NetEvent::AttemptFinished {
+        self.emit(|| NetEvent::AttemptFinished {
             req: call.info(),
             attempt,
             outcome,
@@ -200,7 +200,7 @@ impl Inner {
             // Body bytes only: a request without a body reports none.
             let sent = progress.sent();
             if sent > 0 {
-                self.observer.on_event(&NetEvent::Bytes {
+                self.emit(|| NetEvent::Bytes {
                     req: call.info(),
                     dir: Direction::Out,
                     bytes: sent,

@@ -85,7 +85,7 @@ impl Inner {
                 Err(e) => return Err(e.with_attempts(res.attempts)),
             };
             let shown = shown_url(&follow.url);
-            self.observer.on_event(&NetEvent::Redirected {
+            self.emit(|| NetEvent::Redirected {
                 req: call.info(),
                 status: res.status,
                 location: &shown,

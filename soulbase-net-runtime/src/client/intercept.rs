@@ -54,7 +54,7 @@ impl Inner {
             if let Some(answer) = interceptor.respond(req).await {
                 // Observers learn who answered (a cache hit, a dedup drop) from here, not
                 // from a call of their own to each interceptor.
-                self.observer.on_event(&NetEvent::Answered {
+                self.emit(|| NetEvent::Answered {
                     req: call.info(),
                     by: interceptor.name(),
                 });

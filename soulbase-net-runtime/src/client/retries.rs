@@ -44,8 +44,7 @@ impl Inner {
             let permit = match self.breakers.admit(&breaker, &policy.cbreaker, now) {
                 Ok(permit) => permit,
                 Err(rejected) => {
-                    self.observer
-                        .on_event(&NetEvent::BreakerRejected { req: call.info() });
+                    self.emit(|| NetEvent::BreakerRejected { req: call.info() });
                     return Err(rejected
                         .into_error()
                         .with_message(format!("circuit for {breaker} is open"))
@@ -150,13 +149,13 @@ impl Inner {
                 .budgets
                 .try_withdraw(budget, &policy.retry.budget, Instant::now())
             {
-                self.observer.on_event(&NetEvent::RetryBudgetExhausted {
+                self.emit(|| NetEvent::RetryBudgetExhausted {
                     req: call.info(),
                     reason: outcome,
                 });
                 return result;
             }
-            self.observer.on_event(&NetEvent::RetryScheduled {
+            self.emit(|| NetEvent::RetryScheduled {
                 req: call.info(),
                 attempt: attempts.made,
                 reason: outcome,
@@ -185,7 +184,7 @@ impl Inner {
         };
         let host = call.host();
         if let Some(change) = self.slo.record(host, &call.policy.slo, sample, now) {
-            self.observer.on_event(&NetEvent::PolicyChange {
+            self.emit(|| NetEvent::PolicyChange {
                 host,
                 sli: change.sli,
                 value: change.value,

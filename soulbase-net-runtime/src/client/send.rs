@@ -120,6 +120,16 @@ impl Call<'_> {
 }
 
 impl Inner {
+    /// Reports the event `event` builds to the observer — built only when the client has an
+    /// observer: without one, building each event (its labels, timings and outcome) would be
+    /// work nobody reads.
+    #[inline]
+    pub(super) fn emit<'e>(&self, event: impl FnOnce() -> NetEvent<'e>) {
+        if self.observed {
+            self.observer.on_event(&event());
+        }
+    }
+
     /// One call. `reserved` is the in-flight slot the tower face's `poll_ready` took for it,
     /// if any (see `in_flight.rs`).
     ///
@@ -190,14 +200,13 @@ impl Inner {
             // The span the outcome is recorded on (a clone of a disabled span is free).
             let recorded = span.clone();
             let result = async {
-                self.observer
-                    .on_event(&NetEvent::RequestStarted { req: call.info() });
+                self.emit(|| NetEvent::RequestStarted { req: call.info() });
                 // Only a request's own timeouts can break the deadline closure: a policy that cannot
                 // keep its own deadline was refused when it was loaded.
                 if req.timeout != soulbase_net_core::TimeoutCfg::default() {
                     let worst_case = timeouts.worst_case_latency(&policy.retry);
                     if worst_case > timeouts.budget() {
-                        self.observer.on_event(&NetEvent::DeadlineClamped {
+                        self.emit(|| NetEvent::DeadlineClamped {
                             req: call.info(),
                             total: timeouts.total,
                             worst_case,
@@ -295,7 +304,7 @@ impl Inner {
                         ..Elapsed::default()
                     },
                 };
-                self.observer.on_event(&NetEvent::RequestFinished {
+                self.emit(|| NetEvent::RequestFinished {
                     req: call.info(),
                     outcome,
                     attempts,
@@ -382,7 +391,7 @@ impl Inner {
             Ok(()) => return Ok(()),
             Err(refused) => refused,
         };
-        self.observer.on_event(&NetEvent::RateLimited {
+        self.emit(|| NetEvent::RateLimited {
             req: call.info(),
             scope: LimitScope::GlobalRate,
         });
@@ -402,7 +411,7 @@ impl Inner {
     pub(super) fn no_slot(&self, call: &Call<'_>, no: NoSlot, what: &str) -> NetError {
         match no {
             NoSlot::Limited(scope) => {
-                self.observer.on_event(&NetEvent::RateLimited {
+                self.emit(|| NetEvent::RateLimited {
                     req: call.info(),
                     scope,
                 });
@@ -410,7 +419,7 @@ impl Inner {
                     .with_message(format!("{scope:?} limit of {what} reached"))
             }
             NoSlot::Deadline => {
-                self.observer.on_event(&NetEvent::TimedOut {
+                self.emit(|| NetEvent::TimedOut {
                     req: call.info(),
                     phase: Phase::Total,
                 });
