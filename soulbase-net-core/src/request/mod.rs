@@ -338,8 +338,10 @@ impl NetRequest {
     /// [`ErrorKind::InvalidRequest`](crate::ErrorKind::InvalidRequest) naming both sizes.
     pub fn check_body_size(&self, max_req_bytes: u64) -> Result<(), NetError> {
         let size = match &self.body {
+            Body::Empty => Some(0),
+            Body::Bytes(b) => Some(b.len() as u64),
             Body::Stream(s) => s.exact_len(),
-            other => other
+            json => json
                 .to_bytes()
                 .map_err(|e| e.at(&self.method, &self.url))?
                 .map(|b| b.len() as u64),

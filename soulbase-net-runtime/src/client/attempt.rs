@@ -32,7 +32,8 @@ use crate::{
 
 impl Inner {
     /// One attempt: connect (or reuse), write, wait for the head, hand over the body; `limit`
-    /// bounds the attempt (the policy's attempt timeout, or the one learnt from latencies).
+    /// bounds the attempt (the policy's attempt timeout, or the one learnt from latencies);
+    /// `began` is when it started (the caller has just read the clock).
     pub(super) async fn attempt(
         &self,
         req: &mut NetRequest,
@@ -41,8 +42,8 @@ impl Inner {
         limit: Duration,
         attempt: u32,
         hedge: bool,
+        began: Instant,
     ) -> Result<NetResponse, NetError> {
-        let began = Instant::now();
         let span = attempt_span(call, url, attempt, hedge);
         // The `on_attempt` hooks run inside the attempt's span, so that what they take from
         // the current span (TraceUa's `traceparent` under OpenTelemetry) is this attempt's.

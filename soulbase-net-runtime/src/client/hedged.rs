@@ -48,7 +48,9 @@ impl Inner {
         let mut running: Vec<Attempt<'_>> = Vec::new();
         if let Some(first) = pending.next() {
             let n = attempts.next();
-            running.push(Box::pin(self.attempt(first, url, call, limit, n, false)));
+            running.push(Box::pin(
+                self.attempt(first, url, call, limit, n, false, began),
+            ));
         }
         let mut last: Option<Result<NetResponse, NetError>> = None;
         let mut hedges = 0usize;
@@ -88,7 +90,15 @@ impl Inner {
             if allowed {
                 if let Some(copy) = pending.next() {
                     let n = attempts.next();
-                    running.push(Box::pin(self.attempt(copy, url, call, limit, n, true)));
+                    running.push(Box::pin(self.attempt(
+                        copy,
+                        url,
+                        call,
+                        limit,
+                        n,
+                        true,
+                        Instant::now(),
+                    )));
                 }
             }
             next_start = starts.get(hedges).map(|d| began + *d);

@@ -72,7 +72,8 @@ impl Inner {
                 }
                 None => {
                     let n = attempts.next();
-                    self.attempt(req, &target, call, learnt, n, false).await
+                    self.attempt(req, &target, call, learnt, n, false, began)
+                        .await
                 }
             };
             if let Ok(res) = &result {
