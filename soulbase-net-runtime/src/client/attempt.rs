@@ -34,6 +34,10 @@ impl Inner {
     /// One attempt: connect (or reuse), write, wait for the head, hand over the body; `limit`
     /// bounds the attempt (the policy's attempt timeout, or the one learnt from latencies);
     /// `began` is when it started (the caller has just read the clock).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each is one fact about this attempt, passed down from the retry loop"
+    )]
     pub(super) async fn attempt(
         &self,
         req: &mut NetRequest,
