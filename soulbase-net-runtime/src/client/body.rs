@@ -169,7 +169,31 @@ pub(crate) struct OwnedInfo {
     /// Where the call's host label is in `target`'s text (see [`host_span`]).
     pub(crate) host: std::ops::Range<usize>,
     pub(crate) tenant: Option<String>,
-    pub(crate) url: String,
+    /// The URL as events show it.
+    pub(crate) shown: Shown,
+}
+
+/// How events show the call's URL (the text of [`shown_url`](super::send::shown_url)),
+/// without a copy of it where it can be a slice of the URL the call holds.
+#[derive(Debug)]
+pub(crate) enum Shown {
+    /// The first this many bytes of the target's text: a validated URL has no userinfo, so
+    /// the URL up to its path is what events show.
+    Prefix(usize),
+    /// The redacted copy of a URL with userinfo (validation refuses one: not on any path
+    /// today, kept so that a credential can never reach an event).
+    Redacted(String),
+}
+
+impl Shown {
+    /// How events show `url`.
+    pub(crate) fn of(url: &url::Url) -> Self {
+        if url.username().is_empty() && url.password().is_none() {
+            Shown::Prefix(url[..url::Position::AfterPath].len())
+        } else {
+            Shown::Redacted(super::send::shown_url(url))
+        }
+    }
 }
 
 impl OwnedInfo {
@@ -189,7 +213,10 @@ impl OwnedInfo {
             scheme: self.scheme,
             host: self.host(),
             tenant: self.tenant.as_deref(),
-            url: &self.url,
+            url: match &self.shown {
+                Shown::Prefix(len) => self.target.as_str().get(..*len).unwrap_or_default(),
+                Shown::Redacted(url) => url,
+            },
         }
     }
 }

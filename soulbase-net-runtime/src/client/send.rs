@@ -178,11 +178,11 @@ impl Inner {
                     host: super::body::host_span(&url),
                     target: url.clone(),
                     tenant: req.tenant.clone(),
-                    // Only events carry it: without an observer nobody would read it.
-                    url: if self.observed {
-                        shown_url(&url)
+                    // Only events show it: without an observer nobody would read it.
+                    shown: if self.observed {
+                        super::body::Shown::of(&url)
                     } else {
-                        String::new()
+                        super::body::Shown::Prefix(0)
                     },
                 }),
                 policy: &policy,
@@ -624,6 +624,29 @@ mod tests {
             let url = Url::parse(raw).unwrap();
             let span = super::super::body::host_span(&url);
             assert_eq!(&url.as_str()[span], host_of(&url), "{raw}");
+        }
+    }
+
+    #[test]
+    fn events_show_the_url_a_slice_of_the_calls_url_gives_or_its_redacted_copy() {
+        use super::super::body::{host_span, OwnedInfo, Shown};
+        for raw in [
+            "https://api.example:8443/a/b?token=1#f",
+            "http://[::1]:8080/x",
+            "https://user:secret@api.example/a?b=c",
+        ] {
+            let url = Arc::new(Url::parse(raw).unwrap());
+            let info = OwnedInfo {
+                id: 1,
+                method: http::Method::GET,
+                scheme: "https",
+                host: host_span(&url),
+                target: url.clone(),
+                tenant: None,
+                shown: Shown::of(&url),
+            };
+            assert_eq!(info.info().url, shown_url(&url), "{raw}");
+            assert!(!info.info().url.contains("secret"), "{raw}");
         }
     }
 }
