@@ -67,6 +67,7 @@ pub mod fleet;
 mod h3;
 mod pool;
 pub mod prelude;
+mod pruned;
 mod redirect;
 mod resilience;
 pub mod tls;

@@ -34,7 +34,6 @@ use std::{
 };
 
 use bytes::Bytes;
-use foldhash::HashMap;
 use http::{
     header::HOST,
     uri::{Authority, Parts},
@@ -54,6 +53,7 @@ use tokio::{
 };
 
 use crate::connect::{Conn, Connector};
+use crate::pruned::PrunedMap;
 
 /// How a transport's pool behaves; from the client builder and the policy.
 #[derive(Debug, Clone)]
@@ -95,40 +95,19 @@ struct Shared {
     alive: tokio::sync::watch::Sender<()>,
 }
 
-/// Origins by authority, one map per scheme (a lookup needs no key built).
-#[derive(Default)]
+/// Origins by authority, one map per scheme (a lookup needs no key built). Origins without
+/// connections are pruned in bulk (see [`PrunedMap`]): origins that keep connections stay.
 struct Origins {
-    http: OriginMap,
-    https: OriginMap,
+    http: PrunedMap<Arc<Origin>>,
+    https: PrunedMap<Arc<Origin>>,
 }
 
-/// One scheme's origins, and the size at which those without connections are pruned next.
-struct OriginMap {
-    map: HashMap<Box<str>, Arc<Origin>>,
-    prune_at: usize,
-}
-
-impl Default for OriginMap {
+impl Default for Origins {
     fn default() -> Self {
         Self {
-            map: HashMap::default(),
-            prune_at: MAX_ORIGINS,
+            http: PrunedMap::new(MAX_ORIGINS),
+            https: PrunedMap::new(MAX_ORIGINS),
         }
-    }
-}
-
-impl OriginMap {
-    /// Prunes the origins without connections once the map has reached its mark, and sets the
-    /// next mark at twice what is left (at least [`MAX_ORIGINS`]). Amortised: origins that
-    /// keep connections stay, and a map full of them was scanned whole for every new origin
-    /// (two thirds of the client's CPU with 10 000 hosts); now a scan waits until the map has
-    /// grown by as much again as it holds.
-    fn make_room(&mut self, cap: usize) {
-        if self.map.len() < self.prune_at {
-            return;
-        }
-        self.map.retain(|_, origin| !origin.is_empty(cap));
-        self.prune_at = self.map.len().saturating_mul(2).max(MAX_ORIGINS);
     }
 }
 
@@ -405,7 +384,8 @@ impl Shared {
         if let Some(origin) = origins.map.get(authority.as_str()) {
             return Ok(origin.clone());
         }
-        origins.make_room(self.cfg.per_origin_cap.max(1));
+        let cap = self.cfg.per_origin_cap.max(1);
+        origins.make_room(|origin| !origin.is_empty(cap));
         let map = &mut origins.map;
         let origin = Arc::new(Origin {
             https,
@@ -1020,41 +1000,13 @@ mod tests {
     }
 
     #[test]
-    fn origins_are_pruned_at_a_mark_that_grows_with_the_busy_ones() {
-        let mut origins = OriginMap::default();
-        let add = |m: &mut OriginMap, from: usize, n: usize, busy: bool| {
-            for i in from..from + n {
-                m.map.insert(format!("h{i}").into(), origin(busy));
-            }
-        };
-        // Half without connections: pruned at the mark, which stays.
-        add(&mut origins, 0, MAX_ORIGINS / 2, true);
-        add(&mut origins, MAX_ORIGINS, MAX_ORIGINS / 2, false);
-        origins.make_room(1);
-        assert_eq!(
-            (origins.map.len(), origins.prune_at),
-            (MAX_ORIGINS / 2, MAX_ORIGINS)
-        );
-        // All busy: nothing to prune, and the next scan waits until the map doubles.
-        add(&mut origins, 2 * MAX_ORIGINS, MAX_ORIGINS / 2, true);
-        origins.make_room(1);
-        assert_eq!(
-            (origins.map.len(), origins.prune_at),
-            (MAX_ORIGINS, 2 * MAX_ORIGINS)
-        );
-        add(&mut origins, 4 * MAX_ORIGINS, MAX_ORIGINS - 1, false);
-        origins.make_room(1);
-        assert_eq!(
-            origins.map.len(),
-            2 * MAX_ORIGINS - 1,
-            "below the mark: no scan"
-        );
-        add(&mut origins, 6 * MAX_ORIGINS, 1, false);
-        origins.make_room(1);
-        assert_eq!(
-            (origins.map.len(), origins.prune_at),
-            (MAX_ORIGINS, 2 * MAX_ORIGINS)
-        );
+    fn origins_with_connections_stay_when_the_map_is_pruned() {
+        let mut origins = PrunedMap::new(2);
+        origins.map.insert("busy".into(), origin(true));
+        origins.map.insert("idle".into(), origin(false));
+        origins.make_room(|origin| !origin.is_empty(1));
+        assert!(origins.map.contains_key("busy"));
+        assert!(!origins.map.contains_key("idle"));
     }
 
     #[test]

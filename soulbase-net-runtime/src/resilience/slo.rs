@@ -15,13 +15,13 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use foldhash::HashMap;
 use parking_lot::Mutex;
 use soulbase_net_core::{ErrorKind, GaugeReading, Outcome, Phase};
 use soulbase_net_policy::{LimitsPolicy, SloPolicy, MAX_BACKOFF_FACTOR};
 use tokio::time::Instant;
 
 use super::limiter::{signal, Signal};
+use crate::pruned::PrunedMap;
 
 /// Buckets of the latency histogram: bucket `i` holds times up to `2^(i/4)` ms (19 % wide),
 /// the last everything above ~65 s.
@@ -30,8 +30,7 @@ const LATENCY_BUCKETS: usize = 64;
 /// The per-host controllers of a client.
 #[derive(Debug)]
 pub(crate) struct SloControllers {
-    hosts: Mutex<HashMap<Box<str>, HostSlo>>,
-    max_keys: usize,
+    hosts: Mutex<PrunedMap<HostSlo>>,
 }
 
 /// What the controller does to a host now: backoff × `backoff` (≥ 1), rate × `rate` (≤ 1).
@@ -152,11 +151,10 @@ impl Factors {
 
 impl SloControllers {
     /// Controllers for at most `max_keys` hosts at the policy's values (hosts whose factors
-    /// have moved are kept beyond it).
+    /// have moved are kept beyond it: see [`PrunedMap`]).
     pub(crate) fn new(max_keys: usize) -> Self {
         Self {
-            hosts: Mutex::default(),
-            max_keys: max_keys.max(1),
+            hosts: Mutex::new(PrunedMap::new(max_keys.max(1))),
         }
     }
 
@@ -167,6 +165,7 @@ impl SloControllers {
         }
         self.hosts
             .lock()
+            .map
             .get(host)
             .map_or(Factors::NONE, |h| h.factors)
     }
@@ -196,7 +195,7 @@ impl SloControllers {
             return true;
         }
         let mut hosts = self.hosts.lock();
-        let Some(h) = hosts.get_mut(host) else {
+        let Some(h) = hosts.map.get_mut(host) else {
             return true;
         };
         if h.factors.rate >= 1.0 {
@@ -224,10 +223,12 @@ impl SloControllers {
             return None;
         }
         let mut hosts = self.hosts.lock();
-        if !hosts.contains_key(host) && hosts.len() >= self.max_keys {
-            hosts.retain(|_, h| !h.factors.is_none());
+        if !hosts.map.contains_key(host) {
+            // Hosts back at the policy's values go; those still slowed down stay.
+            hosts.make_room(|h| !h.factors.is_none());
         }
         let h = hosts
+            .map
             .entry(host.into())
             .or_insert_with(|| HostSlo::new(p, now));
         let change = h.advance(p, now);
@@ -237,7 +238,7 @@ impl SloControllers {
 
     /// Calls `visit` with the factors of every host whose factors have moved.
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
-        for (host, h) in self.hosts.lock().iter().filter(|(_, h)| h.moved) {
+        for (host, h) in self.hosts.lock().map.iter().filter(|(_, h)| h.moved) {
             visit(GaugeReading::SloFactors {
                 host,
                 backoff: h.factors.backoff,
