@@ -38,7 +38,15 @@ pub(crate) struct BoundedMap<V> {
     entries: HashMap<Box<str>, Slot<V>>,
     max: usize,
     idle: Duration,
+    /// Until when a full map refuses new keys without looking for room again: set when an
+    /// eviction found none (every entry pinned: open circuits, calls in flight), so that a
+    /// flood of new keys costs one scan per [`NO_ROOM_RECHECK`], not one per key.
+    no_room_until: Option<Instant>,
 }
+
+/// How long a full map whose entries may not go refuses new keys before it looks for room
+/// again. Short next to what pins an entry (a breaker's cooldown, a call).
+pub(crate) const NO_ROOM_RECHECK: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 struct Slot<V> {
@@ -55,6 +63,7 @@ impl<V: Evictable> BoundedMap<V> {
             entries: HashMap::new(),
             max: max.max(1),
             idle,
+            no_room_until: None,
         }
     }
 
@@ -87,7 +96,8 @@ impl<V: Evictable> BoundedMap<V> {
     /// which the borrow checker would only allow after a second lookup).
     ///
     /// `None` when the map is full and no entry may be evicted: the caller then goes on without
-    /// per-key state (fail open) rather than grow the map.
+    /// per-key state (fail open) rather than grow the map. A map found without room refuses new
+    /// keys for [`NO_ROOM_RECHECK`] before it scans for room again.
     pub(crate) fn visit<R>(
         &mut self,
         key: &str,
@@ -105,10 +115,15 @@ impl<V: Evictable> BoundedMap<V> {
             return Some(visit(&mut slot.value));
         }
         if self.entries.len() >= self.max {
-            self.evict(now);
-            if self.entries.len() >= self.max {
+            if self.no_room_until.is_some_and(|until| now < until) {
                 return None;
             }
+            self.evict(now);
+            if self.entries.len() >= self.max {
+                self.no_room_until = Some(now + NO_ROOM_RECHECK);
+                return None;
+            }
+            self.no_room_until = None;
         }
         let slot = self.entries.entry(key.into()).or_insert(Slot {
             value: make(),
@@ -195,6 +210,75 @@ mod tests {
         assert!(m.visit("c", later, || Pinned(false), |_| ()).is_none());
         assert_eq!(m.len(), 2);
         assert!(m.get_mut("a", later).is_some());
+    }
+
+    /// Pinned, counting how often eviction asks it.
+    #[derive(Debug)]
+    struct Counted<'a>(&'a std::cell::Cell<u32>);
+
+    impl Evictable for Counted<'_> {
+        fn evictable(&self, _now: Instant, _idle: bool) -> bool {
+            self.0.set(self.0.get() + 1);
+            false
+        }
+    }
+
+    #[test]
+    fn a_full_map_of_pinned_entries_is_scanned_once_per_recheck_not_per_new_key() {
+        let asked = std::cell::Cell::new(0);
+        let now = Instant::now();
+        let mut m = BoundedMap::new(100, Duration::from_secs(1));
+        for i in 0..100 {
+            assert!(m
+                .visit(&format!("p{i}"), now, || Counted(&asked), |_| ())
+                .is_some());
+        }
+        let later = now + Duration::from_secs(10);
+        // The first new key looks for room (a sweep and an LRU pass over every entry)...
+        assert!(m.visit("n0", later, || Counted(&asked), |_| ()).is_none());
+        let one_scan = asked.get();
+        assert_eq!(one_scan, 200);
+        // ...the next thousand, within the recheck period, do not.
+        for i in 1..1_000 {
+            let at = later + NO_ROOM_RECHECK / 2;
+            assert!(m
+                .visit(&format!("n{i}"), at, || Counted(&asked), |_| ())
+                .is_none());
+        }
+        assert_eq!(asked.get(), one_scan);
+        // Keys already there are still served.
+        assert!(m.visit("p7", later, || Counted(&asked), |_| ()).is_some());
+        // After the period, one more look.
+        let after = later + NO_ROOM_RECHECK;
+        assert!(m
+            .visit("n1000", after, || Counted(&asked), |_| ())
+            .is_none());
+        assert_eq!(asked.get(), 2 * one_scan);
+    }
+
+    /// May go only once idle.
+    #[derive(Debug)]
+    struct IdleOnly;
+
+    impl Evictable for IdleOnly {
+        fn evictable(&self, _now: Instant, idle: bool) -> bool {
+            idle
+        }
+    }
+
+    #[test]
+    fn room_a_sweep_makes_is_used_at_once() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let mut m = BoundedMap::new(2, Duration::from_secs(5));
+        assert!(m.visit("a", now, || IdleOnly, |_| ()).is_some());
+        assert!(m.visit("b", now + ms(4_000), || IdleOnly, |_| ()).is_some());
+        // Neither is idle yet: no room, and the map stops looking for a while.
+        assert!(m.visit("c", now + ms(4_950), || IdleOnly, |_| ()).is_none());
+        // The client's periodic sweep drops `a` once idle; the room is used within the while.
+        m.sweep(now + ms(5_000));
+        assert_eq!(m.len(), 1);
+        assert!(m.visit("c", now + ms(5_010), || IdleOnly, |_| ()).is_some());
     }
 
     #[test]
