@@ -2,7 +2,8 @@
 //! what has to stay.
 //!
 //! Why: a map by host or origin is bounded by pruning what may go (an origin without
-//! connections, a host whose controller is back at the policy's values) once it is full. When
+//! connections, a host whose SLO controller is back at the policy's values, a host or tenant
+//! of the limiter without calls) once it is full. When
 //! nothing may go, a check at a fixed size scans the whole map again for every new key — the
 //! pool's origins did, two thirds of the client's CPU with 10 000 hosts. Here the next scan
 //! waits until the map has grown by as much again as the last one left: amortised O(1) per

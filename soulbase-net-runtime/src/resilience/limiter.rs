@@ -8,7 +8,6 @@
 mod aimd;
 mod gcra;
 
-use foldhash::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,20 +21,21 @@ use tokio::time::Instant;
 pub(crate) use self::aimd::{signal, Signal};
 use self::aimd::{Aimd, AimdPermit};
 use self::gcra::Gcra;
+use crate::pruned::PrunedMap;
 
 /// The limits of a client: one entry per host and per tenant.
 ///
-/// The maps keep at most `max_keys` idle entries; entries with calls in flight or waiting are
-/// kept whatever their number (they are bounded by the calls themselves). A host's
+/// The maps prune their idle entries once they hold `max_keys` (see [`PrunedMap`]); entries with
+/// calls in flight or waiting are kept whatever their number (they are bounded by the calls
+/// themselves), and when many were kept the next pruning waits until the map has doubled. A host's
 /// concurrency cap is fixed when its entry is made; after a policy reload the new cap applies
 /// once the entry has gone idle and been evicted. Its rate follows the policy of each call
 /// (a reload, the SLO controller's scaling) at once, the bucket's state carried over.
 #[derive(Debug)]
 pub(crate) struct Limiter {
-    hosts: Mutex<HashMap<Box<str>, Arc<HostLimits>>>,
-    tenants: Mutex<HashMap<Box<str>, TenantLimits>>,
+    hosts: Mutex<PrunedMap<Arc<HostLimits>>>,
+    tenants: Mutex<PrunedMap<TenantLimits>>,
     global: Mutex<Option<Arc<Aimd>>>,
-    max_keys: usize,
 }
 
 #[derive(Debug)]
@@ -78,11 +78,11 @@ pub(crate) struct LimitGauges {
 impl Limiter {
     /// A limiter keeping at most `max_keys` idle host and tenant entries.
     pub(crate) fn new(max_keys: usize) -> Self {
+        let max_keys = max_keys.max(1);
         Self {
-            hosts: Mutex::default(),
-            tenants: Mutex::default(),
+            hosts: Mutex::new(PrunedMap::new(max_keys)),
+            tenants: Mutex::new(PrunedMap::new(max_keys)),
             global: Mutex::default(),
-            max_keys: max_keys.max(1),
         }
     }
 
@@ -187,7 +187,7 @@ impl Limiter {
     /// The gauges of `host`, if it has an entry.
     #[cfg(test)]
     pub(crate) fn gauges(&self, host: &str) -> Option<LimitGauges> {
-        let entry = self.hosts.lock().get(host).cloned()?;
+        let entry = self.hosts.lock().map.get(host).cloned()?;
         Some(entry.gauges())
     }
 
@@ -199,7 +199,7 @@ impl Limiter {
     /// Calls `visit` with the gauges of every host entry and the global window.
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
         let hosts = self.hosts.lock();
-        for (host, entry) in hosts.iter() {
+        for (host, entry) in hosts.map.iter() {
             let g = entry.gauges();
             visit(GaugeReading::LimiterInFlight {
                 host,
@@ -217,7 +217,7 @@ impl Limiter {
             }
         }
         drop(hosts);
-        for (tenant, t) in self.tenants.lock().iter() {
+        for (tenant, t) in self.tenants.lock().map.iter() {
             let free = u32::try_from(t.slots.available_permits()).unwrap_or(u32::MAX);
             visit(GaugeReading::TenantInFlight {
                 tenant,
@@ -235,18 +235,16 @@ impl Limiter {
     /// How many host entries are held.
     #[cfg(test)]
     pub(crate) fn hosts_len(&self) -> usize {
-        self.hosts.lock().len()
+        self.hosts.lock().map.len()
     }
 
     fn host(&self, host: &str, p: &LimitsPolicy) -> Arc<HostLimits> {
         let mut hosts = self.hosts.lock();
-        if let Some(e) = hosts.get(host) {
+        if let Some(e) = hosts.map.get(host) {
             return e.clone();
         }
-        if hosts.len() >= self.max_keys {
-            let now = Instant::now();
-            hosts.retain(|_, e| !e.is_idle(now) || Arc::strong_count(e) > 1);
-        }
+        let now = Instant::now();
+        hosts.make_room(|e| !e.is_idle(now) || Arc::strong_count(e) > 1);
         let entry = Arc::new(HostLimits {
             slots: Arc::new(semaphore(p.per_host_concurrency)),
             cap: p.per_host_concurrency,
@@ -254,23 +252,21 @@ impl Limiter {
             aimd: Arc::new(Aimd::new(&p.aimd)),
             queued: AtomicUsize::new(0),
         });
-        hosts.insert(host.into(), entry.clone());
+        hosts.map.insert(host.into(), entry.clone());
         entry
     }
 
     fn tenant(&self, tenant: &str, p: &LimitsPolicy) -> Arc<Semaphore> {
         let mut tenants = self.tenants.lock();
-        if let Some(t) = tenants.get(tenant) {
+        if let Some(t) = tenants.map.get(tenant) {
             return t.slots.clone();
         }
-        if tenants.len() >= self.max_keys {
-            tenants.retain(|_, t| {
-                Arc::strong_count(&t.slots) > 1 || t.slots.available_permits() < t.cap as usize
-            });
-        }
+        tenants.make_room(|t| {
+            Arc::strong_count(&t.slots) > 1 || t.slots.available_permits() < t.cap as usize
+        });
         let cap = p.per_tenant_concurrency;
         let slots = Arc::new(semaphore(cap));
-        tenants.insert(
+        tenants.map.insert(
             tenant.into(),
             TenantLimits {
                 slots: slots.clone(),

@@ -258,7 +258,7 @@ async fn host_map_is_bounded() {
         drop(permit.unwrap());
         assert!(limiter.hosts_len() <= 1_000);
     }
-    assert!(limiter.tenants.lock().len() <= 1_000);
+    assert!(limiter.tenants.lock().map.len() <= 1_000);
 }
 
 async fn futures_take(limiter: &Limiter, p: &LimitsPolicy, n: usize) -> Vec<LimitPermit> {
