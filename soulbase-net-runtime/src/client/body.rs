@@ -166,7 +166,7 @@ pub(crate) struct OwnedInfo {
     pub(crate) scheme: &'static str,
     /// The URL the call was made to, as validated (shared with the call, not copied).
     pub(crate) target: Arc<url::Url>,
-    /// Where the call's host label is in `target`'s text (see [`host_span`]).
+    /// Where the call's host label is in `target`'s text (see [`host_span`](super::send::host_span)).
     pub(crate) host: std::ops::Range<usize>,
     pub(crate) tenant: Option<String>,
     /// The URL as events show it.
@@ -218,20 +218,6 @@ impl OwnedInfo {
                 Shown::Redacted(url) => url,
             },
         }
-    }
-}
-
-/// Where [`host_of`](super::send::host_of)`(url)` is in `url`'s text: the host as the URL
-/// parser wrote it, without an IPv6 literal's brackets. Found once per call, so that the host
-/// label, read by every event and limiter, is a slice rather than a search.
-pub(crate) fn host_span(url: &url::Url) -> std::ops::Range<usize> {
-    let (start, end) = (
-        url[..url::Position::BeforeHost].len(),
-        url[..url::Position::AfterHost].len(),
-    );
-    match url.as_str().get(start..end) {
-        Some(host) if host.starts_with('[') && host.ends_with(']') => start + 1..end - 1,
-        _ => start..end,
     }
 }
 
