@@ -16,7 +16,7 @@ use soulbase_net_policy::RetryBudget;
 use tokio::time::Instant;
 
 use super::keymap::{scoped_key, BoundedMap, Evictable};
-use super::window::Buckets;
+use super::window::{Buckets, Tally};
 
 /// Retry budgets for many keys, bounded in number.
 #[derive(Debug)]
@@ -38,6 +38,13 @@ pub(crate) struct Budget {
 struct Counts {
     deposits: u64,
     withdrawals: u64,
+}
+
+impl Tally for Counts {
+    fn add(&mut self, other: &Self) {
+        self.deposits = self.deposits.saturating_add(other.deposits);
+        self.withdrawals = self.withdrawals.saturating_add(other.withdrawals);
+    }
 }
 
 // === impl RetryBudgets ===
@@ -122,31 +129,37 @@ impl Budget {
     /// Records one request.
     pub(crate) fn deposit(&mut self, cfg: &RetryBudget, now: Instant) {
         self.configure(cfg, now);
-        self.window.current(now).deposits += 1;
+        let deposit = Counts {
+            deposits: 1,
+            withdrawals: 0,
+        };
+        self.window.add(now, deposit);
     }
 
     /// Takes one retry if the window allows it.
     pub(crate) fn try_withdraw(&mut self, cfg: &RetryBudget, now: Instant) -> bool {
         self.configure(cfg, now);
-        if self.available(now) < 1.0 {
+        let total = self.window.total(now);
+        if self.allowance(total) < 1.0 {
             return false;
         }
-        self.window.current(now).withdrawals += 1;
+        let withdrawal = Counts {
+            deposits: 0,
+            withdrawals: 1,
+        };
+        self.window.add(now, withdrawal);
         true
     }
 
     /// Whole retries the window allows at `now` (the gauge).
     pub(crate) fn tokens(&self, now: Instant) -> u64 {
         // Saturating float-to-int: negative and NaN become 0.
-        self.available(now).floor() as u64
+        self.allowance(self.window.sum(now)).floor() as u64
     }
 
-    /// The allowance at `now` less what was withdrawn: a retry needs at least 1.
-    fn available(&self, now: Instant) -> f64 {
-        let total = self.window.sum(now, |acc: &mut Counts, c| {
-            acc.deposits += c.deposits;
-            acc.withdrawals += c.withdrawals;
-        });
+    /// The allowance of the window's `total` less what was withdrawn: a retry needs at
+    /// least 1.
+    fn allowance(&self, total: Counts) -> f64 {
         self.ratio * total.deposits as f64 + self.floor - total.withdrawals as f64
     }
 

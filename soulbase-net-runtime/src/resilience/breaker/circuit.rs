@@ -7,7 +7,7 @@ use soulbase_net_policy::CircuitBreakerPolicy;
 use tokio::time::Instant;
 
 use crate::resilience::keymap::Evictable;
-use crate::resilience::window::Buckets;
+use crate::resilience::window::{Buckets, Tally};
 
 /// The breaker of one key (host, or host and tenant).
 #[derive(Debug)]
@@ -40,6 +40,14 @@ struct Calls {
     total: u32,
     failed: u32,
     slow: u32,
+}
+
+impl Tally for Calls {
+    fn add(&mut self, other: &Self) {
+        self.total = self.total.saturating_add(other.total);
+        self.failed = self.failed.saturating_add(other.failed);
+        self.slow = self.slow.saturating_add(other.slow);
+    }
 }
 
 /// What an admitted call holds, to record its result against the right circuit and state.
@@ -233,10 +241,12 @@ impl Circuit {
         now: Instant,
     ) -> Option<Transition> {
         self.window.reconfigure(p.window, now);
-        let bucket = self.window.current(now);
-        bucket.total = bucket.total.saturating_add(1);
-        bucket.failed = bucket.failed.saturating_add(u32::from(failure));
-        bucket.slow = bucket.slow.saturating_add(u32::from(slow));
+        let call = Calls {
+            total: 1,
+            failed: u32::from(failure),
+            slow: u32::from(slow),
+        };
+        self.window.add(now, call);
         self.consecutive = if failure {
             self.consecutive.saturating_add(1)
         } else {
@@ -248,15 +258,11 @@ impl Circuit {
         None
     }
 
-    fn should_trip(&self, p: &CircuitBreakerPolicy, now: Instant) -> bool {
+    fn should_trip(&mut self, p: &CircuitBreakerPolicy, now: Instant) -> bool {
         if p.consecutive_failures > 0 && self.consecutive >= p.consecutive_failures {
             return true;
         }
-        let c: Calls = self.window.sum(now, |acc: &mut Calls, b| {
-            acc.total = acc.total.saturating_add(b.total);
-            acc.failed = acc.failed.saturating_add(b.failed);
-            acc.slow = acc.slow.saturating_add(b.slow);
-        });
+        let c = self.window.total(now);
         if c.total == 0 || c.total < p.min_samples {
             return false;
         }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use soulbase_net_core::{ErrorKind, Outcome, Phase};
 use soulbase_net_policy::AimdPolicy;
 use tokio::sync::Notify;
@@ -87,7 +87,8 @@ fn bounds(p: &AimdPolicy) -> (u32, u32) {
     (lo, p.max.max(lo))
 }
 
-/// A shared window with its in-flight count; waiters are woken when a slot frees.
+/// A shared window with its in-flight count; waiters are woken when a slot frees or the
+/// limit moves.
 #[derive(Debug)]
 pub(crate) struct Aimd {
     state: Mutex<State>,
@@ -103,6 +104,10 @@ struct State {
     limit: u32,
     /// Whether a call ever entered: a host's window exists even when AIMD is off.
     used: bool,
+    /// Calls waiting for room. Counted under the lock with the check that found none, so a
+    /// release that sees zero has no one to wake (and skips `Notify`'s own lock), and one
+    /// that sees more wakes them.
+    waiting: u32,
 }
 
 /// One call inside the window; leaves it on drop (also on cancellation and panic).
@@ -121,6 +126,7 @@ impl Aimd {
                 window,
                 in_flight: 0,
                 used: false,
+                waiting: 0,
             }),
             freed: Notify::new(),
         }
@@ -129,6 +135,41 @@ impl Aimd {
     /// Enters the window if there is room.
     pub(crate) fn try_acquire(self: &Arc<Self>, p: &AimdPolicy) -> Option<AimdPermit> {
         let mut s = self.state.lock();
+        self.enter(&mut s, p)
+    }
+
+    /// Enters the window, waiting for room until `deadline` (`None`: no wait).
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        p: &AimdPolicy,
+        deadline: Option<Instant>,
+    ) -> Option<AimdPermit> {
+        let Some(deadline) = deadline else {
+            return self.try_acquire(p);
+        };
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the check, so a slot freed in between is not missed.
+            freed.as_mut().enable();
+            let waiting = {
+                let mut s = self.state.lock();
+                if let Some(permit) = self.enter(&mut s, p) {
+                    return Some(permit);
+                }
+                s.waiting += 1;
+                Waiting(self)
+            };
+            let woken = tokio::time::timeout_at(deadline, freed).await.is_ok();
+            drop(waiting);
+            if !woken {
+                return None;
+            }
+        }
+    }
+
+    /// Takes a place under the lock held as `s`, if the limit leaves one.
+    fn enter(self: &Arc<Self>, s: &mut State, p: &AimdPolicy) -> Option<AimdPermit> {
         s.limit = s.window.limit(p);
         s.used = true;
         if s.in_flight >= s.limit {
@@ -138,21 +179,12 @@ impl Aimd {
         Some(AimdPermit { aimd: self.clone() })
     }
 
-    /// Enters the window, waiting for room until `deadline` (`None`: no wait).
-    pub(crate) async fn acquire(
-        self: &Arc<Self>,
-        p: &AimdPolicy,
-        deadline: Option<Instant>,
-    ) -> Option<AimdPermit> {
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            // Registered before the check, so a slot freed in between is not missed.
-            freed.as_mut().enable();
-            if let Some(permit) = self.try_acquire(p) {
-                return Some(permit);
-            }
-            tokio::time::timeout_at(deadline?, freed).await.ok()?;
+    /// Wakes the waiters when there are any; `s` is the lock, released first.
+    fn wake(&self, s: MutexGuard<'_, State>) {
+        let waiting = s.waiting > 0;
+        drop(s);
+        if waiting {
+            self.freed.notify_waiters();
         }
     }
 
@@ -165,8 +197,7 @@ impl Aimd {
             Signal::Ignore => return,
         }
         s.limit = s.window.limit(p);
-        drop(s);
-        self.freed.notify_waiters();
+        self.wake(s);
     }
 
     /// The limit as last computed, once a call has entered the window (the gauge).
@@ -185,8 +216,18 @@ impl Drop for AimdPermit {
     fn drop(&mut self) {
         let mut s = self.aimd.state.lock();
         s.in_flight = s.in_flight.saturating_sub(1);
-        drop(s);
-        self.aimd.freed.notify_waiters();
+        self.aimd.wake(s);
+    }
+}
+
+/// One caller counted in `waiting` while it waits; uncounted when woken, timed out or
+/// cancelled.
+struct Waiting<'a>(&'a Aimd);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.state.lock();
+        s.waiting = s.waiting.saturating_sub(1);
     }
 }
 
@@ -194,6 +235,7 @@ impl Drop for AimdPermit {
 mod tests {
     use super::*;
     use soulbase_net_core::http::StatusCode;
+    use std::time::Duration;
 
     fn policy() -> AimdPolicy {
         let mut p = AimdPolicy::default();
@@ -255,6 +297,46 @@ mod tests {
         aimd.record(&p, Signal::Overload);
         assert_eq!(aimd.gauge(), Some(1));
         assert_eq!(Aimd::new(&p).gauge(), None, "no call entered yet");
+    }
+
+    /// Polls `fut` once (it registers as a waiter); whether it is still pending.
+    fn pending<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        fut.poll(&mut cx).is_pending()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_are_woken_by_a_release_or_a_larger_limit_and_uncounted_after() {
+        let mut p = policy();
+        p.initial = 1;
+        let aimd = Arc::new(Aimd::new(&p));
+        let waiting = || aimd.state.lock().waiting;
+        let held = aimd.try_acquire(&p).unwrap();
+        let far = Instant::now() + Duration::from_secs(3600);
+        // A release wakes the waiter, which takes the slot.
+        let mut wait = Box::pin(aimd.acquire(&p, Some(far)));
+        assert!(pending(wait.as_mut()));
+        assert_eq!(waiting(), 1);
+        drop(held);
+        let held = wait.await.expect("the freed slot");
+        assert_eq!(waiting(), 0);
+        // A success that raises the limit wakes it too.
+        let mut wait = Box::pin(aimd.acquire(&p, Some(far)));
+        assert!(pending(wait.as_mut()));
+        aimd.record(&p, Signal::Success);
+        let _second = wait.await.expect("the room the larger limit made");
+        assert_eq!(aimd.in_flight(), 2);
+        // A wait that times out, and one cancelled, leave the count as it was.
+        let soon = Instant::now() + Duration::from_millis(5);
+        assert!(aimd.acquire(&p, Some(soon)).await.is_none());
+        let mut wait = Box::pin(aimd.acquire(&p, Some(far)));
+        assert!(pending(wait.as_mut()));
+        assert_eq!(waiting(), 1);
+        drop(wait);
+        assert_eq!(waiting(), 0);
+        // With nobody waiting, a release has nobody to wake: the count says so.
+        drop(held);
+        assert_eq!((waiting(), aimd.in_flight()), (0, 1));
     }
 
     #[test]
