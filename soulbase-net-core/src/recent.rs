@@ -6,24 +6,79 @@
 
 use std::{cell::RefCell, thread::LocalKey};
 
-/// The last values a thread computed from texts, oldest first; declare one per kind of
-/// value with `thread_local!` and use it through [`recall`].
-pub type Recent<T> = RefCell<Vec<(Box<str>, T)>>;
+/// The last values a thread computed from texts; declare one per kind of value with
+/// `thread_local!` (`const { Recent::new() }`) and use it through [`recall`].
+///
+/// Each text is kept with a fingerprint of a few of its bytes, so a lookup compares whole
+/// texts only where the fingerprints agree: URLs of one length that differ in a few bytes
+/// (`h1.example`, `h2.example`) cost a word compare each, not a byte-by-byte one.
+pub struct Recent<T> {
+    memo: RefCell<Memo<T>>,
+}
+
+struct Memo<T> {
+    entries: Vec<Entry<T>>,
+    /// The entry the next remembered text replaces once the memo is full (the oldest).
+    next: usize,
+    /// Texts asked for in a row that the memo did not hold.
+    misses: u32,
+}
+
+struct Entry<T> {
+    print: u64,
+    text: Box<str>,
+    value: T,
+}
+
+impl<T> Recent<T> {
+    /// An empty memo.
+    pub const fn new() -> Self {
+        Self {
+            memo: RefCell::new(Memo {
+                entries: Vec::new(),
+                next: 0,
+                misses: 0,
+            }),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Recent<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.memo.try_borrow().map(|m| m.entries.len()).ok();
+        f.debug_struct("Recent").field("held", &held).finish()
+    }
+}
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// Texts longer than this are never remembered (they are rarely repeated, and comparing
 /// them costs more than it saves).
 pub const RECENT_MAX_TEXT: usize = 256;
 
-/// The value for `text`: remembered in `memo` (which keeps the last `keep`), or computed by
-/// `compute` and then remembered if it succeeded. A memo that is gone (the thread is
-/// ending) only means computing.
+/// After this many misses in a row per remembered text, a memo that keeps missing remembers
+/// only one miss in [`SAMPLE`]: a thread calling thousands of hosts in turn would otherwise
+/// copy every URL into the memo and drop one for it, for nothing.
+const MISSING: u32 = 4;
+/// One miss in this many is remembered while the memo keeps missing, so a new working set
+/// still settles in within a few calls.
+const SAMPLE: u32 = 8;
+
+/// The value for `text`: remembered in `memo` (which keeps the last `keep` texts it
+/// remembered), or computed by `compute` and then remembered if it succeeded. A memo that
+/// keeps missing (more than `4 × keep` misses in a row) remembers one miss in eight. A
+/// memo that is gone (the thread is ending) only means computing.
 ///
 /// # Examples
 /// ```
 /// use soulbase_net_core::recent::{recall, Recent};
 ///
 /// thread_local! {
-///     static LENGTHS: Recent<usize> = const { Recent::new(Vec::new()) };
+///     static LENGTHS: Recent<usize> = const { Recent::new() };
 /// }
 /// let mut computed = 0;
 /// for _ in 0..3 {
@@ -47,28 +102,76 @@ pub fn recall<T: Clone + 'static, E>(
     if text.len() > RECENT_MAX_TEXT {
         return compute(text);
     }
-    let hit = memo
-        .try_with(|recent| {
-            recent
-                .borrow()
-                .iter()
-                .find(|(seen, _)| &**seen == text)
-                .map(|(_, value)| value.clone())
-        })
-        .ok()
-        .flatten();
-    if let Some(value) = hit {
-        return Ok(value);
-    }
-    let value = compute(text)?;
-    let _ = memo.try_with(|recent| {
-        let mut recent = recent.borrow_mut();
-        if recent.len() >= keep.max(1) {
-            recent.remove(0);
+    let keep = keep.max(1);
+    let print = fingerprint(text);
+    // `Some(remember)` on a miss, `None` when the memo is gone.
+    let looked = memo.try_with(|recent| {
+        let mut memo = recent.memo.borrow_mut();
+        let hit = memo
+            .entries
+            .iter()
+            .find(|e| e.print == print && *e.text == *text)
+            .map(|e| e.value.clone());
+        match hit {
+            Some(value) => {
+                if memo.misses != 0 {
+                    memo.misses = 0;
+                }
+                Ok(value)
+            }
+            None => {
+                memo.misses = memo.misses.saturating_add(1);
+                let missing = u64::from(memo.misses) > u64::from(MISSING) * keep as u64;
+                Err(!missing || memo.misses % SAMPLE == 0)
+            }
         }
-        recent.push((text.into(), value.clone()));
     });
+    let remember = match looked {
+        Ok(Ok(value)) => return Ok(value),
+        Ok(Err(remember)) => remember,
+        Err(_) => false,
+    };
+    let value = compute(text)?;
+    if remember {
+        let _ = memo.try_with(|recent| {
+            let mut memo = recent.memo.borrow_mut();
+            let entry = Entry {
+                print,
+                text: text.into(),
+                value: value.clone(),
+            };
+            if memo.entries.len() < keep {
+                memo.entries.push(entry);
+            } else {
+                let slot = memo.next % memo.entries.len();
+                memo.entries[slot] = entry;
+                memo.next = (slot + 1) % keep;
+            }
+        });
+    }
     Ok(value)
+}
+
+/// A few of `text`'s bytes folded into a word: its length, the eight bytes after a URL's
+/// `http://`, eight from the middle and the last eight. Texts with different fingerprints
+/// differ; equal ones are compared in full.
+fn fingerprint(text: &str) -> u64 {
+    let b = text.as_bytes();
+    let n = b.len();
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    if n < 16 {
+        // Short texts: their length only (the whole text is compared anyway).
+        return n as u64;
+    }
+    // `n >= 16`, so every window below lies inside the text.
+    let after_scheme = word(7.min(n - 8));
+    let middle = word(n / 2 - 4);
+    let end = word(n - 8);
+    (n as u64) ^ after_scheme ^ middle.rotate_left(21) ^ end.rotate_left(42)
 }
 
 #[cfg(test)]
@@ -76,7 +179,7 @@ mod tests {
     use super::*;
 
     thread_local! {
-        static MEMO: Recent<String> = const { Recent::new(Vec::new()) };
+        static MEMO: Recent<String> = const { Recent::new() };
     }
 
     #[test]
@@ -107,5 +210,68 @@ mod tests {
             recall(&MEMO, 2, &long, upper).unwrap();
         }
         assert_eq!(calls.get(), 8);
+    }
+
+    thread_local! {
+        static SAMPLED: Recent<usize> = const { Recent::new() };
+        static PRINTS: Recent<String> = const { Recent::new() };
+    }
+
+    #[test]
+    fn texts_that_share_a_fingerprint_are_told_apart_by_their_text() {
+        // Same length, and the same bytes in every window the fingerprint reads.
+        let a = "http://h1.example.test:8080/some/long/path/a-b";
+        let b = "http://h1.example.test:8080/some/lonG/path/a-b";
+        assert_eq!(a.len(), b.len());
+        assert_eq!(fingerprint(a), fingerprint(b));
+        // Short texts: the length only.
+        assert_eq!(fingerprint("abc"), fingerprint("xyz"));
+        // Different hosts of one length differ in the word after the scheme.
+        assert_ne!(
+            fingerprint("http://h1.bench.test:40000/"),
+            fingerprint("http://h2.bench.test:40000/")
+        );
+        let id = |t: &str| Ok::<_, ()>(t.to_owned());
+        for _ in 0..2 {
+            for t in [a, b, "abc", "xyz"] {
+                assert_eq!(recall(&PRINTS, 4, t, id).unwrap(), t);
+            }
+        }
+    }
+
+    #[test]
+    fn a_memo_that_keeps_missing_remembers_one_miss_in_eight_then_settles() {
+        let computed = std::cell::Cell::new(0);
+        let len = |t: &str| {
+            computed.set(computed.get() + 1);
+            Ok::<_, ()>(t.len())
+        };
+        // 100 distinct texts: far past 4 × keep misses in a row.
+        for i in 0..100 {
+            recall(&SAMPLED, 2, &format!("text {i}"), len).unwrap();
+        }
+        // Miss 101: not one of the sampled ones, so not remembered.
+        computed.set(0);
+        recall(&SAMPLED, 2, "again", len).unwrap();
+        recall(&SAMPLED, 2, "again", len).unwrap();
+        assert_eq!(computed.get(), 2, "misses 101 and 102 are not remembered");
+        // A working set of two settles within a few calls: miss 104 (b) is sampled, its hit
+        // ends the streak, and the next miss (a) is remembered at once.
+        computed.set(0);
+        for _ in 0..4 {
+            recall(&SAMPLED, 2, "a", len).unwrap();
+            recall(&SAMPLED, 2, "b", len).unwrap();
+        }
+        assert_eq!(
+            computed.get(),
+            4,
+            "a (miss 103), b (104, kept), a (105), b (hit), a (kept)"
+        );
+        computed.set(0);
+        for _ in 0..10 {
+            recall(&SAMPLED, 2, "a", len).unwrap();
+            recall(&SAMPLED, 2, "b", len).unwrap();
+        }
+        assert_eq!(computed.get(), 0, "both remembered");
     }
 }

@@ -395,7 +395,7 @@ impl NetRequest {
 const RECENT_URLS: usize = 8;
 
 thread_local! {
-    static RECENT: Recent<Arc<Url>> = const { Recent::new(Vec::new()) };
+    static RECENT: Recent<Arc<Url>> = const { Recent::new() };
 }
 
 /// [`parse_checked`], remembered per thread for the last [`RECENT_URLS`] URLs that passed.

@@ -386,7 +386,7 @@ where
 
 thread_local! {
     /// The last URLs this thread turned into request targets.
-    static RECENT_URIS: Recent<http::Uri> = const { Recent::new(Vec::new()) };
+    static RECENT_URIS: Recent<http::Uri> = const { Recent::new() };
 }
 
 /// The least time before a first-byte timer that fired while the connection had not taken
