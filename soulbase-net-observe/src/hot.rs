@@ -64,7 +64,17 @@ struct Memo {
     entries: Vec<Entry>,
     /// The slot the next miss replaces once the memo is full.
     next: usize,
+    /// Increments in a row whose counter the memo did not hold.
+    misses: u32,
 }
+
+/// After this many misses in a row, the memo keeps only one miss in [`SAMPLE`]: a thread
+/// calling thousands of hosts in turn would otherwise copy each host into the memo and drop
+/// another for it, for nothing (the same rule as the request URLs' memo in core).
+const MISSING: u32 = 4 * ENTRIES as u32;
+/// One miss in this many is kept while the memo keeps missing, so a new set of hosts still
+/// settles in within a few calls.
+const SAMPLE: u32 = 8;
 
 thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
@@ -72,21 +82,31 @@ thread_local! {
 
 /// Adds `by` to the counter of `key`, found by `find` on a miss.
 pub(crate) fn inc_by(key: Key<'_>, by: u64, find: impl FnOnce() -> Counter) {
-    let hit = MEMO.with(|memo| {
-        let memo = memo.borrow();
+    // `Some(keep)` on a miss: whether to keep the counter found.
+    let missed = MEMO.with(|memo| {
+        let mut memo = memo.borrow_mut();
         match memo.entries.iter().find(|e| e.matches(&key)) {
             Some(e) => {
                 e.counter.inc_by(by);
-                true
+                if memo.misses != 0 {
+                    memo.misses = 0;
+                }
+                None
             }
-            None => false,
+            None => {
+                memo.misses = memo.misses.saturating_add(1);
+                Some(memo.misses <= MISSING || memo.misses % SAMPLE == 0)
+            }
         }
     });
-    if hit {
+    let Some(keep) = missed else {
         return;
-    }
+    };
     let counter = find();
     counter.inc_by(by);
+    if !keep {
+        return;
+    }
     MEMO.with(|memo| {
         let mut memo = memo.borrow_mut();
         let entry = Entry {
@@ -155,5 +175,42 @@ mod tests {
             }
             assert!(counters.iter().all(|c| c.get() == round + 1));
         }
+    }
+
+    #[test]
+    fn a_memo_that_keeps_missing_keeps_one_counter_in_eight_and_counts_every_increment() {
+        let owner = next_owner();
+        let shared = Counter::default();
+        let hosts: Vec<String> = (0..1_000).map(|i| format!("m{i}")).collect();
+        for host in &hosts {
+            inc_by(key(owner, host), 1, || shared.clone());
+        }
+        assert_eq!(shared.get(), 1_000, "every increment counted");
+        // Past the streak, only one miss in eight was kept: the memo holds the last of
+        // those, not the last hosts seen.
+        let held: Vec<String> = MEMO.with(|m| {
+            m.borrow()
+                .entries
+                .iter()
+                .map(|e| e.host.to_string())
+                .collect()
+        });
+        let kept_late = held
+            .iter()
+            .filter(|h| h[1..].parse::<usize>().is_ok_and(|i| i >= 1_000 - ENTRIES))
+            .count();
+        assert!(kept_late <= 1, "held {held:?}");
+        // A host called again settles in: the first call after the streak that is kept
+        // ends it.
+        let again = Counter::default();
+        let mut finds = 0;
+        for _ in 0..20 {
+            inc_by(key(owner, "again"), 1, || {
+                finds += 1;
+                again.clone()
+            });
+        }
+        assert!(finds <= SAMPLE as usize, "{finds} lookups");
+        assert_eq!(again.get(), 20);
     }
 }

@@ -5,10 +5,11 @@
 //! values past the cap share the label [`OTHER`].
 
 use std::{
-    collections::HashSet,
     fmt::{self, Write as _},
     sync::Arc,
 };
+
+use foldhash::{HashSet, HashSetExt};
 
 use parking_lot::RwLock;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -36,7 +37,11 @@ impl EncodeLabelValue for Label {
 /// A set of admitted label values, at most `max` of them.
 ///
 /// Why interned: the hot path looks a value up under a read lock and clones an `Arc`, so
-/// counting an event for a known host allocates nothing.
+/// counting an event for a known host allocates nothing. Once full, a value it does not hold
+/// is answered with [`OTHER`] under the read lock too: values are never removed, so nothing
+/// is admitted after that, and a client calling thousands of hosts does not take the write
+/// lock for each of them. Hashed with foldhash (seeded per process): values come from
+/// request URLs.
 #[derive(Debug)]
 pub(crate) struct LabelCap {
     max: usize,
@@ -55,8 +60,14 @@ impl LabelCap {
 
     /// `value` if it is already admitted or there is room for it, else [`OTHER`].
     pub(crate) fn admit(&self, value: &str) -> Label {
-        if let Some(known) = self.seen.read().get(value) {
-            return Label(Arc::clone(known));
+        {
+            let seen = self.seen.read();
+            if let Some(known) = seen.get(value) {
+                return Label(Arc::clone(known));
+            }
+            if seen.len() >= self.max {
+                return self.other.clone();
+            }
         }
         let mut seen = self.seen.write();
         if let Some(known) = seen.get(value) {
@@ -199,6 +210,23 @@ mod tests {
         assert_eq!(cap.admit("c"), Label::new(OTHER));
         assert_eq!(cap.admit("a"), Label::new("a"));
         assert_eq!(LabelCap::new(0).admit("a"), Label::new(OTHER));
+    }
+
+    #[test]
+    fn a_full_cap_answers_new_values_under_the_read_lock() {
+        let cap = Arc::new(LabelCap::new(1));
+        assert_eq!(cap.admit("a"), Label::new("a"));
+        // A reader holds the set: a call that wanted the write lock would wait for it.
+        let held = cap.seen.read();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let asker = {
+            let cap = Arc::clone(&cap);
+            std::thread::spawn(move || tx.send(cap.admit("b")).unwrap())
+        };
+        let answer = rx.recv_timeout(std::time::Duration::from_secs(10));
+        drop(held);
+        asker.join().unwrap();
+        assert_eq!(answer, Ok(Label::new(OTHER)));
     }
 
     #[test]
