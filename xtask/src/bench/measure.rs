@@ -40,6 +40,9 @@ pub(crate) fn process_cpu() -> Duration {
     })
 }
 
+/// How long the bench waits for a dropped client's connections to close.
+const SETTLE: Duration = Duration::from_secs(10);
+
 /// Runs `client` with `callers` concurrent callers for `secs` seconds, caller `c` sending
 /// its `k`-th request to target `c + k × callers`; the connections are those `server`
 /// accepted on `listener` since `before` (taken before the client was built: hyper's h2
@@ -91,6 +94,14 @@ pub(crate) async fn load(
     let cpu = process_cpu().saturating_sub(cpu_before);
     drop(client);
     let after = server.stats().await?;
+    // The next client starts once this one's connections are gone (see `settle`).
+    let open = server.settle(SETTLE).await?;
+    if open > 0 {
+        eprintln!(
+            "bench: {open} connections still open {} s after the client was dropped",
+            SETTLE.as_secs()
+        );
+    }
     latencies.sort_unstable();
     let ok = latencies.len() as u64;
     Ok(Run {

@@ -6,8 +6,10 @@
 //! and `127.0.0.1`) and a testkit FaultServer with the same leaf serving HTTP/2 over TLS and
 //! HTTP/3 on the UDP port of the same number (`/` only) — and prints one JSON line naming them
 //! and the kit's root certificate.
-//! Then it answers each `stats` line on its standard input with one JSON line of counters, and
-//! exits when its standard input closes (so it never outlives the bench, even one killed).
+//! Then it answers each `stats` line on its standard input with one JSON line of counters and
+//! each `settle <ms>` line, once no connection is open on its TCP listeners (or after that
+//! many milliseconds), with `{"open": n}`; it exits when its standard input closes (so it
+//! never outlives the bench, even one killed).
 //!
 //! Routes, whatever the host: `/big` answers 1 MiB, `/fail` answers 503, anything else
 //! `200 ok`.
@@ -118,6 +120,43 @@ struct Counters {
     conns: [AtomicU64; 4],
     requests: AtomicU64,
     fail_hits: AtomicU64,
+    /// Connections open now on the TCP listeners (HTTP/1.1, h2c, TLS).
+    open: AtomicU64,
+    /// Told whenever one of those closes.
+    closed: tokio::sync::Notify,
+}
+
+/// Counts one connection as open until dropped (its task ended, however it ended).
+struct Open(Arc<Counters>);
+
+impl Open {
+    fn new(counters: &Arc<Counters>) -> Self {
+        counters.open.fetch_add(1, Ordering::Relaxed);
+        Open(counters.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.closed.notify_waiters();
+    }
+}
+
+/// Waits until no connection is open on the TCP listeners, or until `limit` has passed;
+/// how many are still open.
+async fn settle(counters: &Counters, limit: Duration) -> u64 {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let closed = counters.closed.notified();
+        tokio::pin!(closed);
+        // Registered before the count is read, so a close in between is not missed.
+        closed.as_mut().enable();
+        let open = counters.open.load(Ordering::Relaxed);
+        if open == 0 || tokio::time::timeout_at(deadline, closed).await.is_err() {
+            return open;
+        }
+    }
 }
 
 impl Counters {
@@ -189,11 +228,16 @@ async fn serve_async() -> Result<(), String> {
         .await
         .map_err(|e| format!("bench-server: stdin: {e}"))?
     {
-        if line.trim() == "stats" {
+        let line = line.trim();
+        if line == "stats" {
             let mut stats = counters.snapshot();
             stats.conns[3] = quic.connections();
             stats.requests += quic.total_hits();
             send_line(&mut out, &stats.json()).await?;
+        } else if let Some(ms) = line.strip_prefix("settle ") {
+            let limit = Duration::from_millis(ms.parse().unwrap_or(0));
+            let open = settle(&counters, limit).await;
+            send_line(&mut out, &json!({ "open": open })).await?;
         }
     }
     Ok(())
@@ -237,8 +281,10 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         counters.conns[index].fetch_add(1, Ordering::Relaxed);
+        let open = Open::new(&counters);
         let (counters, big, tls) = (counters.clone(), big.clone(), tls.clone());
         tokio::spawn(async move {
+            let _open = open;
             match tls {
                 None if index == 1 => serve_conn(stream, true, counters, big).await,
                 None => serve_conn(stream, false, counters, big).await,
@@ -352,6 +398,24 @@ impl ServerProcess {
         &self.root_pem
     }
 
+    /// Waits (at most `limit`) until the connections of the clients measured so far are all
+    /// closed, so that the next client is not measured while the server (and this process)
+    /// still tear down the last one's: with 10 000 hosts that is 10 000 connections, and
+    /// the next client's first connects would wait behind their closing. The connections
+    /// still open after `limit`.
+    pub(crate) async fn settle(&mut self, limit: Duration) -> Result<u64, String> {
+        let line = format!("settle {}\n", limit.as_millis());
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .and(self.stdin.flush().await)
+            .map_err(|e| format!("bench: the server went away: {e}"))?;
+        let v = read_json(&mut self.lines).await?;
+        v["open"]
+            .as_u64()
+            .ok_or_else(|| format!("bench: bad answer to settle from the server: {v}"))
+    }
+
     /// The counters now.
     pub(crate) async fn stats(&mut self) -> Result<Stats, String> {
         self.stdin
@@ -376,6 +440,33 @@ async fn read_json(lines: &mut Lines<BufReader<ChildStdout>>) -> Result<Value, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn settle_answers_when_the_last_connection_closes_or_at_its_limit() {
+        let counters = Arc::new(Counters::default());
+        let (a, b) = (Open::new(&counters), Open::new(&counters));
+        let start = tokio::time::Instant::now();
+        assert_eq!(settle(&counters, Duration::from_millis(50)).await, 2);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(50),
+            "waited its limit"
+        );
+        let closer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(a);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(b);
+        });
+        let start = tokio::time::Instant::now();
+        assert_eq!(settle(&counters, Duration::from_secs(10)).await, 0);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(20),
+            "answered at the last close"
+        );
+        closer.await.unwrap();
+    }
 
     #[test]
     fn stats_survive_the_pipe() {
