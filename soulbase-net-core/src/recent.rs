@@ -20,8 +20,7 @@ struct Memo<T> {
     entries: Vec<Entry<T>>,
     /// The entry the next remembered text replaces once the memo is full (the oldest).
     next: usize,
-    /// Texts asked for in a row that the memo did not hold.
-    misses: u32,
+    misses: MissStreak,
 }
 
 struct Entry<T> {
@@ -37,7 +36,7 @@ impl<T> Recent<T> {
             memo: RefCell::new(Memo {
                 entries: Vec::new(),
                 next: 0,
-                misses: 0,
+                misses: MissStreak::new(),
             }),
         }
     }
@@ -60,18 +59,54 @@ impl<T> Default for Recent<T> {
 /// them costs more than it saves).
 pub const RECENT_MAX_TEXT: usize = 256;
 
-/// After this many misses in a row per remembered text, a memo that keeps missing remembers
-/// only one miss in [`SAMPLE`]: a thread calling thousands of hosts in turn would otherwise
-/// copy every URL into the memo and drop one for it, for nothing.
-const MISSING: u32 = 4;
-/// One miss in this many is remembered while the memo keeps missing, so a new working set
-/// still settles in within a few calls.
-const SAMPLE: u32 = 8;
+/// The misses in a row of a memo that keeps the last `keep` of what it was asked for, and
+/// whether to remember the next one: every miss within the first `4 × keep` in a row, then
+/// one in eight.
+///
+/// Why: a thread calling thousands of hosts in turn misses every time, and a memo that
+/// remembers each miss copies every key in and drops another for it, for nothing; one in
+/// eight still lets a new working set settle in within a few calls. [`recall`] follows it,
+/// and so does the metrics observer's memo of counters.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_core::recent::MissStreak;
+///
+/// let mut streak = MissStreak::new();
+/// // A memo of 2: the first 8 misses in a row are remembered, then one in eight.
+/// let kept: Vec<bool> = (0..24).map(|_| streak.miss(2)).collect();
+/// assert!(kept[..8].iter().all(|&k| k));
+/// assert_eq!(kept[8..].iter().filter(|&&k| k).count(), 2);
+/// streak.hit();
+/// assert!(streak.miss(2), "a hit ends the streak");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MissStreak(u32);
+
+impl MissStreak {
+    /// No miss yet.
+    pub const fn new() -> Self {
+        MissStreak(0)
+    }
+
+    /// The memo held what it was asked for: the streak ends.
+    pub fn hit(&mut self) {
+        if self.0 != 0 {
+            self.0 = 0;
+        }
+    }
+
+    /// The memo did not hold it; whether to remember it, for a memo of `keep` entries.
+    pub fn miss(&mut self, keep: usize) -> bool {
+        self.0 = self.0.saturating_add(1);
+        u64::from(self.0) <= 4 * keep as u64 || self.0.is_multiple_of(8)
+    }
+}
 
 /// The value for `text`: remembered in `memo` (which keeps the last `keep` texts it
 /// remembered), or computed by `compute` and then remembered if it succeeded. A memo that
-/// keeps missing (more than `4 × keep` misses in a row) remembers one miss in eight. A
-/// memo that is gone (the thread is ending) only means computing.
+/// keeps missing remembers one miss in eight (see [`MissStreak`]). A memo that is gone (the
+/// thread is ending) only means computing.
 ///
 /// # Examples
 /// ```
@@ -114,16 +149,10 @@ pub fn recall<T: Clone + 'static, E>(
             .map(|e| e.value.clone());
         match hit {
             Some(value) => {
-                if memo.misses != 0 {
-                    memo.misses = 0;
-                }
+                memo.misses.hit();
                 Ok(value)
             }
-            None => {
-                memo.misses = memo.misses.saturating_add(1);
-                let missing = u64::from(memo.misses) > u64::from(MISSING) * keep as u64;
-                Err(!missing || memo.misses % SAMPLE == 0)
-            }
+            None => Err(memo.misses.miss(keep)),
         }
     });
     let remember = match looked {

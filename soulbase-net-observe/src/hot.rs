@@ -13,6 +13,7 @@ use std::{
 };
 
 use prometheus_client::metrics::counter::Counter;
+use soulbase_net_core::recent::MissStreak;
 
 /// Entries kept per thread.
 const ENTRIES: usize = 8;
@@ -64,17 +65,9 @@ struct Memo {
     entries: Vec<Entry>,
     /// The slot the next miss replaces once the memo is full.
     next: usize,
-    /// Increments in a row whose counter the memo did not hold.
-    misses: u32,
+    /// Once it keeps missing (thousands of hosts in turn), the memo keeps one miss in eight.
+    misses: MissStreak,
 }
-
-/// After this many misses in a row, the memo keeps only one miss in [`SAMPLE`]: a thread
-/// calling thousands of hosts in turn would otherwise copy each host into the memo and drop
-/// another for it, for nothing (the same rule as the request URLs' memo in core).
-const MISSING: u32 = 4 * ENTRIES as u32;
-/// One miss in this many is kept while the memo keeps missing, so a new set of hosts still
-/// settles in within a few calls.
-const SAMPLE: u32 = 8;
 
 thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
@@ -88,15 +81,10 @@ pub(crate) fn inc_by(key: Key<'_>, by: u64, find: impl FnOnce() -> Counter) {
         match memo.entries.iter().find(|e| e.matches(&key)) {
             Some(e) => {
                 e.counter.inc_by(by);
-                if memo.misses != 0 {
-                    memo.misses = 0;
-                }
+                memo.misses.hit();
                 None
             }
-            None => {
-                memo.misses = memo.misses.saturating_add(1);
-                Some(memo.misses <= MISSING || memo.misses % SAMPLE == 0)
-            }
+            None => Some(memo.misses.miss(ENTRIES)),
         }
     });
     let Some(keep) = missed else {
@@ -210,7 +198,7 @@ mod tests {
                 again.clone()
             });
         }
-        assert!(finds <= SAMPLE as usize, "{finds} lookups");
+        assert!(finds <= 8, "{finds} lookups");
         assert_eq!(again.get(), 20);
     }
 }
