@@ -79,6 +79,12 @@ pub fn normalize_host(host: &str) -> Result<String, HostPatternError> {
             .map(|ip| format!("[{ip}]"))
             .map_err(|_| err("not a valid IPv6 address (or a host name with a `:`)"));
     }
+    // The common case (a host taken from a parsed URL) is already what the parser returns:
+    // no IDNA pass for it.
+    if already_normal(h) {
+        check_labels(h).map_err(err)?;
+        return Ok(h.to_owned());
+    }
     let parsed = url::Host::parse(h).map_err(|e| err(&e.to_string()))?;
     let out = match parsed {
         url::Host::Domain(d) => d,
@@ -105,6 +111,25 @@ pub(crate) fn lookup_key(host: &str) -> Cow<'_, str> {
         Ok(n) => Cow::Owned(n),
         Err(_) => Cow::Owned(h.to_lowercase()),
     }
+}
+
+/// Whether `url`'s host parser returns `h` as it is (a domain, unchanged): ASCII lower-case
+/// letters, digits, `-`, `_` and `.` only (IDNA maps each to itself), no label in punycode
+/// (`xn--…`, which IDNA decodes to check), and a last label that is neither empty nor a
+/// number — the WHATWG parser reads a host ending in a number (`127.1`, `1.0x7f`, `0x`) as an
+/// IPv4 address.
+fn already_normal(h: &str) -> bool {
+    let plain =
+        |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.');
+    if !h.bytes().all(plain) || h.split('.').any(|label| label.starts_with("xn--")) {
+        return false;
+    }
+    let last = h.rsplit('.').next().unwrap_or(h);
+    let decimal = last.bytes().all(|b| b.is_ascii_digit());
+    let hex = last
+        .strip_prefix("0x")
+        .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_hexdigit()));
+    !last.is_empty() && !decimal && !hex
 }
 
 fn check_labels(domain: &str) -> Result<(), &'static str> {
@@ -244,6 +269,54 @@ mod tests {
         assert_eq!(normalize_host("::1").unwrap(), "[::1]");
         for bad in ["", ".", "a b.com", "a..b", "exa/mple.com", &"a".repeat(64)] {
             assert!(normalize_host(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hosts_the_parser_would_change_are_not_taken_as_normal() {
+        for normal in [
+            "api.example.com",
+            "h1.bench.test",
+            "a-b_c.d9",
+            "x1",
+            "0xg.com",
+        ] {
+            assert!(already_normal(normal), "{normal}");
+        }
+        for other in [
+            "127.1",
+            "a.0x7f",
+            "0x",
+            "1.2.3.4",
+            "xn--bcher-kva.example",
+            "a.xn--",
+            "API.example.com",
+            "a.",
+            "b\u{fc}cher.example",
+        ] {
+            assert!(!already_normal(other), "{other}");
+        }
+        // Through the slow path, as before.
+        assert_eq!(normalize_host("127.1").unwrap(), "127.0.0.1");
+        assert!(normalize_host("a.b..").is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever the fast path takes as it is, the URL parser returns unchanged.
+        #[test]
+        fn the_fast_path_agrees_with_the_parser(
+            h in "[a-z0-9x.\\-_]{1,24}",
+            labels in proptest::collection::vec(
+                proptest::sample::select(vec!["xn--a", "xn--bcher-kva", "0x1f", "0x", "12", "0", "ab", "-", "_", "a-b", "ab--c", ""]),
+                1..5,
+            ),
+        ) {
+            for h in [h, labels.join(".")] {
+                if already_normal(&h) {
+                    let parsed = url::Host::parse(&h);
+                    proptest::prop_assert_eq!(parsed, Ok(url::Host::Domain(h.clone())));
+                }
+            }
         }
     }
 

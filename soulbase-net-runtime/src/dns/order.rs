@@ -49,6 +49,10 @@ pub(crate) fn order(
     prefer_ipv6: bool,
     interleave: bool,
 ) -> Vec<IpAddr> {
+    // One address (a static name, a name with one record): nothing to order.
+    if addrs.len() <= 1 {
+        return addrs.to_vec();
+    }
     let mut all = addrs.to_vec();
     if shuffle {
         fastrand::shuffle(&mut all);
