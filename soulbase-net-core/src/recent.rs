@@ -197,7 +197,7 @@ fn fingerprint(text: &str) -> u64 {
         return n as u64;
     }
     // `n >= 16`, so every window below lies inside the text.
-    let after_scheme = word(7.min(n - 8));
+    let after_scheme = word(7);
     let middle = word(n / 2 - 4);
     let end = word(n - 8);
     (n as u64) ^ after_scheme ^ middle.rotate_left(21) ^ end.rotate_left(42)
