@@ -315,6 +315,16 @@ pub enum NetEvent<'a> {
         /// The wait before the next attempt.
         delay: Duration,
     },
+    /// An attempt the server provably did not process (`ErrorKind::NotProcessed`: past a
+    /// GOAWAY, a refused stream, a connection that closed before the request was written)
+    /// goes again at once on another connection. Not a retry: it costs no attempt of the
+    /// policy's and nothing of the retry budget, and the breaker does not count it.
+    Resent {
+        /// The request.
+        req: RequestInfo<'a>,
+        /// The attempt the server did not process.
+        attempt: u32,
+    },
     /// A retry was wanted but the retry budget is spent.
     RetryBudgetExhausted {
         /// The request.

@@ -57,12 +57,13 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | `net_outbox_pending`, `net_outbox_oldest_pending_age_seconds` (gauges, at scrape) | — | the outbox's gauges |
 /// | `net_store_errors_total` | `store, op` | `StoreError`: a shared store (`rate`, …) failed, timed out (`op` = what was asked) or was skipped for a moment after failing (`op="skip"`) |
 /// | `net_answered_total` | `by` (the interceptor's name) | `Answered`: calls an interceptor answered without sending, e.g. `by="cache_hook"` for cache hits, `by="idempotency_key"` for duplicates dropped by the dedup window |
-/// | `net_circuit_open_total` | `host` (the breaker key) | `BreakerTransition` to open |
+/// | `net_circuit_open_total` | `host` (the breaker key without its scheme: `host`, or `host:port` off the scheme's default port, then `/tenant` when keyed by tenant) | `BreakerTransition` to open |
 /// | `net_breaker_state` (gauge: 0 closed, 1 half-open, 2 open) | `key` | `BreakerTransition` |
 /// | `net_breaker_rejected_total` | `host` | `BreakerRejected` |
 /// | `net_redirect_total` | `host` | `Redirected` |
 /// | `net_rate_limited_total` | `host, scope` | `RateLimited` |
 /// | `net_retry_budget_exhausted_total` | `host` | `RetryBudgetExhausted` |
+/// | `net_resent_total` | `host` | `Resent`: requests the server did not process, sent again |
 /// | `net_blocked_total` | `rule` | `Blocked` |
 /// | `net_timeouts_total` | `phase` | `TimedOut` |
 /// | `net_dns_lookups_total` | `source` | `DnsResolved` |
@@ -135,6 +136,7 @@ pub struct Metrics {
     redirects: Family<HostLabels, Counter>,
     rate_limited: Family<LimitLabels, Counter>,
     budget_exhausted: Family<HostLabels, Counter>,
+    resent: Family<HostLabels, Counter>,
     blocked: Family<RuleLabels, Counter>,
     timeouts: Family<PhaseLabels, Counter>,
     dns: Family<SourceLabels, Counter>,
@@ -234,6 +236,7 @@ impl MetricsBuilder {
             redirects: Family::default(),
             rate_limited: Family::default(),
             budget_exhausted: Family::default(),
+            resent: Family::default(),
             blocked: Family::default(),
             timeouts: Family::default(),
             dns: Family::default(),
@@ -323,6 +326,11 @@ impl MetricsBuilder {
             "net_retry_budget_exhausted",
             "Retries refused by the retry budget",
             metrics.budget_exhausted.clone(),
+        );
+        r.register(
+            "net_resent",
+            "Requests the server did not process (GOAWAY, refused stream), sent again",
+            metrics.resent.clone(),
         );
         r.register(
             "net_blocked",
@@ -581,12 +589,18 @@ impl Observer for Metrics {
                 self.sli.on_retry();
             }
             NetEvent::BreakerTransition { key, to, .. } => {
-                let key = self.keys.admit(key);
                 if to == BreakerState::Open {
+                    // The key is an origin (`https://h`, `http://h:8081`): the label is its
+                    // host as the other families name it, with the port when it is not the
+                    // scheme's default.
+                    let host = key.split_once("://").map_or(key, |(_, rest)| rest);
                     self.circuit_open
-                        .get_or_create(&HostLabels { host: key.clone() })
+                        .get_or_create(&HostLabels {
+                            host: self.keys.admit(host),
+                        })
                         .inc();
                 }
+                let key = self.keys.admit(key);
                 self.breaker_state
                     .get_or_create(&KeyLabels { key })
                     .set(breaker_value(to));
@@ -611,6 +625,13 @@ impl Observer for Metrics {
                     scope: scope_label(scope),
                 };
                 self.rate_limited.get_or_create(&labels).inc();
+            }
+            NetEvent::Resent { req, .. } => {
+                self.resent
+                    .get_or_create(&HostLabels {
+                        host: self.host(&req),
+                    })
+                    .inc();
             }
             NetEvent::RetryBudgetExhausted { req, .. } => {
                 self.budget_exhausted

@@ -74,6 +74,9 @@ impl Observer for TracingObserver {
                     "retry scheduled"
                 );
             }
+            NetEvent::Resent { attempt, .. } => {
+                tracing::info!(attempt, "not processed by the server: sent again");
+            }
             NetEvent::RetryBudgetExhausted { reason, .. } => {
                 tracing::info!(reason = reason.label(), "retry budget exhausted");
             }

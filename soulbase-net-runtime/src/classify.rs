@@ -47,6 +47,9 @@ pub(crate) fn send_error(e: hyper::Error) -> NetError {
             .with_message("tls failure on the connection")
             .with_source(e);
     }
+    if let Some(why) = h2_not_processed(&e) {
+        return not_processed(why).with_source(e);
+    }
     let (kind, message) = if e.is_parse_too_large() {
         (
             ErrorKind::TooLarge,
@@ -65,6 +68,32 @@ pub(crate) fn send_error(e: hyper::Error) -> NetError {
         (ErrorKind::Io, "the connection failed")
     };
     NetError::new(kind).with_message(message).with_source(e)
+}
+
+/// Why the HTTP/2 server provably did not process the request whose stream failed with
+/// `e`, if it did not (RFC 9113 §8.7):
+///
+/// - a GOAWAY the server sent: h2 fails with it only the streams above the frame's last
+///   stream id and the streams opened after it arrived (a stream at or below the last id
+///   goes on, and fails with an I/O error if the connection is then lost);
+/// - `REFUSED_STREAM`, which a server sends only for a stream it did not process.
+pub(crate) fn h2_not_processed(e: &(dyn StdError + 'static)) -> Option<&'static str> {
+    let h2 = chain(e).find_map(|s| s.downcast_ref::<h2::Error>())?;
+    if !h2.is_remote() {
+        return None;
+    }
+    if h2.is_go_away() {
+        Some("the server is closing the connection (GOAWAY) and did not take the request")
+    } else if h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        Some("the server refused the stream (REFUSED_STREAM)")
+    } else {
+        None
+    }
+}
+
+/// A [`ErrorKind::NotProcessed`] error saying why.
+pub(crate) fn not_processed(why: &'static str) -> NetError {
+    NetError::new(ErrorKind::NotProcessed).with_message(why)
 }
 
 fn chain<'a>(

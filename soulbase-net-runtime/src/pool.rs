@@ -152,6 +152,8 @@ struct State {
     speaks_h2: Option<bool>,
     /// Requests waiting for a connection (given back, or a new HTTP/2 one).
     waiters: VecDeque<oneshot::Sender<Sender>>,
+    /// The serial of the last HTTP/2 connection opened to this origin.
+    h2_serial: u64,
 }
 
 struct Idle {
@@ -166,6 +168,11 @@ struct Idle {
 /// An origin's shared HTTP/2 connection.
 struct SharedH2 {
     tx: http2::SendRequest<ReqBody>,
+    /// Which of the origin's HTTP/2 connections it is, so that a request that learnt it is
+    /// going away (GOAWAY) retires this one and not its successor.
+    serial: u64,
+    /// Requests on it now (a response body not yet ended counts): with none, it is idle.
+    streams: Arc<AtomicUsize>,
     /// When it was opened.
     born: Instant,
     /// When a request last took it.
@@ -181,7 +188,29 @@ enum Sender {
         /// When it was opened.
         born: Instant,
     },
-    H2(http2::SendRequest<ReqBody>),
+    H2 {
+        tx: http2::SendRequest<ReqBody>,
+        /// The connection's [`SharedH2::serial`].
+        serial: u64,
+        /// This request, counted among the connection's streams until its body ends.
+        stream: Stream,
+    },
+}
+
+/// One request counted among an HTTP/2 connection's [`SharedH2::streams`] while it lives.
+struct Stream(Arc<AtomicUsize>);
+
+impl Stream {
+    fn new(streams: &Arc<AtomicUsize>) -> Self {
+        streams.fetch_add(1, Ordering::Relaxed);
+        Stream(streams.clone())
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What a request does after looking at its origin's state.
@@ -278,7 +307,7 @@ impl Pool {
                                     proxied,
                                     born,
                                 };
-                                return Ok((PoolBody::wrap(res, Some(back)), connect));
+                                return Ok((PoolBody::wrap(res, Some(back), None), connect));
                             }
                             Err(mut e) => match e.take_message() {
                                 Some(mut unsent) if reused && stale < MAX_STALE => {
@@ -288,17 +317,49 @@ impl Pool {
                                     }
                                     unsent
                                 }
-                                _ => return Err(crate::classify::send_error(e.into_error())),
+                                Some(_) => return Err(unwritten(e.into_error())),
+                                None => return Err(crate::classify::send_error(e.into_error())),
                             },
                         }
                     }
-                    Sender::H2(mut tx) => match tx.try_send_request(req).await {
-                        Ok(res) => return Ok((PoolBody::wrap(res, None), connect)),
-                        Err(mut e) => match e.take_message() {
-                            Some(unsent) if reused && stale < MAX_STALE => unsent,
-                            _ => return Err(crate::classify::send_error(e.into_error())),
-                        },
-                    },
+                    Sender::H2 {
+                        mut tx,
+                        serial,
+                        stream,
+                    } => {
+                        // Read before the request goes (see `going_away`).
+                        let complete_in_head = !is_idempotent(req.method())
+                            && http_body::Body::is_end_stream(req.body());
+                        match tx.try_send_request(req).await {
+                            Ok(res) => {
+                                return Ok((PoolBody::wrap(res, None, Some(stream)), connect));
+                            }
+                            Err(mut e) => match e.take_message() {
+                                Some(unsent) if reused && stale < MAX_STALE => unsent,
+                                Some(_) => return Err(unwritten(e.into_error())),
+                                None => {
+                                    let e = e.into_error();
+                                    if !going_away(&e) {
+                                        return Err(crate::classify::send_error(e));
+                                    }
+                                    // No new stream goes on it: the next request dials a
+                                    // replacement while the old one finishes what it took.
+                                    shared.retire_h2(&origin, serial);
+                                    if complete_in_head {
+                                        return Err(NetError::new(
+                                            soulbase_net_core::ErrorKind::Io,
+                                        )
+                                        .with_message(
+                                            "the server is closing the connection (GOAWAY); \
+                                             the request may have been processed",
+                                        )
+                                        .with_source(e));
+                                    }
+                                    return Err(crate::classify::send_error(e));
+                                }
+                            },
+                        }
+                    }
                 };
                 // A pooled connection closed before it took the request: nothing was sent, so
                 // the request goes on another connection.
@@ -325,7 +386,8 @@ impl Pool {
     }
 
     /// Reports, per origin, the connections open (in use, idle or opening: the slots taken
-    /// under the cap) and the idle HTTP/1.1 ones, labelled by host.
+    /// under the cap) and the idle ones (HTTP/1.1 ones in the idle list, and the shared
+    /// HTTP/2 connection when no request is on it), labelled by host.
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
         let origins = self.shared.origins.lock();
         for (authority, origin) in origins.http.map.iter().chain(origins.https.map.iter()) {
@@ -333,9 +395,10 @@ impl Pool {
             let open = origin.open.load(Ordering::Relaxed);
             // A connection the server closed stays in the list until the next checkout or
             // reaper pass; it is neither open nor idle.
-            let idle = (origin.state.lock().idle.iter())
-                .filter(|i| !i.tx.is_closed())
-                .count();
+            let state = origin.state.lock();
+            let idle = (state.idle.iter()).filter(|i| !i.tx.is_closed()).count()
+                + usize::from(state.h2.as_ref().is_some_and(SharedH2::is_idle));
+            drop(state);
             visit(GaugeReading::PoolOpen {
                 host,
                 value: open as u64,
@@ -478,7 +541,11 @@ impl Shared {
         if let Some(h2) = &mut state.h2 {
             if !h2.tx.is_closed() && !self.too_old(h2.born, now) {
                 h2.used = now;
-                return Next::Use(Sender::H2(h2.tx.clone()));
+                return Next::Use(Sender::H2 {
+                    tx: h2.tx.clone(),
+                    serial: h2.serial,
+                    stream: Stream::new(&h2.streams),
+                });
             }
             state.h2 = None;
         }
@@ -549,19 +616,29 @@ impl Shared {
             spawn_connection(connection, origin.open.clone());
             let now = Instant::now();
             let mut state = origin.state.lock();
+            state.h2_serial += 1;
+            let serial = state.h2_serial;
+            let streams = Arc::new(AtomicUsize::new(0));
             state.h2 = Some(SharedH2 {
                 tx: tx.clone(),
+                serial,
+                streams: streams.clone(),
                 born: now,
                 used: now,
             });
             state.h2_connecting = false;
             for waiter in state.waiters.drain(..) {
-                let _ = waiter.send(Sender::H2(tx.clone()));
+                let _ = waiter.send(Sender::H2 {
+                    tx: tx.clone(),
+                    serial,
+                    stream: Stream::new(&streams),
+                });
             }
             drop(state);
             drop(connecting);
             self.start_reaper();
-            Ok((Sender::H2(tx), started.elapsed()))
+            let stream = Stream::new(&streams);
+            Ok((Sender::H2 { tx, serial, stream }, started.elapsed()))
         } else {
             let proxied = conn.is_proxied();
             let (tx, connection) = self
@@ -613,6 +690,15 @@ impl Shared {
         }
         drop(state);
         self.start_reaper();
+    }
+
+    /// Takes the origin's HTTP/2 connection `serial` out of the pool (it is going away): it
+    /// finishes the streams it has, and the next request opens another.
+    fn retire_h2(&self, origin: &Origin, serial: u64) {
+        let mut state = origin.state.lock();
+        if state.h2.as_ref().is_some_and(|h2| h2.serial == serial) {
+            state.h2 = None;
+        }
     }
 
     /// Whether a connection opened at `born` is past the maximum lifetime at `now`.
@@ -682,7 +768,7 @@ impl Shared {
                 });
                 if let Some(h2) = &state.h2 {
                     if h2.tx.is_closed()
-                        || now.saturating_duration_since(h2.used) >= timeout
+                        || (h2.is_idle() && now.saturating_duration_since(h2.used) >= timeout)
                         || self.too_old(h2.born, now)
                     {
                         state.h2 = None;
@@ -732,6 +818,15 @@ impl Drop for Connecting<'_> {
     }
 }
 
+// === impl SharedH2 ===
+
+impl SharedH2 {
+    /// Open with no request on it: what the idle gauge counts.
+    fn is_idle(&self) -> bool {
+        !self.tx.is_closed() && self.streams.load(Ordering::Relaxed) == 0
+    }
+}
+
 // === impl Sender ===
 
 impl Sender {
@@ -739,7 +834,7 @@ impl Sender {
     async fn ready(&mut self) -> bool {
         match self {
             Sender::H1 { tx, .. } => tx.is_ready() || tx.ready().await.is_ok(),
-            Sender::H2(tx) => tx.is_ready() || tx.ready().await.is_ok(),
+            Sender::H2 { tx, .. } => tx.is_ready() || tx.ready().await.is_ok(),
         }
     }
 }
@@ -756,6 +851,41 @@ where
         }
         open.fetch_sub(1, Ordering::Relaxed);
     });
+}
+
+/// Whether `method` is idempotent by definition (RFC 9110 §9.2.2).
+fn is_idempotent(method: &http::Method) -> bool {
+    use http::Method;
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// The error of a request the connection handed back unwritten (it closed first) when it
+/// cannot go on another one: the server never saw it.
+fn unwritten(e: hyper::Error) -> NetError {
+    crate::classify::not_processed("the connection closed before the request was written")
+        .with_source(e)
+}
+
+/// Whether `e` says the HTTP/2 connection is going away (the server sent GOAWAY).
+///
+/// hyper fails a request with the GOAWAY in three cases: its stream was above the frame's
+/// last stream id (h2 fails those streams, which the server ignored), the frame had arrived
+/// before the request was handed to h2 (nothing sent), or the frame arrived while hyper was
+/// handing it over — just after the stream's HEADERS were queued, which then may reach a
+/// server whose first GOAWAY did not cut them off (the two-GOAWAY shutdown of RFC 9113
+/// §6.8). In that last case hyper drops the stream at once, so its body is never sent: a
+/// request with content arrives incomplete and cannot be processed, but a request whose
+/// head is the whole of it may be. So a GOAWAY is taken for "not processed" except for a
+/// request that is complete in its head and not idempotent (a POST without a body): that
+/// one fails as `Io`, and the retry rules for non-idempotent requests apply.
+fn going_away(e: &hyper::Error) -> bool {
+    use std::error::Error as _;
+    std::iter::successors(e.source(), |s| (*s).source())
+        .find_map(|s| s.downcast_ref::<h2::Error>())
+        .is_some_and(|h2| h2.is_go_away() && h2.is_remote())
 }
 
 /// The most an HTTP/1.1 connection reads at once, and so the largest response head it can
@@ -850,6 +980,8 @@ impl GiveBack {
 pub(crate) struct PoolBody {
     inner: Wire,
     back: Option<GiveBack>,
+    /// An HTTP/2 response's stream, counted on its connection until the body ends.
+    stream: Option<Stream>,
 }
 
 /// Where a response body comes from.
@@ -862,11 +994,16 @@ enum Wire {
 }
 
 impl PoolBody {
-    fn wrap(res: Response<Incoming>, back: Option<GiveBack>) -> Response<PoolBody> {
+    fn wrap(
+        res: Response<Incoming>,
+        back: Option<GiveBack>,
+        stream: Option<Stream>,
+    ) -> Response<PoolBody> {
         res.map(|inner| {
             let mut body = PoolBody {
                 inner: Wire::Hyper(inner),
                 back,
+                stream,
             };
             if body.is_end_stream() {
                 body.give_back();
@@ -881,6 +1018,7 @@ impl PoolBody {
         PoolBody {
             inner: Wire::H3(Box::new(body)),
             back: None,
+            stream: None,
         }
     }
 
@@ -888,6 +1026,7 @@ impl PoolBody {
         if let Some(back) = self.back.take() {
             back.give();
         }
+        self.stream = None;
     }
 }
 
@@ -908,7 +1047,10 @@ impl Body for PoolBody {
             Poll::Ready(None) => self.give_back(),
             Poll::Ready(Some(Ok(_))) if self.is_end_stream() => self.give_back(),
             // A broken body leaves the connection broken.
-            Poll::Ready(Some(Err(_))) => self.back = None,
+            Poll::Ready(Some(Err(_))) => {
+                self.back = None;
+                self.stream = None;
+            }
             _ => {}
         }
         polled

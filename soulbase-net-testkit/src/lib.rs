@@ -7,7 +7,11 @@
 //!   [`Script`] of [`Reply`]s and faults — status and headers, delays, slow bodies, stalls,
 //!   resets, clean closes, hangs, huge streamed bodies, lying `Content-Length`, redirects,
 //!   gzip/br bodies and decompression bombs, echo, conditional `304`s, sequences and seeded
-//!   random faults — with hit counters, captured requests and a connection count. A route
+//!   random faults — with hit counters, captured requests and a connection count. Connections
+//!   can be retired gracefully (GOAWAY, `Connection: close`) after N requests or on demand,
+//!   as nginx's `keepalive_requests` and reloads do, and HTTP/2 streams refused with
+//!   `REFUSED_STREAM` ([`FaultServerBuilder::retire_after`],
+//!   [`FaultServer::retire_connections`], [`FaultServerBuilder::refuse_streams`]). A route
 //!   may have a [`Capacity`] (so many requests served at once, the rest queued; a request
 //!   holds its slot for its service time even after its client gave up), the upstream near
 //!   capacity behind a retry storm. A

@@ -23,7 +23,7 @@
 use std::{
     fmt::Write as _,
     io::{IsTerminal as _, Write as _},
-    net::{Ipv4Addr, SocketAddr},
+    net::SocketAddr,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -616,8 +616,10 @@ async fn phase_breaker(
         }
         progress.update(NAME, &format!("recovering, call {i}: {}", describe(&res)));
     }
+    // The breaker is keyed by origin: scheme, host and port.
+    let origin = srv.origin().to_owned();
     srv.join().await;
-    let path = observer.path_of(&srv_host(2));
+    let path = observer.path_of(&origin);
     let expected_path = [
         BreakerState::Closed,
         BreakerState::Open,
@@ -645,10 +647,6 @@ async fn phase_breaker(
     };
     progress.finish(&result);
     Ok(result)
-}
-
-fn srv_host(host: u8) -> String {
-    Ipv4Addr::new(127, 0, 0, host).to_string()
 }
 
 /// (c) Six concurrent calls to a slow route with a per-host limit of two.

@@ -238,8 +238,13 @@ async fn the_breaker_opens_on_a_failing_orders_api() {
     assert_eq!(err.kind(), ErrorKind::CircuitOpen);
     orders.verify().unwrap(); // the fourth order never reached the API
     let metrics = shop.metrics_text();
+    // The circuit is the origin's (scheme, host and port): the label names host and port.
+    let authority = base.trim_start_matches("https://").trim_end_matches('/');
+    assert!(authority.starts_with("orders.example.com:"), "{base}");
     assert!(
-        metrics.contains("net_circuit_open_total{host=\"orders.example.com\"} 1\n"),
+        metrics.contains(&format!(
+            "net_circuit_open_total{{host=\"{authority}\"}} 1\n"
+        )),
         "{metrics}"
     );
     assert!(metrics.contains("tenant=\"wholesale\",host=\"orders.example.com\",method=\"POST\",scheme=\"https\",outcome=\"circuit_open\",version=\"\"} 1\n"), "{metrics}");

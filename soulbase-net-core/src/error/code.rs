@@ -103,6 +103,7 @@ pub(crate) const fn kind_code(kind: ErrorKind) -> ErrorCode {
         | ErrorKind::Connect
         | ErrorKind::Tls
         | ErrorKind::Io
+        | ErrorKind::NotProcessed
         | ErrorKind::Proxy
         | ErrorKind::CircuitOpen
         | ErrorKind::BudgetExhausted
@@ -184,6 +185,12 @@ mod tests {
         ),
         (
             ErrorKind::RedirectLimit,
+            ProviderUnavailable,
+            ProviderUnavailable,
+            ProviderUnavailable,
+        ),
+        (
+            ErrorKind::NotProcessed,
             ProviderUnavailable,
             ProviderUnavailable,
             ProviderUnavailable,

@@ -122,6 +122,15 @@ pub enum ErrorKind {
     /// before the response was complete, or an unparsable answer. `PROVIDER.UNAVAILABLE`.
     /// Retried under `retry_on.io`.
     Io,
+    /// The server provably did not process the request: it was above an HTTP/2 or HTTP/3
+    /// GOAWAY's last stream, refused with `REFUSED_STREAM` or `H3_REQUEST_REJECTED`, sent on
+    /// a connection already closing, or never written to an HTTP/1.1 connection that closed
+    /// (RFC 9113 §8.7, RFC 9114 §4.1.1). The client sends such a request again on another
+    /// connection whatever its method, without costing a retry attempt or the retry budget,
+    /// and never counts it against the breaker, the SLIs or the SLO controller; a caller sees
+    /// this kind only when the request could not go again (a stream body, no time left, or
+    /// every resend refused too). `PROVIDER.UNAVAILABLE`.
+    NotProcessed,
     /// The proxy refused or failed the tunnel. `PROVIDER.UNAVAILABLE`.
     Proxy,
     /// An interceptor failed without giving a more precise kind. `PROVIDER.UNAVAILABLE`.
@@ -134,7 +143,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// Every kind without a payload, plus one representative of each kind with one
     /// (a `Timeout` per phase and the statuses 429 / 503), for exhaustive tests.
-    pub const ALL_SIMPLE: [ErrorKind; 19] = [
+    pub const ALL_SIMPLE: [ErrorKind; 20] = [
         ErrorKind::Dns,
         ErrorKind::Connect,
         ErrorKind::Tls,
@@ -151,6 +160,7 @@ impl ErrorKind {
         ErrorKind::Status(http::StatusCode::SERVICE_UNAVAILABLE),
         ErrorKind::Decode,
         ErrorKind::Io,
+        ErrorKind::NotProcessed,
         ErrorKind::Proxy,
         ErrorKind::Interceptor,
         ErrorKind::Cancelled,
@@ -196,6 +206,7 @@ impl ErrorKind {
             },
             ErrorKind::Decode => "decode",
             ErrorKind::Io => "io",
+            ErrorKind::NotProcessed => "not_processed",
             ErrorKind::Proxy => "proxy",
             ErrorKind::Interceptor => "interceptor",
             ErrorKind::Cancelled => "cancelled",
@@ -226,6 +237,7 @@ impl ErrorKind {
             ErrorKind::Status(status) => write!(f, "http status {}", status.as_u16()),
             ErrorKind::Decode => f.write_str("response body could not be decoded"),
             ErrorKind::Io => f.write_str("connection i/o failed"),
+            ErrorKind::NotProcessed => f.write_str("the server did not process the request"),
             ErrorKind::Proxy => f.write_str("proxy failed"),
             ErrorKind::Interceptor => f.write_str("interceptor failed"),
             ErrorKind::Cancelled => f.write_str("call cancelled"),

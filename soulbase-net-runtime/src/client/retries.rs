@@ -35,10 +35,16 @@ impl Inner {
         // Read before the first attempt: a stream body is taken by it.
         let body_replayable = req.body.is_replayable();
         let breaker = if policy.cbreaker.enabled {
-            breaker_key(&policy.cbreaker, call.host(), call.labels.tenant.as_deref())
+            breaker_key(
+                &policy.cbreaker,
+                origin_of(url),
+                call.labels.tenant.as_deref(),
+            )
         } else {
             Cow::Borrowed("")
         };
+        // Requests the server did not process, sent again so far (see `MAX_RESENDS`).
+        let mut resends = 0;
         loop {
             let now = Instant::now();
             let permit = match self.breakers.admit(&breaker, &policy.cbreaker, now) {
@@ -79,6 +85,30 @@ impl Inner {
             if let Ok(res) = &result {
                 if res.status.as_u16() < 500 && policy.timeout.dynamic.enabled {
                     self.latencies.record(call.host(), res.elapsed.ttfb);
+                }
+            }
+            // The server did not process it (RFC 9113 §8.7): it goes again at once on another
+            // connection whatever its method, as if this attempt had not been made — no retry
+            // attempt or budget spent, nothing told to the breaker or the SLO controller.
+            if let Err(e) = &result {
+                if e.kind() == ErrorKind::NotProcessed {
+                    let time_left = call
+                        .deadline
+                        .saturating_duration_since(Instant::now())
+                        .saturating_sub(call.timeouts.margin);
+                    if body_replayable && resends < MAX_RESENDS && !time_left.is_zero() {
+                        resends += 1;
+                        permit.release();
+                        attempts.this_send = attempts.this_send.saturating_sub(1);
+                        self.emit(|| NetEvent::Resent {
+                            req: call.info(),
+                            attempt: attempts.made,
+                        });
+                        continue;
+                    }
+                    // It cannot go again: the caller gets it, and nothing counts it a failure.
+                    permit.release();
+                    return result;
                 }
             }
             // The failures that freeze a base URL (`endpoints.freeze_on`); a change of the
@@ -131,9 +161,6 @@ impl Inner {
                     .saturating_sub(call.timeouts.margin),
                 attempt_timeout: learnt,
             };
-            // A request the server did not process (HTTP/3's H3_REQUEST_REJECTED, or one
-            // sent after GOAWAY) may go again whatever its method, when its body can.
-            let replayable = replayable || (body_replayable && not_processed(&result));
             let delay = match decide(&policy.retry, replayable, &end, &mut FastRand) {
                 RetryDecision::Stop(_) => return result,
                 RetryDecision::Retry { delay, .. } => delay,
@@ -198,16 +225,13 @@ impl Inner {
     }
 }
 
-/// Whether `result` failed without the server processing the request (see
-/// [`crate::h3::NotProcessed`]); only HTTP/3 says so.
-fn not_processed(result: &Result<NetResponse, NetError>) -> bool {
-    #[cfg(feature = "http3")]
-    return result
-        .as_ref()
-        .is_err_and(|e| e.find_source::<crate::h3::NotProcessed>().is_some());
-    #[cfg(not(feature = "http3"))]
-    {
-        let _ = result;
-        false
-    }
+/// How many times in a row one call sends again a request the server did not process: a
+/// server that refuses everything (every connection going away at once) cannot hold a call
+/// in a loop, and the caller then gets `NotProcessed`.
+const MAX_RESENDS: u32 = 8;
+
+/// The origin of a validated URL, as it is written (`scheme://host[:port]`, the default port
+/// left out, no userinfo): what the breaker is keyed by, like the pool.
+pub(super) fn origin_of(url: &Url) -> &str {
+    &url[..url::Position::BeforePath]
 }

@@ -4,26 +4,12 @@
 //! opened `Io` (retried for idempotent requests), a response head over
 //! `max_response_head_bytes` `TooLarge` (see [`on_response_head`]), and a stream the server
 //! refused before processing it (`H3_REQUEST_REJECTED`, a request sent after GOAWAY, or one
-//! still unanswered when the server closed the connection gracefully with `H3_NO_ERROR`) `Io`
-//! marked [`NotProcessed`], which the retry loop retries whatever the method.
-
-use std::fmt;
+//! still unanswered when the server closed the connection gracefully with `H3_NO_ERROR`)
+//! `NotProcessed`, which the retry loop sends again whatever the method (the rule HTTP/2's
+//! GOAWAY and `REFUSED_STREAM` follow too, see [`crate::classify::not_processed`]).
 
 use h3::error::{Code, ConnectionError, StreamError};
 use soulbase_net_core::{BoxError, ErrorKind, NetError, Phase};
-
-/// The source of an error whose request the server did not process: safe to send again
-/// whatever its method (RFC 9114 §4.1.1, `H3_REQUEST_REJECTED`; §5.2, requests past GOAWAY).
-#[derive(Debug)]
-pub(crate) struct NotProcessed(&'static str);
-
-impl fmt::Display for NotProcessed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl std::error::Error for NotProcessed {}
 
 /// A QUIC transport error code in the crypto range: `0x100 + alert`.
 const CRYPTO_ERROR: std::ops::RangeInclusive<u64> = 0x100..=0x1ff;
@@ -123,11 +109,10 @@ pub(super) fn body_error(e: BoxError) -> NetError {
     }
 }
 
-/// An `Io` error for a request the server did not process.
+/// A request the server did not process: safe to send again whatever its method (RFC 9114
+/// §4.1.1, `H3_REQUEST_REJECTED`; §5.2, requests past GOAWAY).
 fn not_processed(why: &'static str) -> NetError {
-    NetError::new(ErrorKind::Io)
-        .with_message(why)
-        .with_source(NotProcessed(why))
+    crate::classify::not_processed(why)
 }
 
 /// A request stream on `live` that failed while its response head was awaited: as

@@ -36,7 +36,6 @@ use crate::pool::{PoolBody, ReqBody};
 use self::alt_svc::Memory;
 pub(crate) use self::body::H3Body;
 use self::conn::{Endpoints, Live};
-pub(crate) use self::error::NotProcessed;
 pub(crate) use self::route::Way;
 use self::route::Won;
 

@@ -18,8 +18,7 @@ use super::keymap::{scoped_key, BoundedMap};
 use super::retry::status_of;
 
 /// Called with the key and the transition, outside the breaker's lock, for every change of
-/// state (also those caused by a dropped probe), so the client can emit `BreakerTransition`.
-/// It may run inside `Drop`, so it should be quick and must not block.
+/// state, so the client can emit `BreakerTransition`. It should be quick and must not block.
 pub(crate) type Listener = Box<dyn Fn(&str, Transition) + Send + Sync>;
 
 /// The circuit breakers of a client, one per key, at most `max_keys` of them.
@@ -36,9 +35,10 @@ struct Shared {
     listener: Option<Listener>,
 }
 
-/// Permission for one call. Record its result with [`record`](Self::record); dropped without
-/// a result, a probe counts as failed and a normal call is ignored.
-#[must_use = "a permit that is dropped at once counts as an abandoned call"]
+/// Permission for one call. Record its result with [`record`](Self::record); given back
+/// with [`release`](Self::release) or dropped (the caller cancelled), it counts for nothing,
+/// and a probe's slot goes to the next call.
+#[must_use = "a permit that is dropped at once is a call that never happened"]
 pub(crate) struct BreakerPermit<'a> {
     tracked: Option<Tracked<'a>>,
 }
@@ -142,18 +142,22 @@ impl Shared {
         }
     }
 
-    fn finish(&self, t: &Tracked<'_>, result: Option<CallResult>, now: Instant) {
+    fn finish(&self, t: &Tracked<'_>, result: CallResult, now: Instant) {
         let transition = {
             let mut map = self.circuits.lock();
             let Some(circuit) = map.get_mut(t.key, now) else {
                 return;
             };
-            match result {
-                Some(r) => circuit.record(t.policy, t.ticket, r, now),
-                None => circuit.abandon(t.policy, t.ticket, now),
-            }
+            circuit.record(t.policy, t.ticket, result, now)
         };
         self.notify(t.key, transition);
+    }
+
+    fn release(&self, t: &Tracked<'_>) {
+        let mut map = self.circuits.lock();
+        if let Some(circuit) = map.get_mut(t.key, t.admitted_at) {
+            circuit.release(t.ticket);
+        }
     }
 }
 
@@ -165,7 +169,15 @@ impl BreakerPermit<'_> {
     pub(crate) fn record(mut self, failure: bool, elapsed: Duration, now: Instant) {
         if let Some(t) = self.tracked.take() {
             let result = CallResult { failure, elapsed };
-            t.shared.finish(&t, Some(result), now);
+            t.shared.finish(&t, result, now);
+        }
+    }
+
+    /// Gives the permit back without a result: the server did not process the call (see
+    /// [`Circuit::release`]).
+    pub(crate) fn release(mut self) {
+        if let Some(t) = self.tracked.take() {
+            t.shared.release(&t);
         }
     }
 
@@ -176,12 +188,11 @@ impl BreakerPermit<'_> {
 }
 
 impl Drop for BreakerPermit<'_> {
+    /// The caller cancelled the call: nothing is learnt of the upstream (see
+    /// [`Circuit::release`]).
     fn drop(&mut self) {
         if let Some(t) = self.tracked.take() {
-            // The clock is not injected into `Drop`; never earlier than the admission, so a
-            // test driving its own `now` forward stays consistent.
-            let now = Instant::now().max(t.admitted_at);
-            t.shared.finish(&t, None, now);
+            t.shared.release(&t);
         }
     }
 }
@@ -196,14 +207,15 @@ impl fmt::Debug for BreakerPermit<'_> {
     }
 }
 
-/// The circuit key of a call to `host` for `tenant`: per host, or per (host, tenant) when
-/// `key_by` is [`CbKey::HostTenant`].
+/// The circuit key of a call to `origin` (`scheme://host[:port]`, as the pool keys its
+/// connections: two ports of one host are two upstreams) for `tenant`: per origin, or per
+/// (origin, tenant) when `key_by` is [`CbKey::HostTenant`].
 pub(crate) fn breaker_key<'a>(
     p: &CircuitBreakerPolicy,
-    host: &'a str,
+    origin: &'a str,
     tenant: Option<&str>,
 ) -> std::borrow::Cow<'a, str> {
-    scoped_key(host, tenant, matches!(p.key_by, CbKey::HostTenant))
+    scoped_key(origin, tenant, matches!(p.key_by, CbKey::HostTenant))
 }
 
 /// Whether an attempt's outcome counts as a failure for the breaker.
@@ -212,7 +224,9 @@ pub(crate) fn breaker_key<'a>(
 /// failures, timeouts in any phase but `Total` (the total deadline is the caller's budget, not
 /// the upstream's health), and 5xx responses when `count_5xx`. Never: 4xx (429 included: the
 /// upstream is up and pacing us), certificate rejections (`TlsVerify`: a security decision),
-/// and local refusals (`Blocked`, `InvalidRequest`, `RateLimited`, `CircuitOpen`, …).
+/// local refusals (`Blocked`, `InvalidRequest`, `RateLimited`, `CircuitOpen`, …), the
+/// caller's cancel (`Cancelled`), and requests the server did not process (`NotProcessed`:
+/// GOAWAY, a refused stream), which the retry loop gives back unrecorded anyway.
 pub(crate) fn is_failure(outcome: Outcome, count_5xx: bool) -> bool {
     if let Some(s) = status_of(outcome) {
         return count_5xx && (500..600).contains(&s);

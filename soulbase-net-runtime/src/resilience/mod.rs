@@ -24,9 +24,9 @@
 //!      the last outcome and `RetryBudgetExhausted`; then sleep the delay, then loop.
 //!
 //! Breaker transitions reach the client through the [`Listener`] given to [`Breakers::new`]
-//! (it emits `BreakerTransition`), including those caused by a probe dropped on cancellation.
-//! Cancellation needs no support here: dropping the request future drops the permits, which
-//! give their slots back, and no further attempt is scheduled.
+//! (it emits `BreakerTransition`). Cancellation needs no support here: dropping the request
+//! future drops the permits, which give their slots back (a probe's included) without
+//! counting anything, and no further attempt is scheduled.
 //!
 //! Random draws (jitter) come from a [`Random`](random::Random) source: [`FastRand`] in
 //! production, fixed draws in tests.

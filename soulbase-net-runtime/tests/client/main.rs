@@ -9,6 +9,7 @@ mod cap;
 mod dns;
 mod guard;
 mod keep_alive;
+mod lifecycle;
 mod limits;
 mod metrics;
 mod pool;

@@ -224,6 +224,38 @@ async fn pool_gauges_count_open_and_idle_connections() {
 }
 
 #[tokio::test]
+async fn an_http2_connection_without_requests_on_it_is_idle() {
+    const OPEN: &str = r#"net_pool_open_connections{host="127.0.0.1"}"#;
+    const IDLE: &str = r#"net_pool_idle_connections{host="127.0.0.1"}"#;
+    let srv = FaultServer::http2()
+        .route("/slow", Reply::ok("x").delay(Duration::from_millis(300)))
+        .start()
+        .await
+        .unwrap();
+    let (metrics, _started, fanout) = metrics_and_starts();
+    let h = harness_with(loopback_policy(), |b| {
+        b.observer(fanout).http2_prior_knowledge(true)
+    });
+    // Two requests share the connection: open, not idle.
+    let calls = spawn_gets(&h.client, &srv.url("/slow"), 2);
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/slow", 2))
+        .await
+        .unwrap();
+    let text = metrics.encode();
+    assert_eq!(sample(&text, OPEN), Some(1.0), "{text}");
+    assert_eq!(sample(&text, IDLE), Some(0.0), "{text}");
+    // Both answered and their bodies dropped: the connection is idle.
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap().status, 200);
+    }
+    let text = metrics.encode();
+    assert_eq!(sample(&text, OPEN), Some(1.0), "{text}");
+    assert_eq!(sample(&text, IDLE), Some(1.0), "{text}");
+    assert_eq!(srv.connections(), 1);
+    srv.join().await;
+}
+
+#[tokio::test]
 async fn tenant_gauges_count_the_calls_each_tenant_holds() {
     let srv = FaultServer::http1()
         .route("/slow", Reply::ok("x").delay(Duration::from_millis(800)))

@@ -249,6 +249,57 @@ async fn the_breaker_cuts_requests_to_a_failing_upstream_by_over_90_percent() {
 }
 
 #[tokio::test]
+async fn a_failing_port_does_not_open_the_circuit_of_another_port_of_the_same_host() {
+    let down = FaultServer::http1()
+        .route("/x", Reply::status(503))
+        .start()
+        .await
+        .unwrap();
+    let healthy = FaultServer::http1()
+        .route("/x", Reply::ok("up"))
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(down.addr().ip(), healthy.addr().ip());
+    let mut p = quick(loopback_policy());
+    p.retry.enabled = false;
+    p.cbreaker.enabled = true;
+    p.cbreaker.consecutive_failures = 3;
+    p.cbreaker.cooldown = Duration::from_secs(60);
+    let h = harness(p);
+    let mut open = 0;
+    for _ in 0..10 {
+        if let Err(e) = h.client.send(NetRequest::get(down.url("/x"))).await {
+            assert_eq!(e.kind(), ErrorKind::CircuitOpen);
+            open += 1;
+        }
+    }
+    assert_eq!(
+        open, 7,
+        "the failing port's circuit opened after 3 failures"
+    );
+    for _ in 0..20 {
+        let res = h
+            .client
+            .send(NetRequest::get(healthy.url("/x")))
+            .await
+            .unwrap();
+        assert_eq!(res.status, 200);
+    }
+    assert_eq!(healthy.hits("/x"), 20);
+    // The circuit is the origin's: scheme, host and port.
+    let seen = h.events.seen.lock().clone();
+    let origin = down.origin();
+    assert!(
+        seen.iter()
+            .any(|e| e.contains("BreakerTransition") && e.contains(origin)),
+        "{seen:?}"
+    );
+    down.join().await;
+    healthy.join().await;
+}
+
+#[tokio::test]
 async fn the_retry_budget_caps_retries_under_total_failure() {
     let srv = FaultServer::http1()
         .route("/down", Reply::status(503))

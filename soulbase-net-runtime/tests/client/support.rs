@@ -66,8 +66,8 @@ impl Observer for Events {
             } => {
                 format!("finish {} {attempts}", outcome.label())
             }
-            NetEvent::BreakerTransition { from, to, .. } => {
-                format!("BreakerTransition {from:?} -> {to:?}")
+            NetEvent::BreakerTransition { key, from, to } => {
+                format!("BreakerTransition {key} {from:?} -> {to:?}")
             }
             other => format!("{other:?}"),
         };

@@ -1,5 +1,6 @@
 //! Per-connection control: a kill switch that lets a scripted reply reset (RST) or close (FIN)
-//! the TCP connection it arrived on, for HTTP/1.1 and HTTP/2 alike.
+//! the TCP connection it arrived on, for HTTP/1.1 and HTTP/2 alike, and the request count that
+//! retires a connection after its `retire_after`-th request.
 //!
 //! Why a kill switch rather than writing raw bytes: hyper owns the connection once it serves it,
 //! so a reply cannot reach the socket. Instead every accepted socket is wrapped in [`CtlIo`]
@@ -11,7 +12,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -26,6 +27,17 @@ pub(crate) struct ConnCtl {
     kill: Signal,
     reset: AtomicBool,
     kill_on_flush: AtomicBool,
+    /// The request after which the connection retires
+    /// ([`retire_after`](super::FaultServerBuilder::retire_after)); `None`: never.
+    retire_after: Option<u64>,
+    /// Requests received so far.
+    requests: AtomicU64,
+    /// Asked to retire before it took a request (see [`ConnCtl::retire_at_first_request`]).
+    retire_at_first: AtomicBool,
+    /// Fired by the `retire_after`-th request: the connection task is to shut down gracefully.
+    retire: Signal,
+    /// Fired by the connection task once its graceful shutdown has begun.
+    retiring: Signal,
 }
 
 impl ConnCtl {
@@ -35,7 +47,59 @@ impl ConnCtl {
             kill: Signal::new(),
             reset: AtomicBool::new(false),
             kill_on_flush: AtomicBool::new(false),
+            retire_after: None,
+            requests: AtomicU64::new(0),
+            retire_at_first: AtomicBool::new(false),
+            retire: Signal::new(),
+            retiring: Signal::new(),
         }
+    }
+
+    /// Retires the connection after its `n`-th request (`None`: never).
+    pub(crate) fn with_retire_after(mut self, n: Option<u64>) -> Self {
+        self.retire_after = n;
+        self
+    }
+
+    /// Counts a request received on the connection. The `retire_after`-th asks the connection
+    /// to retire and waits until its graceful shutdown has begun, so that its reply goes out
+    /// after the GOAWAY (HTTP/2) or carries `Connection: close` (HTTP/1.1).
+    pub(crate) async fn took_request(&self) {
+        let n = self.requests.fetch_add(1, Ordering::SeqCst) + 1;
+        let first = n == 1 && self.retire_at_first.load(Ordering::SeqCst);
+        if self.retire_after != Some(n) && !first {
+            return;
+        }
+        self.retire.fire();
+        tokio::select! {
+            () = self.retiring.fired() => {}
+            () = self.kill.fired() => {}
+        }
+    }
+
+    /// Whether the connection has taken no request yet.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.requests.load(Ordering::SeqCst) == 0
+    }
+
+    /// A connection asked to retire before its first request retires at it instead: until
+    /// then hyper may still be reading the client's preface, and a graceful shutdown there
+    /// closes the connection without a GOAWAY — what no server does to a client's requests
+    /// (nginx sends GOAWAY on every HTTP/2 connection it retires). Returns false when a
+    /// request came meanwhile (the caller retires the connection at once).
+    pub(crate) fn retire_at_first_request(&self) -> bool {
+        self.retire_at_first.store(true, Ordering::SeqCst);
+        self.is_fresh()
+    }
+
+    /// Resolves when the connection has taken its `retire_after`-th request.
+    pub(crate) async fn retire_asked(&self) {
+        self.retire.fired().await;
+    }
+
+    /// The connection's graceful shutdown has begun: the reply waiting for it goes on.
+    pub(crate) fn retiring(&self) {
+        self.retiring.fire();
     }
 
     /// Drops the connection now: with RST if `reset`, else with FIN.

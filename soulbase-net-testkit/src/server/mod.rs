@@ -8,12 +8,14 @@ mod conn;
 mod encode;
 mod forward;
 mod gate;
+mod h2_raw;
 #[cfg(feature = "http3")]
 mod h3;
 #[cfg(feature = "http3")]
 mod h3_settings;
 mod mock;
 mod reply;
+mod retire;
 mod script;
 mod serve;
 mod times;
@@ -75,6 +77,8 @@ pub struct FaultServerBuilder {
     upstream: Option<String>,
     capture_limit: usize,
     blackhole: bool,
+    retire_after: Option<u64>,
+    refuse_streams: Option<u64>,
     #[cfg(feature = "http3")]
     http3: bool,
     #[cfg(feature = "http3")]
@@ -105,6 +109,8 @@ impl Default for FaultServerBuilder {
             upstream: None,
             capture_limit: DEFAULT_CAPTURE_LIMIT,
             blackhole: false,
+            retire_after: None,
+            refuse_streams: None,
             #[cfg(feature = "http3")]
             http3: false,
             #[cfg(feature = "http3")]
@@ -322,11 +328,48 @@ impl FaultServerBuilder {
         self
     }
 
+    /// Retires every connection once it has taken `n` requests, as nginx's
+    /// `keepalive_requests` does: the connection shuts down gracefully. Over HTTP/2 the server
+    /// sends GOAWAY: the streams already open are still answered, those the client opens after
+    /// it are refused; over HTTP/1.1 the `n`-th response carries `Connection: close` and the
+    /// connection closes after it. A request counts when it arrives (before its reply's delay);
+    /// [`FaultServer::retired`] counts the connections retired. HTTP/1.1 and HTTP/2 over TCP
+    /// only (not HTTP/3). Default is never.
+    ///
+    /// [`start`](Self::start) fails (`InvalidInput`) for `n == 0`.
+    pub fn retire_after(mut self, n: u64) -> Self {
+        self.retire_after = Some(n);
+        self
+    }
+
+    /// Refuses every `every`-th stream of each HTTP/2 connection (with `every = 3`: streams 3,
+    /// 6, 9, … of that connection), as a server at its concurrent-stream limit or shutting
+    /// down does: the stream is reset with `RST_STREAM(REFUSED_STREAM)` before its request is
+    /// read, so the request is not processed (RFC 9113 §8.7) and a client may retry it
+    /// whatever its method. A refused request is not a hit, is not in
+    /// [`FaultServer::received_requests`] and does not count toward
+    /// [`retire_after`](Self::retire_after); [`FaultServer::refused`] counts them.
+    ///
+    /// HTTP/2 only: such connections are served by the `h2` crate rather than hyper, and on
+    /// them [`Reply::reset`] resets the request's stream (`INTERNAL_ERROR`) instead of the TCP
+    /// connection. With [`Protocol::Auto`] and [`tls`](Self::tls), connections whose ALPN picks
+    /// `http/1.1` are served as usual, with no refusal. Default is off.
+    ///
+    /// [`start`](Self::start) fails (`InvalidInput`) for `every == 0`, with
+    /// [`Protocol::Http1`], and with [`Protocol::Auto`] on plain TCP (use
+    /// [`http2`](Self::http2)).
+    pub fn refuse_streams(mut self, every: u64) -> Self {
+        self.refuse_streams = Some(every);
+        self
+    }
+
     /// Binds and starts serving.
     ///
     /// # Errors
     /// The bind address is not loopback, the port cannot be bound, the TLS config is unusable,
-    /// or the upstream of [`forward_to`](Self::forward_to) is not `http://` on loopback.
+    /// the upstream of [`forward_to`](Self::forward_to) is not `http://` on loopback, or
+    /// [`retire_after`](Self::retire_after) or [`refuse_streams`](Self::refuse_streams) is
+    /// misconfigured (see each).
     pub async fn start(self) -> io::Result<FaultServer> {
         if !self.bind.ip().is_loopback() {
             return Err(io::Error::new(
@@ -334,6 +377,7 @@ impl FaultServerBuilder {
                 "FaultServer only listens on loopback",
             ));
         }
+        self.check_lifecycle()?;
         let upstream = self
             .upstream
             .as_deref()
@@ -387,13 +431,19 @@ impl FaultServerBuilder {
                 .then(|| http::HeaderValue::from_str(&format!("h3=\":{}\"; ma=86400", addr.port())))
                 .and_then(Result::ok),
             shutdown: Signal::new(),
+            retire_all: tokio::sync::watch::Sender::new(0),
+            retired: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             panic: Mutex::new(None),
         });
         let stop_accept = Signal::new();
         let cfg = ConnCfg {
             http: http_builder(self.protocol, shared.clone()),
+            protocol: self.protocol,
             tls,
             blackhole: self.blackhole,
+            retire_after: self.retire_after,
+            refuse_streams: self.refuse_streams,
         };
         let tcp = accept_loop(listener, shared.clone(), Arc::new(cfg), stop_accept.clone());
         #[cfg(feature = "http3")]
@@ -422,6 +472,28 @@ impl FaultServerBuilder {
             #[cfg(feature = "http3")]
             h3,
         })
+    }
+}
+
+impl FaultServerBuilder {
+    /// Validates [`retire_after`](Self::retire_after) and
+    /// [`refuse_streams`](Self::refuse_streams).
+    fn check_lifecycle(&self) -> io::Result<()> {
+        let invalid = |msg: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+        if self.retire_after == Some(0) {
+            return invalid("retire_after(n) needs n >= 1");
+        }
+        match (self.refuse_streams, self.protocol, self.tls.is_some()) {
+            (None, _, _) => Ok(()),
+            (Some(0), _, _) => invalid("refuse_streams(every) needs every >= 1"),
+            (Some(_), Protocol::Http1, _) => {
+                invalid("refuse_streams is HTTP/2 only: the server is HTTP/1.1 only")
+            }
+            (Some(_), Protocol::Auto, false) => invalid(
+                "refuse_streams is HTTP/2 only: call http2(), or serve TLS where ALPN picks h2",
+            ),
+            (Some(_), _, _) => Ok(()),
+        }
     }
 }
 
@@ -596,6 +668,31 @@ impl FaultServer {
             }
             notified.await;
         }
+    }
+
+    /// Retires every connection open now, as `nginx -s reload` does: each shuts down
+    /// gracefully as with [`retire_after`](FaultServerBuilder::retire_after) (GOAWAY over
+    /// HTTP/2, its requests in flight still answered; over HTTP/1.1 an idle connection
+    /// closes, a busy one after its response, which carries `Connection: close`). The listener
+    /// goes on accepting; connections accepted later are not concerned. A connection that has
+    /// not taken a request yet retires at its first one, answered (hyper may still be reading
+    /// its preface, and a shutdown there would close it without a GOAWAY). HTTP/1.1 and
+    /// HTTP/2 over TCP only (for HTTP/3 see `h3_goaway`).
+    pub fn retire_connections(&self) {
+        self.shared.retire_all.send_modify(|n| *n += 1);
+    }
+
+    /// How many connections were retired so far, by
+    /// [`retire_after`](FaultServerBuilder::retire_after) or
+    /// [`retire_connections`](Self::retire_connections): those whose graceful shutdown began.
+    pub fn retired(&self) -> u64 {
+        self.shared.retired.load(Ordering::SeqCst)
+    }
+
+    /// How many HTTP/2 streams were refused (`REFUSED_STREAM`) by
+    /// [`refuse_streams`](FaultServerBuilder::refuse_streams), over all connections.
+    pub fn refused(&self) -> u64 {
+        self.shared.refused.load(Ordering::SeqCst)
     }
 
     /// Closes the listening socket: new connections are refused, existing ones go on.

@@ -1,6 +1,7 @@
 //! The serving side of a [`FaultServer`](super::FaultServer): the accept loop, one task per
-//! connection (TLS, then hyper's auto HTTP/1.1 + HTTP/2 server), and the request handler that
-//! captures a request, picks its reply from the route's script and renders it.
+//! connection (TLS, then hyper's auto HTTP/1.1 + HTTP/2 server, or the `h2` crate's server
+//! when streams are to be refused), and the request handler that captures a request, picks
+//! its reply from the route's script and renders it.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -17,7 +18,9 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
@@ -25,8 +28,10 @@ use super::body::FaultBody;
 use super::capture::{CapturedRequest, PathStats};
 use super::conn::{ConnCtl, CtlIo};
 use super::forward::Upstream;
+use super::h2_raw;
 use super::mock::Mock;
 use super::reply::{Abort, Action, RenderCtx};
+use super::retire::Retire;
 use super::Protocol;
 use crate::signal::Signal;
 
@@ -88,6 +93,12 @@ pub(super) struct Shared {
     /// Where [`Reply::forward`](super::Reply::forward) sends requests, if anywhere.
     pub(super) upstream: Option<Upstream>,
     pub(super) shutdown: Signal,
+    /// Bumped by [`FaultServer::retire_connections`](super::FaultServer::retire_connections).
+    pub(super) retire_all: watch::Sender<u64>,
+    /// Connections whose graceful shutdown began, for [`FaultServer::retired`](super::FaultServer::retired).
+    pub(super) retired: AtomicU64,
+    /// HTTP/2 streams refused, for [`FaultServer::refused`](super::FaultServer::refused).
+    pub(super) refused: AtomicU64,
     pub(super) panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
@@ -137,8 +148,13 @@ where
 
 pub(super) struct ConnCfg {
     pub(super) http: auto::Builder<Exec>,
+    pub(super) protocol: Protocol,
     pub(super) tls: Option<TlsAcceptor>,
     pub(super) blackhole: bool,
+    /// [`retire_after`](super::FaultServerBuilder::retire_after).
+    pub(super) retire_after: Option<u64>,
+    /// [`refuse_streams`](super::FaultServerBuilder::refuse_streams).
+    pub(super) refuse_streams: Option<u64>,
 }
 
 pub(super) async fn accept_loop(
@@ -157,7 +173,9 @@ pub(super) async fn accept_loop(
                 Ok(stream) => {
                     let id = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
                     let open = OpenConn::new(shared.clone());
-                    conns.spawn(serve_conn(stream, id, open, cfg.clone()));
+                    // Subscribed now, so a retire_connections() from here on concerns it.
+                    let retire_all = shared.retire_all.subscribe();
+                    conns.spawn(serve_conn(stream, id, open, retire_all, cfg.clone()));
                 }
                 // Transient (e.g. out of file descriptors): keep serving.
                 Err(e) => tracing::warn!(error = %e, "fault server accept failed"),
@@ -203,7 +221,13 @@ impl Drop for OpenConn {
     }
 }
 
-async fn serve_conn(stream: TcpStream, id: u64, open: OpenConn, cfg: Arc<ConnCfg>) {
+async fn serve_conn(
+    stream: TcpStream,
+    id: u64,
+    open: OpenConn,
+    retire_all: watch::Receiver<u64>,
+    cfg: Arc<ConnCfg>,
+) {
     let shared = open.0.clone();
     if cfg.blackhole {
         let _stream = stream;
@@ -211,32 +235,66 @@ async fn serve_conn(stream: TcpStream, id: u64, open: OpenConn, cfg: Arc<ConnCfg
         return;
     }
     let _ = stream.set_nodelay(true);
-    let ctl = Arc::new(ConnCtl::new(id));
+    let ctl = Arc::new(ConnCtl::new(id).with_retire_after(cfg.retire_after));
     let io = CtlIo::new(stream, ctl.clone());
-    let svc_shared = shared.clone();
-    let svc_ctl = ctl.clone();
+    let retire = Retire::new(ctl.clone(), shared.clone(), retire_all);
+    let serve = async {
+        match &cfg.tls {
+            None => serve_http(io, false, &cfg, &shared, &ctl, retire).await,
+            Some(acceptor) => {
+                let Ok(tls) = acceptor.accept(io).await else {
+                    return;
+                };
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                serve_http(tls, h2, &cfg, &shared, &ctl, retire).await;
+            }
+        }
+    };
+    tokio::select! {
+        () = serve => {}
+        () = ctl.killed() => {}
+        () = shared.shutdown.fired() => {}
+    }
+    // The connection is over: wakes a request still waiting on it (for its retirement).
+    ctl.kill_now(false);
+}
+
+/// Serves HTTP on `io` (`alpn_h2`: TLS negotiated `h2`) until the connection ends, retiring it
+/// gracefully when asked. With [`refuse_streams`](super::FaultServerBuilder::refuse_streams),
+/// an HTTP/2 connection is served by the `h2` crate instead of hyper.
+async fn serve_http<I>(
+    io: I,
+    alpn_h2: bool,
+    cfg: &ConnCfg,
+    shared: &Arc<Shared>,
+    ctl: &Arc<ConnCtl>,
+    mut retire: Retire,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if let Some(every) = cfg.refuse_streams {
+        if alpn_h2 || cfg.protocol == Protocol::Http2 {
+            return h2_raw::serve(io, every, shared, ctl, retire).await;
+        }
+    }
+    let (svc_shared, svc_ctl) = (shared.clone(), ctl.clone());
     let service = hyper::service::service_fn(move |req| {
         let shared = svc_shared.clone();
         let ctl = svc_ctl.clone();
         async move { Ok::<_, Infallible>(handle(req, shared, ctl).await) }
     });
-    let serve = async {
-        match &cfg.tls {
-            None => {
-                let _ = cfg.http.serve_connection(TokioIo::new(io), service).await;
-            }
-            Some(acceptor) => {
-                let Ok(tls) = acceptor.accept(io).await else {
-                    return;
-                };
-                let _ = cfg.http.serve_connection(TokioIo::new(tls), service).await;
+    let conn = cfg.http.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = retire.asked() => {
+                // HTTP/2: GOAWAY, in-flight streams still answered. HTTP/1.1: the response in
+                // flight gets `Connection: close`, or an idle connection closes.
+                conn.as_mut().graceful_shutdown();
+                retire.begin();
             }
         }
-    };
-    tokio::select! {
-        _ = serve => {}
-        _ = ctl.killed() => {}
-        _ = shared.shutdown.fired() => {}
     }
 }
 
@@ -329,6 +387,7 @@ pub(super) async fn answer(
     }
     shared.received.lock().push(req.clone());
     shared.hit.notify_waiters();
+    ctl.took_request().await;
     let mut reply = route.mock.script.pick(hit, &req);
     if let (true, Some(upstream)) = (reply.is_forward(), &shared.upstream) {
         let answer = upstream.forward(&req, whole).await;

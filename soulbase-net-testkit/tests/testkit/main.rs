@@ -7,6 +7,7 @@ mod dns;
 mod faults;
 mod forward;
 mod http2;
+mod lifecycle;
 mod mock;
 mod postgres;
 mod proxy;

@@ -149,6 +149,8 @@ pub(crate) async fn chaos(secs: Duration, seed: u64) -> Result<Summary, String> 
     let until = Instant::now() + secs;
     let world = World::start(seed, until).await?;
     let targets = Arc::new(world.targets.clone());
+    // The runtime's own lateness, measured while the callers run.
+    let canary = tally::Lateness::start();
     let mut callers = tokio::task::JoinSet::new();
     for index in 0..CALLERS {
         callers.spawn(traffic::caller(
@@ -179,7 +181,8 @@ pub(crate) async fn chaos(secs: Duration, seed: u64) -> Result<Summary, String> 
                 .count()
         }),
     };
-    Ok(tally::analyse(&targets, &calls, seen))
+    let lateness = canary.stop();
+    Ok(tally::analyse(&targets, &calls, seen, &lateness))
 }
 
 /// Every marked request the servers received.

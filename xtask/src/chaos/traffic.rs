@@ -76,6 +76,8 @@ pub(crate) enum Outcome {
 #[derive(Clone, Debug)]
 pub(crate) struct Call {
     pub(crate) id: String,
+    /// When it was sent.
+    pub(crate) began: Instant,
     pub(crate) target: usize,
     pub(crate) kind: Kind,
     /// The call's total deadline.
@@ -231,6 +233,7 @@ pub(crate) async fn caller(
             .map(|at| at.saturating_duration_since(began));
         calls.push(Call {
             id,
+            began,
             target,
             kind,
             limit,

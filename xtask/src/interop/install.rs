@@ -47,7 +47,7 @@ pub(crate) fn ensure_debs(debs: &[(&str, &str)]) -> Result<(), String> {
         eprintln!("xtask: installing {}", missing.join(" "));
         if apt_install(&missing).is_err() {
             run(
-                Command::new("apt-get").args(["update", "-q"]),
+                Command::new("apt-get").args(["update", "-q", LOCK_WAIT]),
                 "apt-get update",
             )?;
             apt_install(&missing)?;
@@ -118,10 +118,14 @@ fn deb_installed(pkg: &str) -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
 }
 
+/// apt waits up to five minutes for another process holding the dpkg lock (an unattended
+/// upgrade, another job's install) instead of failing at once.
+const LOCK_WAIT: &str = "-oDPkg::Lock::Timeout=300";
+
 fn apt_install(pkgs: &[&str]) -> Result<(), String> {
     run(
         Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(["install", "-y", "-q", "--no-install-recommends", LOCK_WAIT])
             .args(pkgs)
             .env("DEBIAN_FRONTEND", "noninteractive"),
         "apt-get install",

@@ -181,19 +181,17 @@ impl Circuit {
         }
     }
 
-    /// A call given up without a result (its permit dropped). A probe counts as failed: the
-    /// circuit cannot know the upstream recovered. A normal call is ignored: cancelling it
-    /// was the caller's choice, not the upstream's fault.
-    pub(crate) fn abandon(
-        &mut self,
-        p: &CircuitBreakerPolicy,
-        ticket: Ticket,
-        now: Instant,
-    ) -> Option<Transition> {
+    /// A call that ended without saying anything of the upstream's health: its caller
+    /// cancelled it (the permit dropped), or the server provably did not process it (GOAWAY,
+    /// a refused stream). Neither is the upstream's fault nor proof it recovered: a normal
+    /// call is ignored, and a probe gives its slot back so that the next call probes instead.
+    pub(crate) fn release(&mut self, ticket: Ticket) {
         if !ticket.probe || !self.owns(ticket) {
-            return None;
+            return;
         }
-        self.record_probe(p, false, now)
+        if let State::HalfOpen { issued, .. } = &mut self.state {
+            *issued = issued.saturating_sub(1);
+        }
     }
 
     /// A probe's result: the circuit closes once `half_open_success_ratio` of the probes

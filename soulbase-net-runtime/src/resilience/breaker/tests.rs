@@ -259,22 +259,41 @@ fn any_probe_failure_reopens_and_late_probes_are_ignored() {
 }
 
 #[test]
-fn a_dropped_probe_counts_as_failure() {
+fn a_dropped_or_released_probe_gives_its_slot_to_the_next_call() {
     let (b, seen) = breakers();
-    let p = policy();
+    let mut p = policy();
+    p.half_open_probes = 1;
     let t0 = Instant::now();
     open(&b, &p, t0);
     let t1 = t0 + p.cooldown;
+    // The caller cancelled its probe: the circuit stays half-open, and the next call probes.
+    drop(b.admit("h", &p, t1).unwrap());
+    let transitions = seen.lock().len();
+    assert_eq!(b.state("h", t1), BreakerState::HalfOpen);
+    // The server did not process the next one (GOAWAY): the same.
     let probe = b.admit("h", &p, t1).unwrap();
-    drop(probe);
-    assert_eq!(b.state("h", t1), BreakerState::Open);
-    assert_eq!(
-        seen.lock().last().map(|s| (s.1, s.2)),
-        Some((BreakerState::HalfOpen, BreakerState::Open))
-    );
-    // Reopened at the probe's admission time (the test clock), not earlier.
-    let err = b.admit("h", &p, t1).unwrap_err();
-    assert_eq!(err.retry_after, Some(p.cooldown));
+    assert!(probe.is_probe());
+    assert!(b.admit("h", &p, t1).is_err(), "one probe at a time");
+    probe.release();
+    assert_eq!(b.state("h", t1), BreakerState::HalfOpen);
+    assert_eq!(seen.lock().len(), transitions, "no transition");
+    // A probe that answers closes it.
+    let probe = b.admit("h", &p, t1).unwrap();
+    assert!(probe.is_probe());
+    probe.record(false, Duration::from_millis(1), t1);
+    assert_eq!(b.state("h", t1), BreakerState::Closed);
+}
+
+#[test]
+fn released_normal_calls_are_ignored() {
+    let (b, _) = breakers();
+    let mut p = policy();
+    p.consecutive_failures = 1;
+    let t0 = Instant::now();
+    for _ in 0..100 {
+        b.admit("h", &p, t0).unwrap().release();
+    }
+    assert_eq!(b.state("h", t0), BreakerState::Closed);
 }
 
 #[test]
