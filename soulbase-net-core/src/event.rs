@@ -275,6 +275,31 @@ impl Direction {
     }
 }
 
+/// Why the pool retired a connection: it takes no new request, and closes once the requests
+/// on it are done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RetireReason {
+    /// The server is closing it (an HTTP/2 GOAWAY).
+    GoAway,
+    /// Its host name no longer resolves to the address it was opened to (a DNS move).
+    DnsMoved,
+    /// It was the least recently used idle connection when the client's idle connections
+    /// went over the pool's total budget (`pool_max_idle`).
+    IdleBudget,
+}
+
+impl RetireReason {
+    /// `"goaway"`, `"dns_moved"` or `"idle_budget"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetireReason::GoAway => "goaway",
+            RetireReason::DnsMoved => "dns_moved",
+            RetireReason::IdleBudget => "idle_budget",
+        }
+    }
+}
+
 /// Something the runtime did, as it happened.
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
@@ -324,6 +349,13 @@ pub enum NetEvent<'a> {
         req: RequestInfo<'a>,
         /// The attempt the server did not process.
         attempt: u32,
+    },
+    /// The pool retired a connection (see [`RetireReason`]).
+    ConnectionRetired {
+        /// The host of the connection's origin.
+        host: &'a str,
+        /// Why.
+        reason: RetireReason,
     },
     /// A retry was wanted but the retry budget is spent.
     RetryBudgetExhausted {

@@ -43,7 +43,7 @@ pub use crate::client::{ForTenant, NetClient, NetClientExt};
 pub use crate::error::{redact_url, status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
 pub use crate::event::{
     BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,
-    NoopObserver, Observer, OutboxStep, Outcome, RequestInfo,
+    NoopObserver, Observer, OutboxStep, Outcome, RequestInfo, RetireReason,
 };
 pub use crate::fanout::Fanout;
 pub use crate::interceptor::{Hooks, Interceptor};

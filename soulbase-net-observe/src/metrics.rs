@@ -64,6 +64,7 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | `net_rate_limited_total` | `host, scope` | `RateLimited` |
 /// | `net_retry_budget_exhausted_total` | `host` | `RetryBudgetExhausted` |
 /// | `net_resent_total` | `host` | `Resent`: requests the server did not process, sent again |
+/// | `net_pool_retired_total` | `reason` (`goaway`, `dns_moved`, `idle_budget`) | `ConnectionRetired` |
 /// | `net_blocked_total` | `rule` | `Blocked` |
 /// | `net_timeouts_total` | `phase` | `TimedOut` |
 /// | `net_dns_lookups_total` | `source` | `DnsResolved` |
@@ -137,6 +138,7 @@ pub struct Metrics {
     rate_limited: Family<LimitLabels, Counter>,
     budget_exhausted: Family<HostLabels, Counter>,
     resent: Family<HostLabels, Counter>,
+    retired: Family<ReasonLabels, Counter>,
     blocked: Family<RuleLabels, Counter>,
     timeouts: Family<PhaseLabels, Counter>,
     dns: Family<SourceLabels, Counter>,
@@ -237,6 +239,7 @@ impl MetricsBuilder {
             rate_limited: Family::default(),
             budget_exhausted: Family::default(),
             resent: Family::default(),
+            retired: Family::default(),
             blocked: Family::default(),
             timeouts: Family::default(),
             dns: Family::default(),
@@ -326,6 +329,11 @@ impl MetricsBuilder {
             "net_retry_budget_exhausted",
             "Retries refused by the retry budget",
             metrics.budget_exhausted.clone(),
+        );
+        r.register(
+            "net_pool_retired",
+            "Connections the pool retired: GOAWAY, a DNS move, the idle budget",
+            metrics.retired.clone(),
         );
         r.register(
             "net_resent",
@@ -625,6 +633,13 @@ impl Observer for Metrics {
                     scope: scope_label(scope),
                 };
                 self.rate_limited.get_or_create(&labels).inc();
+            }
+            NetEvent::ConnectionRetired { reason, .. } => {
+                self.retired
+                    .get_or_create(&ReasonLabels {
+                        reason: reason.as_str(),
+                    })
+                    .inc();
             }
             NetEvent::Resent { req, .. } => {
                 self.resent

@@ -74,6 +74,13 @@ impl Observer for TracingObserver {
                     "retry scheduled"
                 );
             }
+            NetEvent::ConnectionRetired { host, reason } => {
+                tracing::debug!(
+                    server.address = host,
+                    reason = reason.as_str(),
+                    "connection retired"
+                );
+            }
             NetEvent::Resent { attempt, .. } => {
                 tracing::info!(attempt, "not processed by the server: sent again");
             }

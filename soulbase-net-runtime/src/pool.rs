@@ -24,6 +24,7 @@ use std::{
     collections::VecDeque,
     fmt,
     future::Future,
+    net::IpAddr,
     pin::Pin,
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -46,7 +47,7 @@ use hyper::{
 };
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use parking_lot::Mutex;
-use soulbase_net_core::{GaugeReading, NetError};
+use soulbase_net_core::{GaugeReading, NetError, NetEvent, RetireReason};
 use tokio::{
     sync::{oneshot, OwnedSemaphorePermit, Semaphore},
     time::Instant,
@@ -54,6 +55,11 @@ use tokio::{
 
 use crate::connect::{Conn, Connector};
 use crate::pruned::PrunedMap;
+
+mod budget;
+
+use self::budget::Candidate;
+pub(crate) use self::budget::IdleBudget;
 
 /// How a transport's pool behaves; from the client builder and the policy.
 #[derive(Debug, Clone)]
@@ -93,6 +99,8 @@ struct Shared {
     reaping: AtomicBool,
     /// Dropped with the pool: a reaper asleep until its next pass ends at once instead.
     alive: tokio::sync::watch::Sender<()>,
+    /// The client's budget of kept connections, which this pool's count toward.
+    budget: Arc<IdleBudget>,
 }
 
 /// Origins by authority, one map per scheme (a lookup needs no key built). Origins without
@@ -136,6 +144,8 @@ struct Origin {
     cap: Arc<Semaphore>,
     /// Connections open now (their tasks running), for the gauge.
     open: Arc<AtomicUsize>,
+    /// The host name its connections follow (see [`Follow`]); `None` for an IP literal.
+    name: Option<Box<str>>,
     state: Mutex<State>,
 }
 
@@ -154,15 +164,56 @@ struct State {
     waiters: VecDeque<oneshot::Sender<Sender>>,
     /// The serial of the last HTTP/2 connection opened to this origin.
     h2_serial: u64,
+    /// The origin's host name, as its connections follow it.
+    dns: Follow,
 }
+
+/// Following the DNS answer of an origin's host name: every [`DNS_RECHECK`] while the origin
+/// is used, the resolver is asked again (its cache answers until the record's TTL runs out,
+/// then one lookup is made); a connection whose address is no longer in the answer takes no
+/// new request and closes when its requests are done (as Envoy's strict DNS does). A move
+/// is so followed within the record's TTL + [`DNS_RECHECK`], with no reconnection while the
+/// answer stays the same.
+#[derive(Default)]
+struct Follow {
+    /// The name's addresses at the last check (`None` before it: nothing has moved).
+    answer: Option<Arc<[IpAddr]>>,
+    /// When the next check is due; `None` while no connection follows the name.
+    next: Option<Instant>,
+    /// A check is under way.
+    checking: bool,
+}
+
+impl Follow {
+    /// Whether a connection to `peer` was opened to an address the name no longer has.
+    fn moved(&self, peer: Option<IpAddr>) -> bool {
+        match (peer, &self.answer) {
+            (Some(peer), Some(answer)) => !answer.contains(&peer),
+            _ => false,
+        }
+    }
+}
+
+/// How often an origin in use asks for its host name's answer again.
+const DNS_RECHECK: Duration = Duration::from_secs(1);
 
 struct Idle {
     tx: http1::SendRequest<ReqBody>,
+    facts: Facts,
+    /// When it became idle.
+    since: Instant,
+}
+
+/// What the pool knows of an HTTP/1.1 connection, carried with it from use to use.
+#[derive(Clone, Copy, Debug)]
+struct Facts {
+    /// Requests go to a proxy, in absolute form.
     proxied: bool,
     /// When it was opened.
     born: Instant,
-    /// When it became idle.
-    since: Instant,
+    /// The address its host name resolved to when it was dialled (`None`: an IP literal or
+    /// a proxy); the connection is retired when the name's answer no longer holds it.
+    peer: Option<IpAddr>,
 }
 
 /// An origin's shared HTTP/2 connection.
@@ -173,6 +224,8 @@ struct SharedH2 {
     serial: u64,
     /// Requests on it now (a response body not yet ended counts): with none, it is idle.
     streams: Arc<AtomicUsize>,
+    /// As [`Facts::peer`].
+    peer: Option<IpAddr>,
     /// When it was opened.
     born: Instant,
     /// When a request last took it.
@@ -183,10 +236,7 @@ struct SharedH2 {
 enum Sender {
     H1 {
         tx: http1::SendRequest<ReqBody>,
-        /// Requests go to a proxy, in absolute form.
-        proxied: bool,
-        /// When it was opened.
-        born: Instant,
+        facts: Facts,
     },
     H2 {
         tx: http2::SendRequest<ReqBody>,
@@ -228,7 +278,7 @@ enum Next {
 // === impl Pool ===
 
 impl Pool {
-    pub(crate) fn new(connector: Connector, cfg: PoolConfig) -> Self {
+    pub(crate) fn new(connector: Connector, cfg: PoolConfig, budget: Arc<IdleBudget>) -> Self {
         let mut h1 = http1::Builder::new();
         if let Some(max) = cfg.max_headers {
             h1.max_headers(max);
@@ -244,17 +294,18 @@ impl Pool {
                 .keep_alive_timeout(every.max(KEEP_ALIVE_MIN_TIMEOUT))
                 .keep_alive_while_idle(true);
         }
-        Pool {
-            shared: Arc::new(Shared {
-                connector,
-                cfg,
-                h1,
-                h2,
-                origins: Mutex::new(Origins::default()),
-                reaping: AtomicBool::new(false),
-                alive: tokio::sync::watch::Sender::new(()),
-            }),
-        }
+        let shared = Arc::new(Shared {
+            connector,
+            cfg,
+            h1,
+            h2,
+            origins: Mutex::new(Origins::default()),
+            reaping: AtomicBool::new(false),
+            alive: tokio::sync::watch::Sender::new(()),
+            budget,
+        });
+        shared.budget.register(&shared);
+        Pool { shared }
     }
 
     /// Sends `req` (absolute URI) on a pooled or new connection. Returns the response and how
@@ -280,11 +331,8 @@ impl Pool {
                 let reused = opened.is_none();
                 let connect = opened.unwrap_or_default();
                 let back = match sender {
-                    Sender::H1 {
-                        mut tx,
-                        proxied,
-                        born,
-                    } => {
+                    Sender::H1 { mut tx, facts } => {
+                        let proxied = facts.proxied;
                         req.headers_mut()
                             .entry(HOST)
                             .or_insert_with(|| origin.host.clone());
@@ -304,8 +352,7 @@ impl Pool {
                                     shared: shared.clone(),
                                     origin: origin.clone(),
                                     tx,
-                                    proxied,
-                                    born,
+                                    facts,
                                 };
                                 return Ok((PoolBody::wrap(res, Some(back), None), connect));
                             }
@@ -379,8 +426,8 @@ impl Pool {
         let shared = &self.shared;
         let origin = shared.origin(uri)?;
         let (sender, _) = shared.checkout(&origin, uri).await?;
-        if let Sender::H1 { tx, proxied, born } = sender {
-            shared.give_back(&origin, tx, proxied, born);
+        if let Sender::H1 { tx, facts } = sender {
+            shared.give_back(&origin, tx, facts);
         }
         Ok(())
     }
@@ -421,6 +468,20 @@ fn authority_host(authority: &str) -> &str {
         .map_or(authority, |(host, _)| host)
 }
 
+impl Drop for Shared {
+    /// The pool's kept connections close with it: they leave the client's budget.
+    fn drop(&mut self) {
+        let origins = self.origins.get_mut();
+        let kept: usize = (origins.http.map.values().chain(origins.https.map.values()))
+            .map(|origin| {
+                let state = origin.state.lock();
+                state.idle.len() + usize::from(state.h2.is_some())
+            })
+            .sum();
+        self.budget.sub(kept);
+    }
+}
+
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pool")
@@ -450,11 +511,16 @@ impl Shared {
         let cap = self.cfg.per_origin_cap.max(1);
         origins.make_room(|origin| !origin.is_empty(cap));
         let map = &mut origins.map;
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
         let origin = Arc::new(Origin {
             https,
             host: host_header(authority, https)?,
             cap: Arc::new(Semaphore::new(self.cfg.per_origin_cap.max(1))),
             open: Arc::default(),
+            name: host.parse::<IpAddr>().is_err().then(|| host.into()),
             state: Mutex::new(State::default()),
         });
         map.insert(authority.as_str().into(), origin.clone());
@@ -469,7 +535,11 @@ impl Shared {
         uri: &Uri,
     ) -> Result<(Sender, Option<Duration>), NetError> {
         loop {
-            match self.next(origin) {
+            let (next, check_dns) = self.next(origin);
+            if check_dns {
+                self.follow_dns(origin);
+            }
+            match next {
                 Next::Use(mut sender) => {
                     if sender.ready().await {
                         return Ok((sender, None));
@@ -520,8 +590,8 @@ impl Shared {
             Err(permit) => {
                 // A connection given back meanwhile goes back to the pool.
                 rx.close();
-                if let Ok(Sender::H1 { tx, proxied, born }) = rx.try_recv() {
-                    self.give_back(origin, tx, proxied, born);
+                if let Ok(Sender::H1 { tx, facts }) = rx.try_recv() {
+                    self.give_back(origin, tx, facts);
                 }
                 {
                     // As in `next`: the others wait for this connect when it may give HTTP/2.
@@ -534,10 +604,21 @@ impl Shared {
         }
     }
 
-    /// Looks at the origin's state once, under its lock.
-    fn next(&self, origin: &Origin) -> Next {
+    /// Looks at the origin's state once, under its lock; and says whether the origin's host
+    /// name is due to be checked (see [`Follow`]).
+    fn next(&self, origin: &Origin) -> (Next, bool) {
         let mut state = origin.state.lock();
         let now = Instant::now();
+        let check_dns = !state.dns.checking && state.dns.next.is_some_and(|at| now >= at);
+        if check_dns {
+            state.dns.checking = true;
+        }
+        (self.next_locked(origin, &mut state, now), check_dns)
+    }
+
+    /// [`Shared::next`] under the origin's lock. Connections whose address the name no
+    /// longer has were taken out when the answer changed (see [`Shared::follow_dns`]).
+    fn next_locked(&self, origin: &Origin, state: &mut State, now: Instant) -> Next {
         if let Some(h2) = &mut state.h2 {
             if !h2.tx.is_closed() && !self.too_old(h2.born, now) {
                 h2.used = now;
@@ -547,25 +628,24 @@ impl Shared {
                     stream: Stream::new(&h2.streams),
                 });
             }
-            state.h2 = None;
+            self.set_h2(state, None);
         }
-        while let Some(idle) = state.idle.pop() {
+        while let Some(idle) = self.pop_idle(state) {
             if idle.tx.is_closed()
                 || now.saturating_duration_since(idle.since) >= self.cfg.idle_timeout
-                || self.too_old(idle.born, now)
+                || self.too_old(idle.facts.born, now)
             {
                 continue;
             }
             return Next::Use(Sender::H1 {
                 tx: idle.tx,
-                proxied: idle.proxied,
-                born: idle.born,
+                facts: idle.facts,
             });
         }
         let connecting = state.h2_connecting;
         if !connecting {
             if let Ok(permit) = origin.cap.clone().try_acquire_owned() {
-                state.h2_connecting = self.expects_h2(origin, &state);
+                state.h2_connecting = self.expects_h2(origin, state);
                 return Next::Connect(permit);
             }
         }
@@ -602,6 +682,11 @@ impl Shared {
         };
         let started = Instant::now();
         let conn = self.connector.connect(uri, permit).await?;
+        let peer = conn.follows();
+        if peer.is_some() {
+            let mut state = origin.state.lock();
+            state.dns.next.get_or_insert(started + DNS_RECHECK);
+        }
         if origin.https {
             // Remembered for the next connect; an HTTP/1.1 answer frees the waiters (when
             // `connecting` ends) to open connections of their own.
@@ -619,13 +704,15 @@ impl Shared {
             state.h2_serial += 1;
             let serial = state.h2_serial;
             let streams = Arc::new(AtomicUsize::new(0));
-            state.h2 = Some(SharedH2 {
+            let h2 = SharedH2 {
                 tx: tx.clone(),
                 serial,
                 streams: streams.clone(),
+                peer,
                 born: now,
                 used: now,
-            });
+            };
+            self.set_h2(&mut state, Some(h2));
             state.h2_connecting = false;
             for waiter in state.waiters.drain(..) {
                 let _ = waiter.send(Sender::H2 {
@@ -637,6 +724,7 @@ impl Shared {
             drop(state);
             drop(connecting);
             self.start_reaper();
+            self.keep_budget();
             let stream = Stream::new(&streams);
             Ok((Sender::H2 { tx, serial, stream }, started.elapsed()))
         } else {
@@ -650,27 +738,29 @@ impl Shared {
             drop(connecting);
             let sender = Sender::H1 {
                 tx,
-                proxied,
-                born: Instant::now(),
+                facts: Facts {
+                    proxied,
+                    born: Instant::now(),
+                    peer,
+                },
             };
             Ok((sender, started.elapsed()))
         }
     }
 
     /// Gives a connection back: to the first request still waiting, else to the idle list.
-    fn give_back(
-        self: &Arc<Self>,
-        origin: &Origin,
-        tx: http1::SendRequest<ReqBody>,
-        proxied: bool,
-        born: Instant,
-    ) {
+    fn give_back(self: &Arc<Self>, origin: &Origin, tx: http1::SendRequest<ReqBody>, facts: Facts) {
         let now = Instant::now();
-        if tx.is_closed() || self.too_old(born, now) {
+        if tx.is_closed() || self.too_old(facts.born, now) {
             return;
         }
-        let mut sender = Sender::H1 { tx, proxied, born };
+        let mut sender = Sender::H1 { tx, facts };
         let mut state = origin.state.lock();
+        if state.dns.moved(facts.peer) {
+            drop(state);
+            self.retired(origin, RetireReason::DnsMoved, 1);
+            return;
+        }
         while let Some(waiter) = state.waiters.pop_front() {
             match waiter.send(sender) {
                 Ok(()) => return,
@@ -680,16 +770,163 @@ impl Shared {
         if self.cfg.idle_timeout.is_zero() || state.idle.len() >= self.cfg.max_idle_per_origin {
             return;
         }
-        if let Sender::H1 { tx, proxied, born } = sender {
-            state.idle.push(Idle {
-                tx,
-                proxied,
-                born,
-                since: now,
-            });
+        if let Sender::H1 { tx, facts } = sender {
+            self.push_idle(
+                &mut state,
+                Idle {
+                    tx,
+                    facts,
+                    since: now,
+                },
+            );
         }
         drop(state);
         self.start_reaper();
+        self.keep_budget();
+    }
+
+    /// Sets the origin's shared HTTP/2 connection, counting it in the budget.
+    fn set_h2(&self, state: &mut State, h2: Option<SharedH2>) {
+        match (state.h2.is_some(), h2.is_some()) {
+            (false, true) => self.budget.add(1),
+            (true, false) => self.budget.sub(1),
+            _ => {}
+        }
+        state.h2 = h2;
+    }
+
+    /// Takes the most recently used idle HTTP/1.1 connection of the origin.
+    fn pop_idle(&self, state: &mut State) -> Option<Idle> {
+        let idle = state.idle.pop();
+        if idle.is_some() {
+            self.budget.sub(1);
+        }
+        idle
+    }
+
+    /// Keeps `idle` as the origin's most recently used idle HTTP/1.1 connection.
+    fn push_idle(&self, state: &mut State, idle: Idle) {
+        state.idle.push(idle);
+        self.budget.add(1);
+    }
+
+    /// Keeps the idle HTTP/1.1 connections of the origin for which `keep` says so; returns
+    /// how many went.
+    fn retain_idle(&self, state: &mut State, keep: impl FnMut(&Idle) -> bool) -> usize {
+        let before = state.idle.len();
+        state.idle.retain(keep);
+        let gone = before - state.idle.len();
+        self.budget.sub(gone);
+        gone
+    }
+
+    /// Evicts the least recently used idle connections when the client keeps more than its
+    /// budget allows (see [`IdleBudget`]).
+    fn keep_budget(&self) {
+        if self.budget.over() {
+            self.budget.evict();
+        }
+    }
+
+    /// The idle connections of this pool that the budget may evict: every idle HTTP/1.1
+    /// connection, and each HTTP/2 one with no request on it.
+    fn idle_candidates(self: &Arc<Self>, out: &mut Vec<Candidate>) {
+        let origins = self.origins.lock();
+        for origin in origins.http.map.values().chain(origins.https.map.values()) {
+            let state = origin.state.lock();
+            for idle in &state.idle {
+                out.push(Candidate {
+                    since: idle.since,
+                    pool: self.clone(),
+                    origin: origin.clone(),
+                    h2: None,
+                });
+            }
+            if let Some(h2) = state.h2.as_ref().filter(|h2| h2.is_idle()) {
+                out.push(Candidate {
+                    since: h2.used,
+                    pool: self.clone(),
+                    origin: origin.clone(),
+                    h2: Some(h2.serial),
+                });
+            }
+        }
+    }
+
+    /// Evicts the origin's oldest idle HTTP/1.1 connection (`h2` is `None`), or its HTTP/2
+    /// connection `h2` if it still has no request on it.
+    fn evict(&self, origin: &Origin, h2: Option<u64>) {
+        let mut state = origin.state.lock();
+        let evicted = match h2 {
+            None if !state.idle.is_empty() => {
+                state.idle.remove(0);
+                self.budget.sub(1);
+                true
+            }
+            None => false,
+            Some(serial) => {
+                let idle =
+                    (state.h2.as_ref()).is_some_and(|h2| h2.serial == serial && h2.is_idle());
+                if idle {
+                    self.set_h2(&mut state, None);
+                }
+                idle
+            }
+        };
+        drop(state);
+        if evicted {
+            self.retired(origin, RetireReason::IdleBudget, 1);
+        }
+    }
+
+    /// Reports `n` connections of `origin` retired for `reason`.
+    fn retired(&self, origin: &Origin, reason: RetireReason, n: usize) {
+        let host = origin.host.to_str().unwrap_or("");
+        for _ in 0..n {
+            self.connector
+                .observer()
+                .on_event(&NetEvent::ConnectionRetired { host, reason });
+        }
+    }
+
+    /// Asks for the origin's host name again (see [`Follow`]), in a task of its own: when the
+    /// answer no longer holds the address a pooled connection went to, that connection takes
+    /// no new request (idle ones close now, busy ones when given back, the HTTP/2 one when
+    /// its streams are done). A failed lookup changes nothing.
+    fn follow_dns(self: &Arc<Self>, origin: &Arc<Origin>) {
+        let (Some(name), Ok(runtime)) = (
+            origin.name.as_deref(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            origin.state.lock().dns.checking = false;
+            return;
+        };
+        let name: Arc<str> = name.into();
+        let (shared, origin) = (self.clone(), origin.clone());
+        runtime.spawn(async move {
+            let answer = shared.connector.answer(&name).await;
+            let moved = {
+                let mut guard = origin.state.lock();
+                let state = &mut *guard;
+                state.dns.checking = false;
+                state.dns.next = Some(Instant::now() + DNS_RECHECK);
+                let Ok(answer) = answer else { return };
+                state.dns.answer = Some(answer);
+                let dns = &state.dns;
+                let h2_moved = state.h2.as_ref().is_some_and(|h2| dns.moved(h2.peer));
+                let before = state.idle.len();
+                state.idle.retain(|idle| !dns.moved(idle.facts.peer));
+                let gone = before - state.idle.len();
+                shared.budget.sub(gone);
+                if h2_moved {
+                    shared.set_h2(state, None);
+                }
+                gone + usize::from(h2_moved)
+            };
+            if moved > 0 {
+                shared.retired(&origin, RetireReason::DnsMoved, moved);
+            }
+        });
     }
 
     /// Takes the origin's HTTP/2 connection `serial` out of the pool (it is going away): it
@@ -697,7 +934,9 @@ impl Shared {
     fn retire_h2(&self, origin: &Origin, serial: u64) {
         let mut state = origin.state.lock();
         if state.h2.as_ref().is_some_and(|h2| h2.serial == serial) {
-            state.h2 = None;
+            self.set_h2(&mut state, None);
+            drop(state);
+            self.retired(origin, RetireReason::GoAway, 1);
         }
     }
 
@@ -761,17 +1000,17 @@ impl Shared {
         for map in [&mut origins.http.map, &mut origins.https.map] {
             map.retain(|_, origin| {
                 let mut state = origin.state.lock();
-                state.idle.retain(|idle| {
+                self.retain_idle(&mut state, |idle| {
                     !idle.tx.is_closed()
                         && now.saturating_duration_since(idle.since) < timeout
-                        && !self.too_old(idle.born, now)
+                        && !self.too_old(idle.facts.born, now)
                 });
                 if let Some(h2) = &state.h2 {
                     if h2.tx.is_closed()
                         || (h2.is_idle() && now.saturating_duration_since(h2.used) >= timeout)
                         || self.too_old(h2.born, now)
                     {
-                        state.h2 = None;
+                        self.set_h2(&mut state, None);
                     }
                 }
                 state.waiters.retain(|w| !w.is_closed());
@@ -961,14 +1200,12 @@ struct GiveBack {
     shared: Arc<Shared>,
     origin: Arc<Origin>,
     tx: http1::SendRequest<ReqBody>,
-    proxied: bool,
-    born: Instant,
+    facts: Facts,
 }
 
 impl GiveBack {
     fn give(self) {
-        self.shared
-            .give_back(&self.origin, self.tx, self.proxied, self.born);
+        self.shared.give_back(&self.origin, self.tx, self.facts);
     }
 }
 
@@ -1137,6 +1374,7 @@ mod tests {
             host: HeaderValue::from_static("h"),
             cap,
             open: Arc::default(),
+            name: None,
             state: Mutex::new(State::default()),
         })
     }
@@ -1165,6 +1403,7 @@ mod tests {
                 host: host_header(uri.authority().unwrap(), https).unwrap(),
                 cap: Arc::new(Semaphore::new(1)),
                 open: Arc::default(),
+                name: None,
                 state: Mutex::new(State::default()),
             };
             let absolute = origin_form(&mut uri).unwrap();

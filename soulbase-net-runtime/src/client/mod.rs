@@ -66,6 +66,8 @@ pub struct ClientBuilder {
     user_agent: HeaderValue,
     pool_idle_timeout: Duration,
     pool_max_idle_per_host: usize,
+    /// `None`: [`crate::pool::IdleBudget::default_max`].
+    pool_max_idle: Option<usize>,
     pool_max_lifetime: Option<Duration>,
     pool_keep_alive: Option<Duration>,
     http2_prior_knowledge: bool,
@@ -178,6 +180,7 @@ impl ClientBuilder {
             user_agent: HeaderValue::from_static(DEFAULT_USER_AGENT),
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 32,
+            pool_max_idle: None,
             pool_max_lifetime: None,
             pool_keep_alive: None,
             http2_prior_knowledge: false,
@@ -400,6 +403,27 @@ impl ClientBuilder {
         self
     }
 
+    /// The most connections the client keeps between requests, over every origin: idle
+    /// HTTP/1.1 connections and shared HTTP/2 ones. When one more would go over it, the least
+    /// recently used idle connections are closed (reported as `ConnectionRetired` with
+    /// reason `idle_budget`, counted in `net_pool_retired_total`), so a client that meets
+    /// many hosts in turn does not keep a connection per host until the process runs out of
+    /// descriptors. Default: a quarter of the process's descriptor limit (`RLIMIT_NOFILE`'s
+    /// soft value), or 256 where it cannot be read.
+    ///
+    /// # Examples
+    /// ```
+    /// let client = soulbase_net_runtime::Client::builder()
+    ///     .pool_max_idle(1_000)
+    ///     .build()?;
+    /// # let _ = client;
+    /// # Ok::<(), soulbase_net_core::NetError>(())
+    /// ```
+    pub fn pool_max_idle(mut self, max: usize) -> Self {
+        self.pool_max_idle = Some(max);
+        self
+    }
+
     /// The longest a connection is used: one opened longer ago than `max` takes no new
     /// request (one in use finishes it) and is closed, so that traffic moves to the addresses
     /// DNS gives now and spreads again over a load balancer's backends. Default: no limit.
@@ -538,6 +562,10 @@ impl ClientBuilder {
             extra_roots: self.extra_roots,
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
+            idle_budget: crate::pool::IdleBudget::new(
+                self.pool_max_idle
+                    .unwrap_or_else(crate::pool::IdleBudget::default_max),
+            ),
             pool_max_lifetime: self.pool_max_lifetime,
             pool_keep_alive: self.pool_keep_alive,
             http2_prior_knowledge: self.http2_prior_knowledge,
@@ -620,6 +648,7 @@ impl fmt::Debug for ClientBuilder {
             .field("extra_roots", &self.extra_roots.len())
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
+            .field("pool_max_idle", &self.pool_max_idle)
             .field("pool_max_lifetime", &self.pool_max_lifetime)
             .field("pool_keep_alive", &self.pool_keep_alive)
             .field("http2_prior_knowledge", &self.http2_prior_knowledge)

@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     pub(crate) extra_roots: Vec<CertificateDer<'static>>,
     pub(crate) pool_idle_timeout: Duration,
     pub(crate) pool_max_idle_per_host: usize,
+    /// The client's budget of kept connections, shared by every transport's pool.
+    pub(crate) idle_budget: Arc<crate::pool::IdleBudget>,
     pub(crate) pool_max_lifetime: Option<Duration>,
     /// Pings pooled HTTP/2 and HTTP/3 connections at this interval (`None`: off).
     pub(crate) pool_keep_alive: Option<Duration>,
@@ -357,6 +359,7 @@ impl Transports {
                     .then_some(s.max_response_headers),
                 max_head_bytes: s.max_response_head_bytes,
             },
+            s.idle_budget.clone(),
         );
         let absolute_form = !resolves_locally;
         Ok(Transport {

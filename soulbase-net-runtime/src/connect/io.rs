@@ -2,6 +2,7 @@
 
 use std::{
     io,
+    net::IpAddr,
     pin::Pin,
     task::{Context, Poll},
 };
@@ -28,6 +29,9 @@ pub(crate) struct Conn {
     io: TokioIo<MaybeTls>,
     h2: bool,
     proxied: bool,
+    /// The address dialled for a host name, directly (not through a proxy): the pool retires
+    /// the connection when the name stops resolving to it.
+    follows: Option<IpAddr>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -42,8 +46,21 @@ impl Conn {
             io: TokioIo::new(stream),
             h2,
             proxied,
+            follows: None,
             _permit: permit,
         }
+    }
+
+    /// Marks the connection as dialled to `peer` for a host name (see [`Conn::follows`]).
+    pub(super) fn following(mut self, peer: IpAddr) -> Self {
+        self.follows = Some(peer);
+        self
+    }
+
+    /// The address dialled for a host name, when the connection went there directly: what
+    /// the name's answer must keep containing for the connection to stay in the pool.
+    pub(crate) fn follows(&self) -> Option<IpAddr> {
+        self.follows
     }
 
     /// Whether requests on this connection go to a proxy in absolute form.

@@ -122,6 +122,22 @@ impl Connector {
     }
 }
 
+impl Connector {
+    /// The addresses `host` (a name) resolves to now, for the pool to tell whether a pooled
+    /// connection's peer is still among them. The resolver's cache answers until the
+    /// record's TTL runs out, then one lookup is made (singleflight); no event is reported
+    /// (this is upkeep, not a request's lookup).
+    pub(crate) async fn answer(&self, host: &str) -> Result<Arc<[IpAddr]>, NetError> {
+        let (addrs, _) = self.inner.cfg.resolver.resolve(host).await?;
+        Ok(addrs)
+    }
+
+    /// The client's observer, for the pool's own events.
+    pub(crate) fn observer(&self) -> &Arc<dyn Observer> {
+        &self.inner.cfg.observer
+    }
+}
+
 #[cfg(feature = "http3")]
 impl Connector {
     /// The UDP peers (on `port`) an HTTP/3 connection to `uri`'s host may use, checked as a TCP connection's
@@ -212,7 +228,13 @@ impl Inner {
                 .with_source(e)
         })?;
         let stream = self.secure(tcp, https, host).await?;
-        Ok(self.finish(stream, remote, permit, false))
+        let conn = self.finish(stream, remote, permit, false);
+        // A connection to a name follows the name's answer (see `Pool`); a literal has none.
+        Ok(if host.parse::<IpAddr>().is_err() {
+            conn.following(remote.ip())
+        } else {
+            conn
+        })
     }
 
     /// The addresses a direct connection to `host:port` may dial: name resolution (an IP

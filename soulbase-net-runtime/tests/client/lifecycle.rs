@@ -196,3 +196,219 @@ async fn a_request_with_a_stream_body_that_was_refused_is_not_sent_again_and_say
     assert_eq!(transitions(&h), Vec::<String>::new());
     srv.join().await;
 }
+
+/// Requests to `url` one after another until `done` says so (or `limit` passes); returns
+/// how many were sent, and fails the test on any failed call.
+async fn get_until(
+    client: &soulbase_net_runtime::Client,
+    url: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+) -> usize {
+    let until = tokio::time::Instant::now() + limit;
+    let mut sent = 0;
+    while !done() && tokio::time::Instant::now() < until {
+        let res = client.send(NetRequest::get(url)).await.unwrap();
+        assert_eq!(res.status, 200);
+        res.bytes().await.unwrap();
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_moved_in_dns_is_followed_within_its_ttl_and_a_second() {
+    // Blue on 127.0.0.1, green on 127.0.0.2, the same port: only DNS tells them apart.
+    let blue = FaultServer::http1()
+        .route("/", Reply::ok("blue"))
+        .start()
+        .await
+        .unwrap();
+    let port = blue.addr().port();
+    let green = FaultServer::http1()
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 2], port)))
+        .route("/", Reply::ok("green"))
+        .start()
+        .await
+        .unwrap();
+    let dns = soulbase_net_testkit::MockDns::start().await.unwrap();
+    let ttl = 1;
+    dns.set_ips("svc.test", &[std::net::IpAddr::from([127, 0, 0, 1])], ttl);
+    let mut p = loopback_policy();
+    p.dns.nameservers = vec![dns.addr()];
+    p.dns.timeout = Duration::from_secs(2);
+    p.dns.prefetch.clear();
+    let h = crate::support::harness(p);
+    let url = format!("http://svc.test:{port}/");
+    // Stable for three TTLs: one connection, reused, however many lookups.
+    get_until(&h.client, &url, Duration::from_secs(3), || false).await;
+    assert_eq!(
+        blue.connections(),
+        1,
+        "no reconnection while the answer is stable"
+    );
+    assert_eq!(green.hits("/"), 0);
+    // The move.
+    dns.set_ips("svc.test", &[std::net::IpAddr::from([127, 0, 0, 2])], ttl);
+    let moved = tokio::time::Instant::now();
+    get_until(&h.client, &url, Duration::from_secs(10), || {
+        green.hits("/") > 0
+    })
+    .await;
+    let followed = moved.elapsed();
+    // TTL + the pool's one-second recheck, and the test's own pace on a loaded machine.
+    assert!(
+        followed <= Duration::from_secs(u64::from(ttl) + 1) + Duration::from_millis(800),
+        "followed after {followed:?}"
+    );
+    // Everything goes to green now, and blue's connection is closed.
+    let blue_hits = blue.hits("/");
+    get_until(&h.client, &url, Duration::from_millis(300), || false).await;
+    assert_eq!(
+        blue.hits("/"),
+        blue_hits,
+        "no request went to the old address"
+    );
+    tokio::time::timeout(Duration::from_secs(5), blue.wait_for_open_at_most(0))
+        .await
+        .expect("the old address's connection closes");
+    let seen = h.events.seen.lock().clone();
+    assert!(
+        seen.iter()
+            .any(|e| e.contains("ConnectionRetired") && e.contains("DnsMoved")),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_keeps_no_more_connections_than_its_budget_over_many_hosts() {
+    let srv = FaultServer::http1()
+        .route("/", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    const HOSTS: usize = 60;
+    const BUDGET: usize = 16;
+    let p = many_hosts_policy(HOSTS);
+    let h = harness_with(p, |b| b.pool_max_idle(BUDGET));
+    for i in 0..HOSTS {
+        let url = format!("http://h{i}.test:{}/", srv.addr().port());
+        let res = h.client.send(NetRequest::get(url)).await.unwrap();
+        assert_eq!(res.status, 200);
+        res.bytes().await.unwrap();
+    }
+    // One connection per host was opened; the client keeps at most its budget of them.
+    assert_eq!(srv.connections(), HOSTS as u64);
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        srv.wait_for_open_at_most(BUDGET as u64),
+    )
+    .await
+    .expect("the evicted connections close");
+    let seen = h.events.seen.lock().clone();
+    let evicted = seen
+        .iter()
+        .filter(|e| e.contains("ConnectionRetired") && e.contains("IdleBudget"))
+        .count();
+    assert!(evicted >= HOSTS - BUDGET, "{evicted} evicted");
+    // The most recently used hosts are still pooled: the last one is reused.
+    let last = format!("http://h{}.test:{}/", HOSTS - 1, srv.addr().port());
+    h.client.send(NetRequest::get(last)).await.unwrap();
+    assert_eq!(
+        srv.connections(),
+        HOSTS as u64,
+        "the last host's connection was kept"
+    );
+    srv.join().await;
+}
+
+/// The loopback policy with `hosts` names `h0.test`, `h1.test`, … all on 127.0.0.1.
+fn many_hosts_policy(hosts: usize) -> NetPolicy {
+    let mut p = loopback_policy();
+    for i in 0..hosts {
+        let loopback = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+        p.dns.static_hosts.insert(format!("h{i}.test"), loopback);
+    }
+    p
+}
+
+/// Descriptors this process has open now.
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_hosts_in_turn_stay_within_the_descriptor_budget() {
+    // The client's defaults: its kept connections are capped at a quarter of the descriptor
+    // limit. The server is in this process too, so each kept connection holds two
+    // descriptors here; without the budget the client alone held one per host met.
+    const HOSTS: usize = 20_000;
+    const CALLERS: usize = 8;
+    let srv = FaultServer::http1()
+        .route("/", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    let p = many_hosts_policy(HOSTS);
+    let h = harness_with(p, |b| b);
+    let client = Arc::new(h.client.clone());
+    let port = srv.addr().port();
+    let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let before = open_descriptors();
+    let mut callers = tokio::task::JoinSet::new();
+    for caller in 0..CALLERS {
+        let (client, peak) = (client.clone(), peak.clone());
+        callers.spawn(async move {
+            let mut failed = Vec::new();
+            for i in (caller..HOSTS).step_by(CALLERS) {
+                let url = format!("http://h{i}.test:{port}/");
+                match client.send(NetRequest::get(url)).await {
+                    Ok(res) if res.status == 200 => {
+                        res.bytes().await.unwrap();
+                    }
+                    Ok(res) => failed.push(format!("h{i}: {}", res.status)),
+                    Err(e) => failed.push(format!("h{i}: {e}")),
+                }
+                if i % 256 == caller {
+                    peak.fetch_max(open_descriptors(), std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            failed
+        });
+    }
+    let mut failed = Vec::new();
+    while let Some(done) = callers.join_next().await {
+        failed.extend(done.unwrap());
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert_eq!(srv.connections(), HOSTS as u64);
+    let budget = (nix_soft_limit() / 4).clamp(16, 1 << 20);
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    // Both ends of each kept connection, the callers' in flight, and what the process had.
+    assert!(
+        peak <= before + 2 * (budget + CALLERS) + 64,
+        "{peak} descriptors open at the peak, {before} before, budget {budget}"
+    );
+    let seen = h.events.seen.lock();
+    let evicted = seen.iter().filter(|e| e.contains("IdleBudget")).count();
+    assert!(
+        evicted >= HOSTS - budget,
+        "{evicted} evicted of {HOSTS} with budget {budget}"
+    );
+}
+
+/// The process's soft descriptor limit, as the pool reads it.
+fn nix_soft_limit() -> usize {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    line.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
