@@ -108,9 +108,12 @@ async fn rebinding(l: &Layout, s: &Setup, hb: u16) -> Row {
     };
     let url = format!("http://rebind.interop.test:{hb}/get");
     let first = outcome(&c.send(NetRequest::get(&url)).await);
-    let switched = std::fs::write(&l.dns_hosts, hosts_file(Ipv4Addr::new(10, 0, 0, 2)))
-        .map_err(|e| e.to_string())
-        .and_then(|()| signal(l.dnsmasq_pid, "HUP"));
+    let switched = std::fs::write(
+        &l.dns_hosts,
+        hosts_file(Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::LOCALHOST),
+    )
+    .map_err(|e| e.to_string())
+    .and_then(|()| signal(l.dnsmasq_pid, "HUP"));
     if let Err(e) = switched {
         return row(id, expected, format!("switching the answer: {e}"), false);
     }
@@ -122,7 +125,10 @@ async fn rebinding(l: &Layout, s: &Setup, hb: u16) -> Row {
     tokio::time::sleep(Duration::from_millis(DNS_TTL_SECS * 1000 + 500)).await;
     let second = outcome(&c.send(NetRequest::get(&url)).await);
     // Restore, so a re-run of the rows inside one run starts from the same answer.
-    let _ = std::fs::write(&l.dns_hosts, hosts_file(Ipv4Addr::LOCALHOST));
+    let _ = std::fs::write(
+        &l.dns_hosts,
+        hosts_file(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST),
+    );
     let _ = signal(l.dnsmasq_pid, "HUP");
     row(
         id,

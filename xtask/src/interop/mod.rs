@@ -22,6 +22,7 @@ mod dns;
 mod h3;
 mod httpbin;
 pub(crate) mod install;
+mod lifecycle;
 mod nginx;
 mod peers;
 mod pki;

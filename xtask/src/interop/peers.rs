@@ -35,6 +35,21 @@ pub(crate) struct NginxPorts {
     pub(crate) tls12: u16,
 }
 
+/// Ports of nginx's lifecycle listeners (see `lifecycle.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LifecyclePorts {
+    /// TLS with HTTP/2, `keepalive_requests 100`: a GOAWAY every 100 requests.
+    pub(crate) goaway: u16,
+    /// TLS with HTTP/2, nginx's defaults: the port the reload row loads.
+    pub(crate) reload: u16,
+    /// Plain HTTP on 127.0.0.1 and 127.0.0.2, answering the address it was reached at.
+    pub(crate) moved: u16,
+    /// Plain HTTP answering 200.
+    pub(crate) up: u16,
+    /// Plain HTTP answering 503.
+    pub(crate) down: u16,
+}
+
 /// Where the peers listen and what they write.
 #[derive(Debug)]
 pub(crate) struct Layout {
@@ -44,6 +59,10 @@ pub(crate) struct Layout {
     pub(crate) nginx: NginxPorts,
     /// nginx's access log.
     pub(crate) nginx_log: PathBuf,
+    /// nginx's master process (HUP reloads it).
+    pub(crate) nginx_pid: u32,
+    /// nginx's lifecycle listeners.
+    pub(crate) lifecycle: LifecyclePorts,
     /// The two httpbin instances (two origins).
     pub(crate) httpbin: [u16; 2],
     /// httpbin under Hypercorn: TLS (HTTP/1.1, HTTP/2, advertising HTTP/3 by `Alt-Svc`) on
@@ -77,13 +96,15 @@ pub(crate) const PROXY_PASS: &str = "s3cret-proxy";
 /// TTL of dnsmasq's answers, seconds.
 pub(crate) const DNS_TTL_SECS: u64 = 2;
 
-/// The names dnsmasq answers, as a hosts file; `rebind` is the rebinding name's address.
-pub(crate) fn hosts_file(rebind: Ipv4Addr) -> String {
+/// The names dnsmasq answers, as a hosts file; `rebind` is the rebinding name's address,
+/// `moved` the address of the name the lifecycle rows move.
+pub(crate) fn hosts_file(rebind: Ipv4Addr, moved: Ipv4Addr) -> String {
     format!(
         "127.0.0.1 nginx.interop.test httpbin.interop.test httpbin2.interop.test ttl.interop.test\n\
          10.0.0.1 private.interop.test\n\
          169.254.169.254 metadata.interop.test\n\
-         {rebind} rebind.interop.test\n"
+         {rebind} rebind.interop.test\n\
+         {moved} moved.interop.test\n"
     )
 }
 
@@ -250,6 +271,13 @@ pub(crate) fn start(
         expired: free_port()?,
         tls12: free_port()?,
     };
+    let lifecycle = LifecyclePorts {
+        goaway: free_port()?,
+        reload: free_port()?,
+        moved: free_port()?,
+        up: free_port()?,
+        down: free_port()?,
+    };
     let httpbin = [free_port()?, free_port()?];
     let h3 = free_port()?;
     let tinyproxy = free_port()?;
@@ -260,7 +288,11 @@ pub(crate) fn start(
     // dnsmasq: only our hosts file, no upstream, short TTL, every query logged.
     let dns_dir = mkdir("dnsmasq")?;
     let dns_hosts = dns_dir.join("hosts");
-    fs::write(&dns_hosts, hosts_file(Ipv4Addr::LOCALHOST)).map_err(|e| e.to_string())?;
+    fs::write(
+        &dns_hosts,
+        hosts_file(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST),
+    )
+    .map_err(|e| e.to_string())?;
     let dns_log = dns_dir.join("queries.log");
     let dnsmasq_pid = peers.spawn(
         "dnsmasq",
@@ -314,15 +346,18 @@ pub(crate) fn start(
         &dir.join("hypercorn.out"),
     )?;
 
-    // nginx: one process, every listener on 127.0.0.1, everything under the run directory.
+    // nginx: a master and one worker (the master reloads on HUP), every listener on loopback,
+    // everything under the run directory.
     let nginx_dir = mkdir("nginx")?;
     let www = mkdir("www")?;
     write_site(&www)?;
     let nginx_log = nginx_dir.join("access.log");
-    let conf = nginx_conf(dir, &pki.dir, &www, &nginx_log, nginx, httpbin[0]);
+    let conf = nginx_conf(
+        dir, &pki.dir, &www, &nginx_log, nginx, lifecycle, httpbin[0],
+    );
     let conf_path = nginx_dir.join("nginx.conf");
     fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
-    peers.spawn(
+    let nginx_pid = peers.spawn(
         "nginx",
         Command::new(program("nginx")?)
             .arg("-c")
@@ -404,6 +439,11 @@ pub(crate) fn start(
         nginx.untrusted,
         nginx.expired,
         nginx.tls12,
+        lifecycle.goaway,
+        lifecycle.reload,
+        lifecycle.moved,
+        lifecycle.up,
+        lifecycle.down,
         tinyproxy,
         tls_proxy,
         squid,
@@ -415,6 +455,8 @@ pub(crate) fn start(
         dir: dir.to_path_buf(),
         nginx,
         nginx_log,
+        nginx_pid,
+        lifecycle,
         httpbin,
         h3,
         tinyproxy,
@@ -508,6 +550,7 @@ fn nginx_conf(
     www: &Path,
     log: &Path,
     p: NginxPorts,
+    l: LifecyclePorts,
     httpbin: u16,
 ) -> String {
     let pki = pki.display();
@@ -544,8 +587,27 @@ fn nginx_conf(
         format!("127.0.0.1:{} ssl", p.tls12),
         format!("{server_cert} ssl_protocols TLSv1.2;"),
     );
+    let ok = "location = /ok { default_type text/plain; return 200 \"ok\\n\"; }";
+    http += &server(
+        format!("127.0.0.1:{} ssl http2", l.goaway),
+        format!("{server_cert} keepalive_requests 100; {ok}"),
+    );
+    http += &server(
+        format!("127.0.0.1:{} ssl http2", l.reload),
+        format!("{server_cert} {ok}"),
+    );
+    http += &format!(
+        "server {{ listen 127.0.0.1:{m}; listen 127.0.0.2:{m}; \
+         location = /addr {{ default_type text/plain; return 200 \"$server_addr\\n\"; }} }}\n",
+        m = l.moved
+    );
+    http += &format!(
+        "server {{ listen 127.0.0.1:{}; return 200 \"up\\n\"; }}\n",
+        l.up
+    );
+    http += &format!("server {{ listen 127.0.0.1:{}; return 503; }}\n", l.down);
     format!(
-        "daemon off;\nmaster_process off;\npid {tmp}/nginx.pid;\n\
+        "daemon off;\nuser root;\nworker_processes 1;\npid {tmp}/nginx.pid;\n\
          events {{ worker_connections 256; }}\n\
          http {{\n\
          types {{ text/plain txt; application/octet-stream bin; }}\n\

@@ -9,7 +9,7 @@ use soulbase_net_core::{NetError, NetEvent, NetResponse, Observer};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::{Client, ClientBuilder};
 
-use super::{dns, h3, httpbin, nginx, peers::Layout, proxies, Setup};
+use super::{dns, h3, httpbin, lifecycle, nginx, peers::Layout, proxies, Setup};
 use crate::table::Row;
 
 /// Every scenario, in order.
@@ -20,6 +20,7 @@ pub(crate) async fn all(layout: &Layout, setup: &Setup) -> Vec<Row> {
     rows.extend(proxies::rows(layout, setup).await);
     rows.extend(dns::rows(layout, setup).await);
     rows.extend(h3::rows(layout, setup).await);
+    rows.extend(lifecycle::rows(layout, setup).await);
     rows
 }
 
