@@ -77,6 +77,7 @@ pub use crate::policy::http::{HttpPolicy, HttpVersionPolicy};
 pub use crate::policy::limits::{
     AimdPolicy, AimdScope, GlobalLimit, GlobalScope, LimitsPolicy, OnStoreError,
 };
+pub use crate::policy::pool::PoolPolicy;
 pub use crate::policy::proxy::{ProxyPolicy, ProxyResolve};
 pub use crate::policy::redirect::RedirectPolicy;
 pub use crate::policy::retry::{BackoffCfg, JitterMode, RetryBudget, RetryOn, RetryPolicy};

@@ -13,6 +13,7 @@ pub(crate) mod endpoints;
 pub(crate) mod hedge;
 pub(crate) mod http;
 pub(crate) mod limits;
+pub(crate) mod pool;
 pub(crate) mod proxy;
 pub(crate) mod redirect;
 pub(crate) mod retry;
@@ -28,6 +29,7 @@ use self::endpoints::EndpointPolicy;
 use self::hedge::HedgePolicy;
 use self::http::HttpPolicy;
 use self::limits::LimitsPolicy;
+use self::pool::PoolPolicy;
 use self::proxy::ProxyPolicy;
 use self::redirect::RedirectPolicy;
 use self::retry::RetryPolicy;
@@ -79,6 +81,9 @@ pub struct NetPolicy {
     /// The HTTP version: TCP (HTTP/2 or 1.1) unless HTTP/3 is advertised or asked for.
     /// Default is [`HttpPolicy::default`] (`auto`).
     pub http: HttpPolicy,
+    /// The connection pool of the hosts this policy covers; unset fields take the client
+    /// builder's values. Default: every field unset.
+    pub pool: PoolPolicy,
 }
 
 impl NetPolicy {
@@ -126,6 +131,7 @@ impl NetPolicy {
         self.timeout.check(&mut c.nested("timeout"));
         self.slo.check(&mut c.nested("slo"));
         self.http.check(&self.tls, &mut c.nested("http"));
+        self.pool.check(&mut c.nested("pool"));
         timeout::check_deadline(&self.retry, &self.timeout, &mut c);
         out
     }

@@ -331,26 +331,43 @@ impl Transports {
             freeze_addresses: (policy.endpoints.freeze && policy.endpoints.freeze_addresses)
                 .then_some(policy.endpoints.frozen_duration),
         });
+        // The policy's pool settings, the builder's where it sets none.
+        let pool = &policy.pool;
+        let idle_timeout = pool.idle_timeout.unwrap_or(s.pool_idle_timeout);
+        let keep_alive = match pool.keep_alive {
+            Some(every) => (!every.is_zero()).then_some(every),
+            None => s.pool_keep_alive,
+        };
+        let max_lifetime = match pool.max_lifetime {
+            Some(max) => (!max.is_zero()).then_some(max),
+            None => s.pool_max_lifetime,
+        };
+        let max_idle_per_origin = pool
+            .max_idle_per_host
+            .map_or(s.pool_max_idle_per_host, |n| n as usize);
+        let http2_only = pool
+            .http2_prior_knowledge
+            .unwrap_or(s.http2_prior_knowledge);
         #[cfg(feature = "http3")]
         let h3 = crate::h3::H3Pool::new(
             connector.clone(),
             policy,
             &s.extra_roots,
             crate::h3::Limits {
-                idle: s.pool_idle_timeout,
-                keep_alive: s.pool_keep_alive,
+                idle: idle_timeout,
+                keep_alive,
                 max_head_bytes: s.max_response_head_bytes,
             },
         )?;
         let pool = Pool::new(
             connector,
             PoolConfig {
-                idle_timeout: s.pool_idle_timeout,
-                max_idle_per_origin: s.pool_max_idle_per_host,
-                max_lifetime: s.pool_max_lifetime,
-                keep_alive: s.pool_keep_alive,
+                idle_timeout,
+                max_idle_per_origin,
+                max_lifetime,
+                keep_alive,
                 per_origin_cap: policy.limits.per_host_concurrency as usize,
-                http2_only: s.http2_prior_knowledge,
+                http2_only,
                 h2_alpn: policy.tls.http2,
                 // hyper's own limit is the same 100 headers, parsed into an array on the
                 // stack; a limit set explicitly, even to 100, makes it fill a vector for every
@@ -406,6 +423,7 @@ fn connection_key(policy: &NetPolicy) -> Result<String, NetError> {
         &policy.dns,
         &policy.proxy,
         &policy.http,
+        &policy.pool,
         policy.limits.per_host_concurrency,
         policy.timeout.connect,
     ))

@@ -412,3 +412,62 @@ fn nix_soft_limit() -> usize {
         .unwrap();
     line.split_whitespace().nth(3).unwrap().parse().unwrap()
 }
+
+#[tokio::test]
+async fn pool_settings_are_policy_per_host() {
+    // One server speaking HTTP/1.1 and h2c; two names for it: one whose policy keeps no idle
+    // HTTP/1.1 connection, one whose policy asks for HTTP/2 prior knowledge.
+    let srv = FaultServer::builder()
+        .route("/", Reply::ok("x"))
+        .start()
+        .await
+        .unwrap();
+    let mut base = many_hosts_policy(0);
+    for name in ["one.test", "two.test"] {
+        let loopback = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+        base.dns.static_hosts.insert(name.to_owned(), loopback);
+    }
+    let mut doc = soulbase_net_policy::PolicyDocument::from_policy(&base);
+    doc.set_override(
+        "one.test",
+        serde_json::json!({ "pool": { "max_idle_per_host": 0 } }),
+    );
+    doc.set_override(
+        "two.test",
+        serde_json::json!({ "pool": { "http2_prior_knowledge": true } }),
+    );
+    let resolver = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
+    let client = soulbase_net_runtime::Client::builder()
+        .policy_resolver(Arc::new(resolver))
+        .build()
+        .unwrap();
+    let port = srv.addr().port();
+    for name in ["one.test", "two.test", "one.test", "two.test"] {
+        let res = client
+            .send(NetRequest::get(format!("http://{name}:{port}/")))
+            .await
+            .unwrap();
+        res.bytes().await.unwrap();
+    }
+    let versions: Vec<_> = srv
+        .received_requests()
+        .iter()
+        .map(|r| {
+            // HTTP/2 names the host in `:authority`, HTTP/1.1 in `Host`.
+            let host = r.uri.authority().map(|a| a.to_string());
+            let host = host.or_else(|| r.header("host").map(str::to_owned));
+            (host.unwrap_or_default(), r.version)
+        })
+        .collect();
+    for (host, version) in &versions {
+        let want = if host.starts_with("two.test") {
+            http::Version::HTTP_2
+        } else {
+            http::Version::HTTP_11
+        };
+        assert_eq!(*version, want, "{host}: {versions:?}");
+    }
+    // one.test kept no connection (two opened); two.test's HTTP/2 one was shared.
+    assert_eq!(srv.connections(), 3, "{versions:?}");
+    srv.join().await;
+}

@@ -134,3 +134,107 @@ async fn a_thousand_reloads_under_load_leave_one_transport() {
     );
     srv.join().await;
 }
+
+/// The document of reload `i`: `a.test` and `b.test` on loopback; only `b.test`'s pool
+/// settings change from one reload to the next.
+fn two_hosts(i: u32) -> PolicyDocument {
+    let mut base = policy(0);
+    for name in ["a.test", "b.test"] {
+        base.dns.static_hosts.insert(
+            name.to_owned(),
+            vec![std::net::IpAddr::from([127, 0, 0, 1])],
+        );
+    }
+    let mut doc = PolicyDocument::from_policy(&base);
+    doc.set_override(
+        "b.test",
+        serde_json::json!({ "pool": { "max_idle_per_host": 8 + i % 5, "idle_timeout": format!("{}s", 60 + i) } }),
+    );
+    doc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_reloads_of_one_hosts_pool_settings_keep_the_other_hosts_connections() {
+    const CALLERS: usize = 8;
+    const RELOADS: u32 = 1000;
+    let a = FaultServer::http1()
+        .route("/ok", Reply::ok("a"))
+        .start()
+        .await
+        .unwrap();
+    let b = FaultServer::http1()
+        .route("/ok", Reply::ok("b"))
+        .start()
+        .await
+        .unwrap();
+    let resolver = Arc::new(SnapshotResolver::new(two_hosts(0)).unwrap());
+    let client = Arc::new(
+        Client::builder()
+            .policy_resolver(resolver.clone())
+            .build()
+            .unwrap(),
+    );
+    let url_a = format!("http://a.test:{}/ok", a.addr().port());
+    let url_b = format!("http://b.test:{}/ok", b.addr().port());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut callers = tokio::task::JoinSet::new();
+    for i in 0..CALLERS {
+        let (client, stop) = (client.clone(), stop.clone());
+        let url = if i % 2 == 0 {
+            url_a.clone()
+        } else {
+            url_b.clone()
+        };
+        callers.spawn(async move {
+            let mut calls = 0u64;
+            for _ in 0..200_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let res = client.send(NetRequest::get(url.as_str())).await.unwrap();
+                res.bytes().await.unwrap();
+                calls += 1;
+            }
+            calls
+        });
+    }
+    for i in 1..=RELOADS {
+        resolver.update(two_hosts(i)).unwrap();
+        for url in [&url_a, &url_b] {
+            let res = client.send(NetRequest::get(url.as_str())).await.unwrap();
+            res.bytes().await.unwrap();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut calls = 0;
+    while let Some(r) = callers.join_next().await {
+        calls += r.unwrap();
+    }
+    assert!(calls > 0);
+    // a.test's policy never changed: its pool and connections lived through every reload
+    // (its callers and the reload loop's call each hold at most one).
+    assert!(
+        a.connections() <= CALLERS as u64 / 2 + 1,
+        "a.test opened {} connections over {RELOADS} reloads",
+        a.connections()
+    );
+    // b.test's changed every time: a new pool each, the old ones closed.
+    assert!(
+        b.connections() > u64::from(RELOADS) / 2,
+        "b.test opened {} connections over {RELOADS} reloads",
+        b.connections()
+    );
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        b.wait_for_open_at_most(CALLERS as u64 / 2 + 1),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{} b.test connections still open", b.open_connections()));
+    eprintln!(
+        "{RELOADS} reloads, {calls} calls: a.test {} connections, b.test {}",
+        a.connections(),
+        b.connections()
+    );
+    a.join().await;
+    b.join().await;
+}
