@@ -195,6 +195,8 @@ impl Transports {
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(soulbase_net_core::GaugeReading<'_>)) {
         for transport in self.live() {
             transport.pool.read_gauges(visit);
+            #[cfg(feature = "http3")]
+            transport.h3.read_gauges(visit);
         }
     }
 

@@ -210,6 +210,13 @@ impl Live {
         let _ = confirmed.wait_for(|done| *done).await;
     }
 
+    /// Whether no request is on the connection: no handle but the pool's and the driver's.
+    /// (Every request holds a clone of its `Live` from checkout until its body ends, and so
+    /// of `closing`; the driver task holds one until the connection closes.)
+    pub(super) fn is_idle(&self) -> bool {
+        Arc::strong_count(&self.closing) <= 2
+    }
+
     /// No new request goes on this connection (the peer is going away, or it failed).
     pub(super) fn retire(&self) {
         self.closing.store(true, Ordering::Release);

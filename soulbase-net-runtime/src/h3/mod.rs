@@ -148,6 +148,25 @@ impl H3Pool {
         Ok((res, connect))
     }
 
+    /// Reports, per origin, its HTTP/3 connection as open, and as idle when no request is on
+    /// it (an origin whose connection is being opened right now is left out).
+    pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(soulbase_net_core::GaugeReading<'_>)) {
+        let origins = self.origins.lock();
+        for (key, slot) in origins.iter() {
+            let Ok(slot) = slot.try_lock() else { continue };
+            let Some(live) = slot.as_ref().filter(|l| l.is_open()) else {
+                continue;
+            };
+            let host = key.rsplit_once(':').map_or(&**key, |(host, _)| host);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            visit(soulbase_net_core::GaugeReading::PoolOpen { host, value: 1 });
+            visit(soulbase_net_core::GaugeReading::PoolIdle {
+                host,
+                value: u64::from(live.is_idle()),
+            });
+        }
+    }
+
     /// The live connection to the origin of `uri` (its host, UDP port `port`), opened when
     /// there is none (or it closed), bounded by the connect timeout.
     ///

@@ -556,3 +556,63 @@ async fn zero_rtt_pair(
     p.http.zero_rtt = true;
     (srv, client(p))
 }
+
+/// Keeps the gauge source a client hands its observer.
+#[derive(Default)]
+struct Gauges(parking_lot::Mutex<Option<std::sync::Weak<dyn soulbase_net_core::GaugeSource>>>);
+
+impl soulbase_net_core::Observer for Gauges {
+    fn on_event(&self, _: &soulbase_net_core::NetEvent<'_>) {}
+
+    fn on_gauges(&self, source: &std::sync::Arc<dyn soulbase_net_core::GaugeSource>) {
+        *self.0.lock() = Some(std::sync::Arc::downgrade(source));
+    }
+}
+
+impl Gauges {
+    /// (open, idle) connections the client's pool gauges report, over all hosts.
+    fn pool(&self) -> (u64, u64) {
+        use soulbase_net_core::GaugeReading;
+        let source = self.0.lock().as_ref().and_then(std::sync::Weak::upgrade);
+        let (mut open, mut idle) = (0, 0);
+        if let Some(source) = source {
+            source.read_gauges(&mut |g| match g {
+                GaugeReading::PoolOpen { value, .. } => open += value,
+                GaugeReading::PoolIdle { value, .. } => idle += value,
+                _ => {}
+            });
+        }
+        (open, idle)
+    }
+}
+
+#[tokio::test]
+async fn an_http3_connection_is_open_in_the_gauges_and_idle_without_requests() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(
+            &kit,
+            "/slow",
+            Reply::ok("s").delay(Duration::from_millis(300)),
+        )
+        .await;
+        let gauges = std::sync::Arc::new(Gauges::default());
+        let client = soulbase_net_runtime::Client::builder()
+            .policy(policy(&kit, HttpVersionPolicy::H3))
+            .observer(gauges.clone())
+            .build()
+            .unwrap();
+        assert_eq!(gauges.pool(), (0, 0));
+        let call = {
+            let (client, url) = (client.clone(), srv.url("/slow"));
+            tokio::spawn(async move { client.send(NetRequest::get(url)).await })
+        };
+        srv.wait_for_hits("/slow", 1).await;
+        assert_eq!(gauges.pool(), (1, 0), "a request is on it");
+        let res = call.await.unwrap().unwrap();
+        assert_eq!(res.version, Version::HTTP_3);
+        res.bytes().await.unwrap();
+        assert_eq!(gauges.pool(), (1, 1), "no request on it");
+    })
+    .await;
+}
