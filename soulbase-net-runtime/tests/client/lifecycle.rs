@@ -111,11 +111,20 @@ async fn run_clean(h: &Harness, srv: &FaultServer, rounds: usize) {
     let failures = tokio::time::timeout(Duration::from_secs(60), post_rounds(h, srv, rounds))
         .await
         .expect("the run ends");
+    // A failed call says whether its request reached the server, whole or not.
+    let arrived = |failure: &String| {
+        let marker = failure.split(':').next().unwrap_or("");
+        let seen: Vec<(u64, usize, u64)> = (srv.requests("/orders").iter())
+            .filter(|r| r.header("x-marker") == Some(marker))
+            .map(|r| (r.connection, r.body.len(), r.body_len))
+            .collect();
+        format!("{failure} arrived {seen:?}")
+    };
     assert!(
         failures.is_empty(),
         "{} failed: {:?}",
         failures.len(),
-        &failures[..failures.len().min(5)]
+        failures.iter().take(5).map(arrived).collect::<Vec<_>>()
     );
     assert_eq!(transitions(h), Vec::<String>::new());
     assert_each_post_once(srv, rounds);
@@ -162,6 +171,26 @@ async fn refused_streams_are_sent_again_without_a_failure_or_a_breaker_trip() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_retired_every_20ms_under_load_fails_no_call() {
+    // nginx -s reload, fifty times a second: every open connection gets a GOAWAY.
+    let srv = Arc::new(orders_server(FaultServer::http2()).await);
+    let h = h2c_client();
+    let reloads = {
+        let srv = srv.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                srv.retire_connections();
+            }
+        })
+    };
+    let rounds = 30;
+    run_clean(&h, &srv, rounds).await;
+    reloads.abort();
+    assert!(srv.retired() >= 2, "{} retired", srv.retired());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http1_connections_closed_after_a_few_requests_fail_no_call() {
     let srv = orders_server(FaultServer::http1().retire_after(5)).await;
     let h = harness_with(strict_policy(), |b| b);
@@ -195,6 +224,34 @@ async fn a_request_with_a_stream_body_that_was_refused_is_not_sent_again_and_say
     assert_eq!(srv.refused(), 1 + 9);
     assert_eq!(transitions(&h), Vec::<String>::new());
     srv.join().await;
+}
+
+/// The worst lateness of this runtime's timers while it runs: a timer asked to wake every
+/// 10 ms notes how late it woke.
+struct Lateness {
+    worst: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Lateness {
+    fn start() -> Self {
+        let worst = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = worst.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let due = tokio::time::Instant::now() + Duration::from_millis(10);
+                tokio::time::sleep_until(due).await;
+                let late = due.elapsed().as_micros() as u64;
+                seen.fetch_max(late, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        Lateness { worst, task }
+    }
+
+    fn stop(self) -> Duration {
+        self.task.abort();
+        Duration::from_micros(self.worst.load(std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// Requests to `url` one after another until `done` says so (or `limit` passes); returns
@@ -252,15 +309,19 @@ async fn a_name_moved_in_dns_is_followed_within_its_ttl_and_a_second() {
     // The move.
     dns.set_ips("svc.test", &[std::net::IpAddr::from([127, 0, 0, 2])], ttl);
     let moved = tokio::time::Instant::now();
+    let lateness = Lateness::start();
     get_until(&h.client, &url, Duration::from_secs(10), || {
         green.hits("/") > 0
     })
     .await;
     let followed = moved.elapsed();
-    // TTL + the pool's one-second recheck, and the test's own pace on a loaded machine.
+    let late = lateness.stop();
+    // TTL + the pool's one-second recheck, the test's own pace, and however late this
+    // runtime's timers fired meanwhile (a loaded machine delays the recheck's timer too).
+    let limit = Duration::from_secs(u64::from(ttl) + 1) + Duration::from_millis(300) + late;
     assert!(
-        followed <= Duration::from_secs(u64::from(ttl) + 1) + Duration::from_millis(800),
-        "followed after {followed:?}"
+        followed <= limit,
+        "followed after {followed:?}, limit {limit:?} (timers up to {late:?} late)"
     );
     // Everything goes to green now, and blue's connection is closed.
     let blue_hits = blue.hits("/");

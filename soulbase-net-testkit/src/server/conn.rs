@@ -14,6 +14,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -133,27 +134,70 @@ impl ConnCtl {
     }
 }
 
-/// The accepted socket, wrapped so a kill can be timed to a flush and a reset can set
-/// `SO_LINGER 0` just before the socket closes.
+/// The accepted socket, wrapped so a kill can be timed to a flush, a reset can set
+/// `SO_LINGER 0` just before the socket closes, and any other close lingers (see
+/// [`linger`]).
 #[derive(Debug)]
 pub(crate) struct CtlIo {
-    inner: TcpStream,
+    /// `None` once dropped (taken by the lingering close).
+    inner: Option<TcpStream>,
     ctl: std::sync::Arc<ConnCtl>,
 }
 
 impl CtlIo {
     pub(crate) fn new(inner: TcpStream, ctl: std::sync::Arc<ConnCtl>) -> Self {
-        Self { inner, ctl }
+        Self {
+            inner: Some(inner),
+            ctl,
+        }
+    }
+
+    fn io(&mut self) -> io::Result<Pin<&mut TcpStream>> {
+        self.inner
+            .as_mut()
+            .map(Pin::new)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
     }
 }
 
+/// How long a closing connection keeps reading what the client still sends.
+const LINGER: Duration = Duration::from_secs(1);
+
 impl Drop for CtlIo {
     fn drop(&mut self) {
+        let Some(stream) = self.inner.take() else {
+            return;
+        };
         if self.ctl.reset.load(Ordering::SeqCst) {
             // Best effort: if it fails the peer sees FIN instead of RST.
-            let _ = self.inner.set_zero_linger();
+            let _ = stream.set_zero_linger();
+            return;
+        }
+        // Without a runtime (the server's own is gone) the socket just closes.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(linger(stream));
         }
     }
+}
+
+/// A lingering close, as nginx does (`lingering_close`): the write side is shut (FIN), then
+/// what the client still sends is read and dropped until it closes too, for at most
+/// [`LINGER`]. Closing a socket with unread bytes in its receive buffer makes the kernel
+/// answer with RST, and a client that gets RST loses the responses it had not read yet: an
+/// HTTP/2 server closing after its GOAWAY while the client's last frames (a WINDOW_UPDATE, a
+/// RST_STREAM) arrive would destroy its own last answers.
+async fn linger(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 impl AsyncRead for CtlIo {
@@ -162,7 +206,7 @@ impl AsyncRead for CtlIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        self.io()?.poll_read(cx, buf)
     }
 }
 
@@ -172,7 +216,7 @@ impl AsyncWrite for CtlIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        self.io()?.poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -180,20 +224,22 @@ impl AsyncWrite for CtlIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        self.io()?.poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner
+            .as_ref()
+            .is_some_and(TcpStream::is_write_vectored)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let res = ready!(Pin::new(&mut self.inner).poll_flush(cx));
+        let res = ready!(self.io()?.poll_flush(cx));
         self.ctl.flushed();
         Poll::Ready(res)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        self.io()?.poll_shutdown(cx)
     }
 }
