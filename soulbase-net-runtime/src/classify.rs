@@ -78,10 +78,7 @@ pub(crate) fn send_error(e: hyper::Error) -> NetError {
 ///   goes on, and fails with an I/O error if the connection is then lost);
 /// - `REFUSED_STREAM`, which a server sends only for a stream it did not process.
 pub(crate) fn h2_not_processed(e: &(dyn StdError + 'static)) -> Option<&'static str> {
-    let h2 = chain(e).find_map(|s| s.downcast_ref::<h2::Error>())?;
-    if !h2.is_remote() {
-        return None;
-    }
+    let h2 = remote_h2(e)?;
     if h2.is_go_away() {
         Some("the server is closing the connection (GOAWAY) and did not take the request")
     } else if h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
@@ -89,6 +86,14 @@ pub(crate) fn h2_not_processed(e: &(dyn StdError + 'static)) -> Option<&'static 
     } else {
         None
     }
+}
+
+/// The HTTP/2 error somewhere in `e`'s chain, when the server sent it (a GOAWAY or a
+/// RST_STREAM frame), not when h2 made it.
+pub(crate) fn remote_h2<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a h2::Error> {
+    chain(e)
+        .find_map(|s| s.downcast_ref::<h2::Error>())
+        .filter(|h2| h2.is_remote())
 }
 
 /// A [`ErrorKind::NotProcessed`] error saying why.

@@ -1121,10 +1121,7 @@ fn unwritten(e: hyper::Error) -> NetError {
 /// request that is complete in its head and not idempotent (a POST without a body): that
 /// one fails as `Io`, and the retry rules for non-idempotent requests apply.
 fn going_away(e: &hyper::Error) -> bool {
-    use std::error::Error as _;
-    std::iter::successors(e.source(), |s| (*s).source())
-        .find_map(|s| s.downcast_ref::<h2::Error>())
-        .is_some_and(|h2| h2.is_go_away() && h2.is_remote())
+    crate::classify::remote_h2(e).is_some_and(h2::Error::is_go_away)
 }
 
 /// The most an HTTP/1.1 connection reads at once, and so the largest response head it can
