@@ -33,7 +33,6 @@ fn stored(url: &str, dedup: Option<&str>) -> StoredItem {
 
 /// What every store promises, driven through the trait with explicit clocks.
 async fn store_contract(store: &dyn OutboxStore) {
-    let now = SystemTime::now();
     // Dedup at enqueue by the caller's id.
     let Enqueued::New(a) = store
         .enqueue(stored("http://127.0.0.1:1/a", Some("order-1")))
@@ -50,6 +49,9 @@ async fn store_contract(store: &dyn OutboxStore) {
         Enqueued::Duplicate(a)
     );
     assert_eq!(store.pending().await.unwrap(), 1);
+    // Read after the enqueue, which made the item due at its own clock reading: a reading
+    // taken before it could be earlier than the item's due time on a loaded machine.
+    let now = SystemTime::now();
     // A claim holds the item for its lease; nobody else gets it meanwhile.
     let first = store
         .claim_due(now, 10, Duration::from_secs(1))
