@@ -19,6 +19,20 @@
 //! the request, so the connect time had to come back through a task-local. Here a request
 //! takes an idle connection under two short locks, gives it back from its response body, and
 //! starts a connect only when it will use it.
+//!
+//! **No sender of a connection is kept while a request waits, nor once the connection
+//! ended.** hyper hands a request to its connection task over a tokio channel whose receiver
+//! that task drops when it ends (after a GOAWAY, say). A request sent at the moment the
+//! receiver is dropped can land in the channel after the receiver emptied it; it is then
+//! neither taken nor handed back until the channel itself is dropped, with its last sender. A
+//! request whose future held a sender while waiting for its answer would wait for itself: a
+//! stall until the first-byte timeout, with nothing sent (seen under load against a server
+//! retiring its HTTP/2 connections). So an HTTP/2 request drops its clone of the shared
+//! sender once the request is handed over, and the pool drops its own when the connection's
+//! task ends; the channel then goes with the last short-lived clone, and the request comes
+//! back unsent and goes on another connection. An HTTP/1.1 request holds its connection's
+//! only sender, which it needs to give the connection back: it watches the connection while
+//! it waits, and drops the sender if the connection closes first ([`watch_h1`]).
 
 use std::{
     collections::VecDeque,
@@ -341,20 +355,22 @@ impl Pool {
                         if !proxied {
                             origin_form(req.uri_mut())?;
                         }
-                        match tx.try_send_request(req).await {
+                        let sent = tx.try_send_request(req);
+                        let (sent, tx) = watch_h1(sent, tx).await;
+                        match sent {
                             Ok(res) if head_len(&res) > shared.cfg.max_head_bytes => {
                                 // Dropped unread: hyper closes the connection.
                                 return Err(NetError::new(soulbase_net_core::ErrorKind::TooLarge)
                                     .with_message("the response head is over the header limits"));
                             }
                             Ok(res) => {
-                                let back = GiveBack {
+                                let back = tx.map(|tx| GiveBack {
                                     shared: shared.clone(),
                                     origin: origin.clone(),
                                     tx,
                                     facts,
-                                };
-                                return Ok((PoolBody::wrap(res, Some(back), None), connect));
+                                });
+                                return Ok((PoolBody::wrap(res, back, None), connect));
                             }
                             Err(mut e) => match e.take_message() {
                                 Some(mut unsent) if reused && stale < MAX_STALE => {
@@ -377,7 +393,10 @@ impl Pool {
                         // Read before the request goes (see `going_away`).
                         let complete_in_head = !is_idempotent(req.method())
                             && http_body::Body::is_end_stream(req.body());
-                        match tx.try_send_request(req).await {
+                        // Our clone of the sender goes before the wait (see the module docs).
+                        let sent = tx.try_send_request(req);
+                        drop(tx);
+                        match sent.await {
                             Ok(res) => {
                                 return Ok((PoolBody::wrap(res, None, Some(stream)), connect));
                             }
@@ -698,11 +717,18 @@ impl Shared {
                 .handshake::<Conn, ReqBody>(conn)
                 .await
                 .map_err(crate::classify::send_error)?;
-            spawn_connection(connection, origin.open.clone());
             let now = Instant::now();
             let mut state = origin.state.lock();
             state.h2_serial += 1;
             let serial = state.h2_serial;
+            // When its task ends, the connection leaves the pool at once, not at the next
+            // checkout: the pool's sender must not outlive it (see the module docs).
+            let (pool, of) = (Arc::downgrade(self), Arc::downgrade(origin));
+            spawn_connection(connection, origin.open.clone(), move || {
+                if let (Some(pool), Some(origin)) = (pool.upgrade(), of.upgrade()) {
+                    pool.forget_h2(&origin, serial);
+                }
+            });
             let streams = Arc::new(AtomicUsize::new(0));
             let h2 = SharedH2 {
                 tx: tx.clone(),
@@ -734,7 +760,7 @@ impl Shared {
                 .handshake::<Conn, ReqBody>(conn)
                 .await
                 .map_err(crate::classify::send_error)?;
-            spawn_connection(connection, origin.open.clone());
+            spawn_connection(connection, origin.open.clone(), || {});
             drop(connecting);
             let sender = Sender::H1 {
                 tx,
@@ -940,6 +966,15 @@ impl Shared {
         }
     }
 
+    /// Takes the origin's HTTP/2 connection `serial` out of the pool, without an event: its
+    /// task has ended (the server closed it, or it finished draining).
+    fn forget_h2(&self, origin: &Origin, serial: u64) {
+        let mut state = origin.state.lock();
+        if state.h2.as_ref().is_some_and(|h2| h2.serial == serial) {
+            self.set_h2(&mut state, None);
+        }
+    }
+
     /// Whether a connection opened at `born` is past the maximum lifetime at `now`.
     fn too_old(&self, born: Instant, now: Instant) -> bool {
         self.cfg
@@ -1078,8 +1113,9 @@ impl Sender {
     }
 }
 
-/// Runs a connection until it closes, counted in `open` meanwhile.
-fn spawn_connection<F>(connection: F, open: Arc<AtomicUsize>)
+/// Runs a connection until it closes, counted in `open` meanwhile; `ended` runs once it has
+/// closed (its future dropped).
+fn spawn_connection<F>(connection: F, open: Arc<AtomicUsize>, ended: impl FnOnce() + Send + 'static)
 where
     F: std::future::Future<Output = hyper::Result<()>> + Send + 'static,
 {
@@ -1088,8 +1124,41 @@ where
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
+        // Before the gauge says it is closed: once it does, the pool has let it go.
+        ended();
         open.fetch_sub(1, Ordering::Relaxed);
     });
+}
+
+/// Waits for the answer to a request handed to the HTTP/1.1 connection `tx`, and gives `tx`
+/// back unless the connection closed meanwhile. A request that hyper's channel caught as the
+/// connection ended (see the module docs) is handed back only when its last sender is gone,
+/// and `tx` is the only one: so when the connection says it closed, `tx` is dropped and the
+/// wait goes on for the request to come back.
+async fn watch_h1<F: Future>(
+    sent: F,
+    tx: http1::SendRequest<ReqBody>,
+) -> (F::Output, Option<http1::SendRequest<ReqBody>>) {
+    let mut sent = std::pin::pin!(sent);
+    let mut tx = Some(tx);
+    let out = std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = sent.as_mut().poll(cx) {
+            return Poll::Ready(out);
+        }
+        // Pending until the connection wants a request again (after this one's answer) or
+        // closes; ready with an error only when it closed.
+        let closed = tx
+            .as_mut()
+            .is_some_and(|t| matches!(t.poll_ready(cx), Poll::Ready(Err(_))));
+        if closed {
+            // The channel goes with `tx`, handing back a request it still held; the poll
+            // above registered for its answer.
+            tx = None;
+        }
+        Poll::Pending
+    })
+    .await;
+    (out, tx)
 }
 
 /// Whether `method` is idempotent by definition (RFC 9110 §9.2.2).

@@ -6,7 +6,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use soulbase_net_core::{ErrorKind, NetClient, NetRequest};
+use soulbase_net_core::{ErrorKind, GaugeReading, NetClient, NetRequest};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_testkit::{FaultServer, FaultServerBuilder, Reply};
 
@@ -188,6 +188,52 @@ async fn every_connection_retired_every_20ms_under_load_fails_no_call() {
     run_clean(&h, &srv, rounds).await;
     reloads.abort();
     assert!(srv.retired() >= 2, "{} retired", srv.retired());
+}
+
+/// The pool's count of open connections to `host`.
+fn open_to(client: &soulbase_net_runtime::Client, host: &str) -> u64 {
+    let mut open = 0;
+    client.gauge_source().read_gauges(&mut |r| {
+        if let GaugeReading::PoolOpen { host: h, value } = r {
+            if h == host {
+                open += value;
+            }
+        }
+    });
+    open
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_connection_that_ended_leaves_the_pool_at_once() {
+    // A pool that kept the sender of an ended HTTP/2 connection until its next checkout kept
+    // hyper's request channel alive with it: a request caught in that channel as the
+    // connection ended waited for its first-byte timeout. Seen here through the budget of one
+    // kept connection: an ended connection still counted is evicted (an event) when another
+    // origin's connection is kept.
+    let first = orders_server(FaultServer::http2()).await;
+    let second = orders_server(FaultServer::http2()).await;
+    let h = harness_with(strict_policy(), |b| {
+        b.http2_prior_knowledge(true).pool_max_idle(1)
+    });
+    let post = |srv: &FaultServer| NetRequest::post(srv.url("/orders")).body("x");
+    let res = h.client.send(post(&first)).await.unwrap();
+    res.bytes().await.unwrap();
+    first.retire_connections();
+    let closed = async {
+        while open_to(&h.client, "127.0.0.1") > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the retired connection ends");
+    let res = h.client.send(post(&second)).await.unwrap();
+    res.bytes().await.unwrap();
+    let seen = h.events.seen.lock().clone();
+    assert!(
+        !seen.iter().any(|e| e.contains("ConnectionRetired")),
+        "{seen:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

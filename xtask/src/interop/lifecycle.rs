@@ -1,13 +1,9 @@
 //! Lifecycle rows: the ordinary life of a real server's connections, under load, with retries
 //! off and the breaker on — none of it may fail a call or move the breaker. nginx sends an
-//! HTTP/2 GOAWAY to every connection on each reload (every 500 ms here); dnsmasq moves a name
-//! from one address to another (the client follows within the TTL + 1 s); and one port of a
-//! host failing does not open the circuit of another port of it.
-//!
-//! Not yet a row: the same load against nginx's `keepalive_requests 100` (its listener is
-//! configured, `LifecyclePorts::goaway`). In some runs a few requests (23 of 20 000 in one)
-//! wait their first-byte timeout on a connection nginx is retiring; until that is found and
-//! fixed the row would fail CI at random (see issue 30's note).
+//! HTTP/2 GOAWAY every `keepalive_requests` (100 here), and to every connection on each
+//! reload (every 500 ms here); dnsmasq moves a name from one address to another (the client
+//! follows within the TTL + 1 s); and one port of a host failing does not open the circuit of
+//! another port of it.
 
 use std::{
     collections::BTreeMap,
@@ -39,6 +35,17 @@ const REQUESTS: usize = 20_000;
 /// The lifecycle rows.
 pub(crate) async fn rows(l: &Layout, s: &Setup) -> Vec<Row> {
     let mut rows = Vec::new();
+    let goaway = format!("https://nginx.interop.test:{}/ok", l.lifecycle.goaway);
+    rows.push(
+        load_row(
+            "nginx.h2.goaway-every-100-requests",
+            "0 failed, 0 breaker transitions, GOAWAYs met",
+            strict(l, s),
+            &goaway,
+            None,
+        )
+        .await,
+    );
     let reload = format!("https://nginx.interop.test:{}/ok", l.lifecycle.reload);
     rows.push(
         load_row(
