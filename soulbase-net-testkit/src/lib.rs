@@ -33,6 +33,8 @@
 //! - [`RedisServer`]: a throwaway `redis-server` on a free loopback port (stopped, paused,
 //!   restarted at will) for tests of state a fleet shares; [`RedisCluster`] (three masters)
 //!   and [`RedisSentinel`] (a master found through a sentinel) likewise.
+//! - [`LatencyRelay`]: a TCP relay that holds each chunk a client sends for a random delay,
+//!   so that each instance of a fleet sees its own store latency.
 //! - [`PostgresServer`]: a throwaway PostgreSQL cluster on a free loopback port, for the
 //!   outbox's fleet store; stopped, paused, restarted (data kept) at will.
 //! - [`TestNet`]: a MockDns and a CertKit together, with the policy patch (TOML, for
@@ -156,6 +158,7 @@ mod postgres;
 mod process;
 mod proxy;
 mod redis;
+mod relay;
 mod server;
 mod signal;
 mod testnet;
@@ -166,6 +169,7 @@ pub use dns::{DnsQuery, MockDns};
 pub use postgres::{PostgresServer, PostgresServerBuilder, REQUIRE_POSTGRES};
 pub use proxy::{ConnectProxy, ConnectProxyBuilder, ProxyFault, ProxyOutcome, ProxyRequest};
 pub use redis::{RedisCluster, RedisSentinel, RedisServer, REQUIRE_REDIS};
+pub use relay::LatencyRelay;
 pub use server::{
     refused_addr, Capacity, CapturedRequest, FaultServer, FaultServerBuilder, Gate, JsonBodyError,
     Mock, Protocol, RandomFaults, Reply, Script, Times, VerifyError,

@@ -2,9 +2,10 @@
 //! that the multi-process quota test (`xtask/tests/fleet.rs`) and the demo start several of.
 //!
 //! It sends calls to `--url` as fast as eight callers can for `--secs` seconds under a
-//! `limits.global` of `--rps` per second (burst `--burst`, lease `--lease`) for tenant
+//! `limits.global` of `--rps` per second (burst `--burst`, lease `--lease`, store timeout
+//! `--store-timeout` ms, `--on-store-error` mode, `--instances` for the share) for tenant
 //! `fleet`, kept in the Redis at `--redis`, and prints one line:
-//! `admitted=<n> refused=<n> errors=<n> store_calls=<n>`.
+//! `admitted=<n> refused=<n> errors=<n> store_calls=<n> store_errors=<n>`.
 //!
 //! With `--post-key K` it sends one idempotent POST with `Idempotency-Key: K` instead, through
 //! the dedup window shared in the same Redis, and prints `status=<n> body=<text>`.
@@ -17,8 +18,8 @@ use std::{
     time::Duration,
 };
 
-use soulbase_net_core::{ErrorKind, NetRequest};
-use soulbase_net_policy::{GlobalLimit, NetPolicy};
+use soulbase_net_core::{ErrorKind, NetEvent, NetRequest, Observer};
+use soulbase_net_policy::{GlobalLimit, NetPolicy, OnStoreError};
 use soulbase_net_runtime::{
     fleet::{Counted, RedisRateStore},
     Client,
@@ -36,6 +37,9 @@ struct Options {
     burst: u32,
     lease: u32,
     secs: f64,
+    store_timeout: Duration,
+    on_store_error: OnStoreError,
+    instances: u32,
     post_key: Option<String>,
 }
 
@@ -47,6 +51,9 @@ fn parse(args: &[String]) -> Result<Options, String> {
         burst: 10,
         lease: 1,
         secs: 10.0,
+        store_timeout: Duration::from_millis(200),
+        on_store_error: OnStoreError::Local,
+        instances: 1,
         post_key: None,
     };
     let mut it = args.iter();
@@ -63,6 +70,23 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--burst" => o.burst = value()?.parse().map_err(|e| format!("--burst: {e}"))?,
             "--lease" => o.lease = value()?.parse().map_err(|e| format!("--lease: {e}"))?,
             "--secs" => o.secs = value()?.parse().map_err(|e| format!("--secs: {e}"))?,
+            "--store-timeout" => {
+                let ms = value()?
+                    .parse()
+                    .map_err(|e| format!("--store-timeout: {e}"))?;
+                o.store_timeout = Duration::from_millis(ms);
+            }
+            "--on-store-error" => {
+                o.on_store_error = match value()?.as_str() {
+                    "allow" => OnStoreError::Allow,
+                    "deny" => OnStoreError::Deny,
+                    "local" => OnStoreError::Local,
+                    other => return Err(format!("--on-store-error: unknown mode `{other}`")),
+                }
+            }
+            "--instances" => {
+                o.instances = value()?.parse().map_err(|e| format!("--instances: {e}"))?;
+            }
             "--post-key" => o.post_key = Some(value()?),
             other => return Err(format!("unknown option `{other}`")),
         }
@@ -104,15 +128,19 @@ async fn instance(o: Options) -> Result<String, String> {
     g.rps = o.rps;
     g.burst = o.burst;
     g.lease = o.lease;
-    g.store_timeout = Duration::from_millis(200);
+    g.store_timeout = o.store_timeout;
+    g.on_store_error = o.on_store_error;
+    g.expected_instances = o.instances;
     p.limits.global = Some(g);
     let store = Arc::new(Counted::new(
         RedisRateStore::new(&o.redis).map_err(|e| e.to_string())?,
     ));
+    let store_errors = Arc::new(StoreErrors::default());
     let client = Client::builder()
         .policy(p)
         .dialer(Arc::new(LoopbackDialer::default()))
         .rate_store(store.clone())
+        .observer(store_errors.clone())
         .build()
         .map_err(|e| e.to_string())?;
     let until = Instant::now() + Duration::from_secs_f64(o.secs);
@@ -153,12 +181,25 @@ async fn instance(o: Options) -> Result<String, String> {
     }
     while callers.join_next().await.is_some() {}
     Ok(format!(
-        "admitted={} refused={} errors={} store_calls={}",
+        "admitted={} refused={} errors={} store_calls={} store_errors={}",
         admitted.load(Ordering::Relaxed),
         refused.load(Ordering::Relaxed),
         errors.load(Ordering::Relaxed),
-        store.calls()
+        store.calls(),
+        store_errors.0.load(Ordering::Relaxed)
     ))
+}
+
+/// Counts the rate store's failures and timeouts (`StoreError` events of the rate store).
+#[derive(Debug, Default)]
+struct StoreErrors(AtomicU64);
+
+impl Observer for StoreErrors {
+    fn on_event(&self, ev: &NetEvent<'_>) {
+        if let NetEvent::StoreError { store: "rate", .. } = ev {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// One idempotent POST under the dedup window shared in Redis; its answer as one line.

@@ -1,12 +1,14 @@
-//! Four client *processes* sharing one tenant quota on a real Redis: the server sees the
-//! quota, not four times it — with one Redis call per request and with leases of ten.
+//! Client *processes* sharing one tenant quota on a real Redis: the server sees the quota, not
+//! four times it — with one Redis call per request and with leases of ten; and eight
+//! processes, each behind its own relay that makes every Redis command 0–20 ms late, with a
+//! store timeout of 10 ms, stay within `rps × T + burst + instances × lease`.
 //! Without `redis-server` installed the test prints a line and is skipped; CI installs it
 //! and sets `SOULBASE_REQUIRE_REDIS`, so there it never skips.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{process::Command, time::Duration};
 
-use soulbase_net_testkit::{FaultServer, RedisServer, Reply};
+use soulbase_net_testkit::{FaultServer, LatencyRelay, RedisServer, Reply};
 
 const PROCESSES: usize = 4;
 const RPS: u64 = 200;
@@ -22,6 +24,7 @@ struct Report {
     refused: u64,
     errors: u64,
     store_calls: u64,
+    store_errors: u64,
 }
 
 fn parse(line: &str) -> Report {
@@ -34,6 +37,7 @@ fn parse(line: &str) -> Report {
             "refused" => r.refused = v,
             "errors" => r.errors = v,
             "store_calls" => r.store_calls = v,
+            "store_errors" => r.store_errors = v,
             _ => {}
         }
     }
@@ -53,37 +57,8 @@ async fn four_processes_share_one_quota_on_redis() {
             .start()
             .await
             .unwrap();
-        let children: Vec<_> = (0..PROCESSES)
-            .map(|_| {
-                Command::new(env!("CARGO_BIN_EXE_xtask"))
-                    .args([
-                        "fleet-client",
-                        "--redis",
-                        &redis.url(),
-                        "--url",
-                        &srv.url("/q"),
-                    ])
-                    .args(["--rps", &RPS.to_string(), "--burst", &BURST.to_string()])
-                    .args(["--lease", &lease.to_string(), "--secs", &SECS.to_string()])
-                    .stdout(std::process::Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        let reports = tokio::task::spawn_blocking(move || {
-            children
-                .into_iter()
-                .map(|c| {
-                    let out = c.wait_with_output().unwrap();
-                    assert!(out.status.success(), "{out:?}");
-                    parse(String::from_utf8_lossy(&out.stdout).trim())
-                })
-                .collect::<Vec<_>>()
-        });
-        let reports = tokio::time::timeout(Duration::from_secs(SECS + 50), reports)
-            .await
-            .expect("the fleet finishes")
-            .unwrap();
+        let args = quota_args(BURST, lease);
+        let (reports, _) = fleet(vec![redis.url(); PROCESSES], srv.url("/q"), args, SECS).await;
         let admitted: u64 = reports.iter().map(|r| r.admitted).sum();
         let store_calls: u64 = reports.iter().map(|r| r.store_calls).sum();
         let tried: u64 = reports.iter().map(|r| r.admitted + r.refused).sum();
@@ -131,17 +106,37 @@ async fn the_same_post_from_two_processes_reaches_the_upstream_once() {
         .start()
         .await
         .unwrap();
-    let children: Vec<_> = (0..2)
-        .map(|_| {
+    let args = ["--post-key", "order-42"].map(str::to_owned).to_vec();
+    let (lines, _) = fleet_lines(vec![redis.url(); 2], srv.url("/pay"), args, 10).await;
+    assert_eq!(srv.hits("/pay"), 1, "one upstream hit: {lines:?}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("status=200 ")),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[0], lines[1],
+        "both answered with the first call's response"
+    );
+    srv.join().await;
+    drop(redis);
+}
+
+/// Starts one `fleet-client` per Redis URL (each with `args`) against `url`, and collects
+/// the line each printed, with how long the fleet lived (from the first start to the last
+/// exit: every call it made was made within that span).
+async fn fleet_lines(
+    redis_urls: Vec<String>,
+    url: String,
+    args: Vec<String>,
+    secs: u64,
+) -> (Vec<String>, Duration) {
+    let started = tokio::time::Instant::now();
+    let children: Vec<_> = redis_urls
+        .iter()
+        .map(|redis| {
             Command::new(env!("CARGO_BIN_EXE_xtask"))
-                .args([
-                    "fleet-client",
-                    "--redis",
-                    &redis.url(),
-                    "--url",
-                    &srv.url("/pay"),
-                ])
-                .args(["--post-key", "order-42"])
+                .args(["fleet-client", "--redis", redis, "--url", &url])
+                .args(&args)
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -157,18 +152,116 @@ async fn the_same_post_from_two_processes_reaches_the_upstream_once() {
             })
             .collect::<Vec<_>>()
     });
-    let lines = tokio::time::timeout(Duration::from_secs(60), lines)
+    let lines = tokio::time::timeout(Duration::from_secs(secs + 50), lines)
         .await
-        .expect("both processes finish")
+        .expect("the fleet finishes")
         .unwrap();
-    assert_eq!(srv.hits("/pay"), 1, "one upstream hit: {lines:?}");
-    assert!(
-        lines.iter().all(|l| l.starts_with("status=200 ")),
-        "{lines:?}"
+    (lines, started.elapsed())
+}
+
+/// The arguments of a quota instance: the test's rate and duration, `burst` and `lease`.
+fn quota_args(burst: u64, lease: u64) -> Vec<String> {
+    [
+        "--rps",
+        &RPS.to_string(),
+        "--burst",
+        &burst.to_string(),
+        "--lease",
+        &lease.to_string(),
+        "--secs",
+        &SECS.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// [`fleet_lines`], each line read as a quota instance's report.
+async fn fleet(
+    redis_urls: Vec<String>,
+    url: String,
+    args: Vec<String>,
+    secs: u64,
+) -> (Vec<Report>, Duration) {
+    let (lines, span) = fleet_lines(redis_urls, url, args, secs).await;
+    (lines.iter().map(|l| parse(l)).collect(), span)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_each_with_its_own_slow_redis_stay_within_the_bound() {
+    let Some(redis) = RedisServer::start_or_skip(
+        "eight_processes_each_with_its_own_slow_redis_stay_within_the_bound",
+    ) else {
+        return;
+    };
+    const INSTANCES: u64 = 8;
+    const LEASE: u64 = 10;
+    // Room for every instance's lease, as docs/policy.md advises.
+    const BURST: u64 = INSTANCES * LEASE;
+    let srv = FaultServer::http1()
+        .route("/q", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let port = redis
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse::<u16>()
+        .unwrap();
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // Each process sees its own latency: 0–20 ms on every command, drawn at random.
+    let mut relays = Vec::new();
+    for seed in 0..INSTANCES {
+        let delay = Duration::ZERO..=Duration::from_millis(20);
+        relays.push(LatencyRelay::start(upstream, delay, seed).await.unwrap());
+    }
+    let urls = relays
+        .iter()
+        .map(|r| format!("redis://{}/", r.addr()))
+        .collect();
+    let mut args = quota_args(BURST, LEASE);
+    args.extend(
+        [
+            "--store-timeout",
+            "10",
+            "--on-store-error",
+            "local",
+            "--instances",
+            &INSTANCES.to_string(),
+        ]
+        .map(str::to_owned),
     );
+    let (reports, span) = fleet(urls, srv.url("/q"), args, SECS).await;
+    let admitted: u64 = reports.iter().map(|r| r.admitted).sum();
+    let store_errors: u64 = reports.iter().map(|r| r.store_errors).sum();
+    let hits = srv.hits("/q");
+    assert!(reports.iter().all(|r| r.errors == 0), "{reports:?}");
     assert_eq!(
-        lines[0], lines[1],
-        "both answered with the first call's response"
+        hits, admitted,
+        "every admitted call reached the server, no other"
+    );
+    // The bound: what the store can grant over the span the fleet lived (each process runs
+    // SECS from its own start, so the span is a little longer), plus each instance's lease
+    // of credit.
+    let quota = RPS * SECS + BURST;
+    let bound = (RPS as f64 * span.as_secs_f64()) as u64 + BURST + INSTANCES * LEASE;
+    assert!(
+        hits <= bound,
+        "{hits} hits over the bound {bound} ({store_errors} store timeouts; {reports:?})"
+    );
+    // Slow answers were many (the relays' latency is over the timeout half the time), and
+    // the fleet still got most of its quota: late grants were leased, not lost.
+    assert!(store_errors > 0, "no store timeout: {reports:?}");
+    assert!(
+        hits >= quota * 80 / 100,
+        "{hits} hits for a quota of {quota}: the slow store starved the fleet ({reports:?})"
+    );
+    eprintln!(
+        "{INSTANCES} processes, 0-20 ms per Redis command, store timeout 10 ms: {hits} hits, \
+         quota {quota}, bound {bound} over {span:.2?}, {store_errors} store timeouts or skips, relays passed {} commands",
+        relays.iter().map(LatencyRelay::chunks).sum::<u64>()
     );
     srv.join().await;
     drop(redis);

@@ -69,14 +69,16 @@ pub struct GlobalLimit {
     /// How long leased tokens stay usable. Default is 1s.
     #[serde(with = "humantime_serde")]
     pub lease_ttl: Duration,
-    /// Longest wait for the store's answer. Default is 10ms.
+    /// Longest a call waits for the store's answer before `on_store_error` decides it; the
+    /// take itself goes on, and a late grant is leased, not lost. Default is 50ms (a GCRA
+    /// call to a loopback Redis on a busy 2-core machine: p99 5.4 ms, at most 9.3 ms).
     #[serde(with = "humantime_serde")]
     pub store_timeout: Duration,
-    /// What a request gets when the store fails or is too slow. Default is
-    /// [`OnStoreError::Local`].
+    /// What a request gets when the store fails, is too slow, or is skipped (see
+    /// docs/policy.md). Default is [`OnStoreError::Local`].
     pub on_store_error: OnStoreError,
-    /// Instances sharing the limit, for the `local` fallback (`rps ÷ expected_instances`
-    /// each). Default is 1.
+    /// Instances sharing the limit, for `allow`'s share while the store is away
+    /// (`rps ÷ expected_instances` each). Default is 1.
     pub expected_instances: u32,
 }
 
@@ -99,12 +101,15 @@ pub enum GlobalScope {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum OnStoreError {
-    /// Admitted: the limit is off while the store is.
+    /// Admitted up to the instance's share, a local bucket of `rps ÷ expected_instances` (and
+    /// `burst ÷ expected_instances`): available while the store is away, at the cost of the
+    /// bound — each instance may add its share per second to what the store admits.
     Allow,
     /// Refused with `RateLimited`: nothing goes out unaccounted.
     Deny,
-    /// Held to a local bucket of `rps ÷ expected_instances` (and `burst ÷ expected_instances`),
-    /// so the fleet stays near its quota while the store is away. Default.
+    /// Admitted on credit, at most `lease` calls per key and instance, paid with the next
+    /// take (the store moves the bucket on by what is owed): the fleet never exceeds
+    /// `rps × T + burst + instances × lease`; once the credit is spent, refused. Default.
     #[default]
     Local,
 }
@@ -117,7 +122,7 @@ impl Default for GlobalLimit {
             scope: GlobalScope::Tenant,
             lease: 1,
             lease_ttl: Duration::from_secs(1),
-            store_timeout: Duration::from_millis(10),
+            store_timeout: Duration::from_millis(50),
             on_store_error: OnStoreError::Local,
             expected_instances: 1,
         }

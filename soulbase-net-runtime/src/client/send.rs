@@ -395,12 +395,8 @@ impl Inner {
             req: call.info(),
             scope: LimitScope::GlobalRate,
         });
-        let why = if refused.store_down {
-            "the rate store is unavailable and limits.global.on_store_error is deny"
-        } else {
-            "the shared rate (limits.global) is spent"
-        };
-        let err = NetError::new(ErrorKind::RateLimited).with_message(format!("{why} for {key}"));
+        let err = NetError::new(ErrorKind::RateLimited)
+            .with_message(format!("{} for {key}", refused.message()));
         Err(match refused.retry_after {
             Some(after) if !after.is_zero() => err.with_retry_after(after),
             _ => err,

@@ -67,7 +67,8 @@ impl RateStore for MemoryRateStore {
 pub(crate) fn gcra(tat: Instant, now: Instant, req: TakeRequest<'_>) -> (u32, Instant, Duration) {
     let interval = Duration::from_nanos(1_000_000_000u64.div_ceil(u64::from(req.rps.max(1))));
     let tolerance = interval.saturating_mul(req.burst.max(1) - 1);
-    let tat = tat.max(now);
+    // What was spent on credit is paid first, whatever room there is.
+    let tat = tat.max(now) + interval.saturating_mul(req.owed);
     let ahead = tat - now;
     let room = (tolerance + interval).saturating_sub(ahead);
     let fits = u32::try_from(room.as_nanos() / interval.as_nanos().max(1)).unwrap_or(u32::MAX);
@@ -97,6 +98,7 @@ mod tests {
             burst: 5,
             want,
             at_least: 1,
+            owed: 0,
         }
     }
 
@@ -127,6 +129,21 @@ mod tests {
         }
         assert!(total <= 5 + 10, "{total}");
         assert!(total >= 5 + 9, "{total}");
+    }
+
+    #[test]
+    fn credit_owed_is_paid_first_even_below_empty() {
+        let s = MemoryRateStore::new();
+        let t0 = Instant::now();
+        let owing = |owed| TakeRequest { owed, ..req(1) };
+        // Three spent on credit, paid with the next take: two of five left, one granted.
+        assert_eq!(s.take_at(owing(3), t0).granted, 1);
+        // Seven owed with one left: nothing granted, and the bucket is 6 below empty (the
+        // debt is kept even though the take was refused): the next token in 700 ms.
+        let none = s.take_at(owing(7), t0);
+        assert_eq!((none.granted, none.retry_after), (0, 700 * MS));
+        assert_eq!(s.take_at(req(1), t0 + 690 * MS).granted, 0);
+        assert_eq!(s.take_at(req(1), t0 + 700 * MS).granted, 1);
     }
 
     #[test]

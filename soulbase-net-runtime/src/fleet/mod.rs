@@ -36,6 +36,10 @@ pub struct TakeRequest<'a> {
     /// Fewest tokens worth granting (1, or a whole lease): with fewer free, the store grants
     /// none and says when `at_least` would be.
     pub at_least: u32,
+    /// Tokens already spent on credit while the store was away, paid first and whatever the
+    /// bucket holds (it may go below empty): the store moves the bucket on by this many, then
+    /// grants as usual.
+    pub owed: u32,
 }
 
 /// A store's answer: tokens granted now, and when the next would be when none were.

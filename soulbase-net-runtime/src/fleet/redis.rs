@@ -10,8 +10,9 @@ use super::{RateStore, StoreError, TakeFuture, TakeRequest, Taken};
 /// The GCRA step, atomic in Redis: the same arithmetic as the in-memory store, in
 /// microseconds, on the Redis server's clock (`TIME`), so instances' clocks never matter.
 /// KEYS[1] the bucket; ARGV: the interval between tokens (µs), the tolerance
-/// (interval × (burst − 1), µs), the tokens wanted, the fewest worth granting. Returns
-/// {granted, wait µs until the fewest would fit}.
+/// (interval × (burst − 1), µs), the tokens wanted, the fewest worth granting, the tokens
+/// owed (spent on credit, paid first whatever the bucket holds). Returns {granted, wait µs
+/// until the fewest would fit}.
 const GCRA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -19,13 +20,18 @@ local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local at_least = tonumber(ARGV[4])
+local owed = tonumber(ARGV[5])
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if tat == nil or tat < now then tat = now end
+tat = tat + owed * interval
 local fits = math.floor((tolerance + interval - (tat - now)) / interval)
 if fits > want then fits = want end
 if fits < at_least then
   local wait = (tat - now) + at_least * interval - tolerance - interval
   if wait < 0 then wait = 0 end
+  if owed > 0 then
+    redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.floor((tat - now) / 1000) + 1)
+  end
   return {0, wait}
 end
 tat = tat + fits * interval
@@ -135,6 +141,7 @@ impl RateStore for RedisRateStore {
                 .arg(tolerance)
                 .arg(req.want)
                 .arg(req.at_least.clamp(1, req.want.max(1)))
+                .arg(req.owed)
                 .invoke_async(&mut con)
                 .await
                 .map_err(|e| self.failed(e))?;

@@ -137,6 +137,7 @@ async fn a_stalled_node_costs_only_the_buckets_it_owns() {
                 burst: 1000,
                 want: 1,
                 at_least: 1,
+                owed: 0,
             };
             tokio::time::timeout(Duration::from_millis(200), store.take(req)).await
         }
@@ -172,4 +173,65 @@ async fn a_stalled_node_costs_only_the_buckets_it_owns() {
         // Nothing to await but the next try.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_client_a_stalled_node_refuses_only_its_own_tenants() {
+    let Some(cluster) = RedisCluster::start_or_skip(
+        "through_the_client_a_stalled_node_refuses_only_its_own_tenants",
+    ) else {
+        return;
+    };
+    let srv = server().await;
+    let url = srv.url("/q");
+    // Two tenants per node, a quota far above the load: only the store can refuse.
+    let tenants = tenants_on_every_node(&cluster, 2);
+    let mut g = global(100_000, 100_000);
+    g.on_store_error = soulbase_net_policy::OnStoreError::Deny;
+    g.store_timeout = Duration::from_millis(100);
+    let client = Client::builder()
+        .policy(policy(g))
+        .dialer(Arc::new(Loopback))
+        .store(StoreConfig::redis_cluster(cluster.urls()).unwrap())
+        .build()
+        .unwrap();
+    let call = |tenant: &str| {
+        let req = NetRequest::get(url.as_str()).tenant(tenant);
+        let client = &client;
+        async move { client.send(req).await.map(|_| ()).map_err(|e| e.kind()) }
+    };
+    for t in &tenants {
+        assert_eq!(call(t).await, Ok(()), "{t} before the stall");
+    }
+    let node_of = |t: &str| cluster.node_of(&format!("soulbase:gcra:t:{t}")).unwrap();
+    let stalled = node_of(&tenants[0]);
+    cluster.nodes()[stalled].pause().unwrap();
+    // Rounds over every tenant while the node is stalled: its tenants' calls are refused
+    // (deny), every other tenant's calls are admitted.
+    let (mut admitted, mut refused_elsewhere, mut refused_on_stalled) = (0, 0, 0);
+    for _ in 0..10 {
+        for t in &tenants {
+            match (call(t).await, node_of(t) == stalled) {
+                (Ok(()), true) => panic!("{t}: admitted with its node stalled"),
+                (Ok(()), false) => admitted += 1,
+                (Err(kind), true) => {
+                    assert_eq!(kind, ErrorKind::RateLimited);
+                    refused_on_stalled += 1;
+                }
+                (Err(kind), false) => {
+                    refused_elsewhere += 1;
+                    eprintln!("{t}: refused ({kind:?}) on a healthy node");
+                }
+            }
+        }
+    }
+    cluster.nodes()[stalled].resume().unwrap();
+    let healthy = tenants.iter().filter(|t| node_of(t) != stalled).count() * 10;
+    assert_eq!(
+        (admitted, refused_elsewhere),
+        (healthy, 0),
+        "tenants on healthy nodes"
+    );
+    assert_eq!(refused_on_stalled, 20);
+    srv.join().await;
 }

@@ -21,6 +21,7 @@ fn take(key: &str) -> TakeRequest<'_> {
         burst: 1000,
         want: 1,
         at_least: 1,
+        owed: 0,
     }
 }
 

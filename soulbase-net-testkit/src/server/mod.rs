@@ -26,6 +26,7 @@ pub use capture::{CapturedRequest, JsonBodyError};
 pub use gate::Gate;
 pub use mock::Mock;
 pub use reply::Reply;
+pub(crate) use script::splitmix64;
 pub use script::{RandomFaults, Script};
 pub use times::Times;
 pub use verify::VerifyError;

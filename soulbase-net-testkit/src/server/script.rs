@@ -302,7 +302,7 @@ fn unit(x: u64) -> f64 {
 }
 
 /// The SplitMix64 finaliser (Steele, Lea, Flood 2014).
-fn splitmix64(mut z: u64) -> u64 {
+pub(crate) fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
