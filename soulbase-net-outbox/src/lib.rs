@@ -15,7 +15,11 @@
 //!   of acknowledged items and the operation timeout; schemas are versioned and migrated.
 //! - [`Outbox`]: `enqueue` returns once the item is durable; `run` delivers until
 //!   [`Outbox::shutdown`], which lets deliveries in flight finish within a grace period and
-//!   leaves the rest durable.
+//!   leaves the rest durable. It claims due items in batches, delivers with a window that
+//!   adapts to the upstream (AIMD up to [`OutboxBuilder::workers`], 64 by default) and commits
+//!   acknowledgements in batches (one commit for whatever was delivered meanwhile); every
+//!   acknowledgement, reschedule and dead letter is fenced by the item's claim, so a holder
+//!   whose lease ran out changes nothing.
 //!
 //! Delivery goes through the `NetClient` given, so the policy, the address guard, the breaker
 //! and the interceptors apply to every attempt; the outbox adds its own retries across time

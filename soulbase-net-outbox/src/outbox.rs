@@ -6,13 +6,14 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use soulbase_net_core::{
     ErrorKind, GaugeReading, GaugeSource, NetClient, NetError, NetEvent, NetRequest, NoopObserver,
     Observer, OutboxStep,
 };
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::{
     item::OutboxItem,
@@ -113,7 +114,12 @@ impl OutboxBuilder {
         self
     }
 
-    /// Deliveries in flight at once. Default is 8.
+    /// The most deliveries in flight at once. Within it the outbox adapts to the upstream:
+    /// it starts at 16 (or `n` when lower), adds one per window's worth of deliveries
+    /// acknowledged and halves on a sign of overload (a timeout, 429 or 503, the client's
+    /// breaker or limiter refusing). Keep it at or under the client's
+    /// `limits.per_host_concurrency` (64 by default) when the items go to one host: calls over
+    /// the client's limit are refused and come back later. Default is 64.
     pub fn workers(mut self, n: u32) -> Self {
         self.workers = n.max(1);
         self
@@ -201,7 +207,7 @@ impl Outbox {
         OutboxBuilder {
             store: None,
             client: None,
-            workers: 8,
+            workers: 64,
             lease: Duration::from_secs(60),
             poll: Duration::from_millis(500),
             backoff_base: Duration::from_secs(1),
@@ -266,6 +272,13 @@ impl Outbox {
     /// Delivers due items until [`shutdown`](Self::shutdown); deliveries in flight then finish
     /// within the grace period ([`OutboxBuilder::grace`]), and what is left stays in the store.
     ///
+    /// How it runs: due items are claimed in batches (one statement claims up to twice the
+    /// window, less what is already in hand) into a queue, and delivered with at most the
+    /// [window](OutboxBuilder::workers) in flight; acknowledgements are committed in batches
+    /// by a task of their own (one commit for whatever was delivered meanwhile). With nothing
+    /// due, the loop sleeps until the next item is due, a new one is stored, or the poll
+    /// interval passes; the pending gauges are read once a second, not per delivery.
+    ///
     /// # Errors
     /// The store failing to claim items (reported, and the loop goes on after a poll
     /// interval, so a brief outage is ridden out; only a closed store ends it).
@@ -274,72 +287,88 @@ impl Outbox {
         let mut in_flight = tokio::task::JoinSet::new();
         // Another process's enqueue, where the store can say so (else the poll finds it).
         let elsewhere = self.store.wakeups();
-        let mut next_sweep = tokio::time::Instant::now();
-        let permits = Arc::new(tokio::sync::Semaphore::new(self.workers as usize));
+        let now = tokio::time::Instant::now();
+        let (mut next_sweep, mut next_gauges) = (now, now);
+        let window = Arc::new(Window::new(self.workers));
+        let (acks, acker) = Acker::start(self.store.clone(), self.workers as usize);
+        let mut queue: VecDeque<StoredItem> = VecDeque::new();
+        // The last claim came back short: nothing more is due until woken or `due_at`.
+        let mut exhausted = false;
+        let mut due_at: Option<tokio::time::Instant> = None;
         loop {
             if *stop.borrow() {
                 break;
             }
-            let free = permits.available_permits();
-            let claimed = if free == 0 {
-                Vec::new()
-            } else {
-                match self
-                    .store
-                    .claim_due(SystemTime::now(), free as u32, self.lease)
-                    .await
-                {
-                    Ok(items) => items,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "outbox: claiming due items failed");
-                        Vec::new()
-                    }
-                }
-            };
-            let busy = !claimed.is_empty();
-            for item in claimed {
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    break;
+            while in_flight.len() < window.get() {
+                let Some(item) = queue.pop_front() else { break };
+                let ctx = Delivery {
+                    store: self.store.clone(),
+                    client: self.client.clone(),
+                    observer: self.observer.clone(),
+                    backoff: (self.backoff_base, self.backoff_cap),
+                    acks: acks.clone(),
+                    window: window.clone(),
                 };
-                let (store, client) = (self.store.clone(), self.client.clone());
-                let observer = self.observer.clone();
-                let backoff = (self.backoff_base, self.backoff_cap);
-                in_flight.spawn(async move {
-                    let _permit = permit;
-                    deliver(&*store, &*client, &*observer, item, backoff).await;
-                });
+                in_flight.spawn(async move { ctx.deliver(item).await });
             }
             while in_flight.try_join_next().is_some() {}
-            if busy {
+            let w = window.get();
+            let want = (2 * w).saturating_sub(in_flight.len() + queue.len());
+            if !exhausted && want >= (w / 2).max(1) {
+                let asked = u32::try_from(want).unwrap_or(u32::MAX);
+                match (self.store)
+                    .claim_due(SystemTime::now(), asked, self.lease)
+                    .await
+                {
+                    Ok(items) => {
+                        exhausted = items.len() < want;
+                        queue.extend(items);
+                        if exhausted {
+                            due_at = self.next_due().await;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "outbox: claiming due items failed");
+                        exhausted = true;
+                        due_at = None;
+                    }
+                }
                 continue;
             }
-            // Nothing claimable now: note the gauges, then sleep until the next item is due,
-            // a new one arrives, a delivery ends (a permit frees), or the poll interval passes.
-            self.note_gauges().await;
-            if tokio::time::Instant::now() >= next_sweep {
-                next_sweep = tokio::time::Instant::now() + SWEEP_EVERY;
+            let now = tokio::time::Instant::now();
+            if now >= next_gauges {
+                next_gauges = now + GAUGES_EVERY;
+                self.note_gauges().await;
+            }
+            if now >= next_sweep {
+                next_sweep = now + SWEEP_EVERY;
                 if let Err(e) = self.store.sweep(SystemTime::now()).await {
                     tracing::warn!(error = %e, "outbox: forgetting acknowledged items failed");
                 }
             }
-            let wait = match self.store.next_due().await {
-                Ok(Some(at)) => at
-                    .duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO)
-                    .min(self.poll),
-                _ => self.poll,
-            };
-            let wait = if permits.available_permits() == 0 || wait.is_zero() {
-                wait.max(Duration::from_millis(5))
-            } else {
-                wait
-            };
+            // Until something is due, stored, or a slot frees (which may let the queue move
+            // or a claim go out); at most the poll interval and the next gauges reading.
+            let until = match due_at.filter(|_| exhausted) {
+                Some(at) => at.min(now + self.poll),
+                None => now + self.poll,
+            }
+            .min(next_gauges);
             tokio::select! {
-                () = self.wake.notified() => {}
-                () = notified_or_never(elsewhere.as_deref()) => {}
-                () = tokio::time::sleep(wait) => {}
+                () = self.wake.notified() => exhausted = false,
+                () = notified_or_never(elsewhere.as_deref()) => exhausted = false,
+                () = tokio::time::sleep_until(until) => exhausted = false,
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
                 _ = stop.changed() => {}
+            }
+        }
+        // Claimed but not started: given back at once rather than left to their lease.
+        for item in queue.drain(..) {
+            if let Err(e) = self
+                .store
+                .reschedule(&item, item.deliver_at, item.attempts)
+                .await
+            {
+                tracing::warn!(error = %e, id = item.id, "outbox: giving back a claimed item failed");
             }
         }
         // Deliveries in flight get the grace period; what is still running then is dropped
@@ -353,7 +382,20 @@ impl Outbox {
             in_flight.abort_all();
             while in_flight.join_next().await.is_some() {}
         }
+        // The acknowledgements still queued are committed before `run` returns.
+        drop(acks);
+        let _ = acker.await;
         Ok(())
+    }
+
+    /// When the next item is due, on the runtime's clock; `None` when none waits or the
+    /// store cannot say.
+    async fn next_due(&self) -> Option<tokio::time::Instant> {
+        let at = self.store.next_due().await.ok()??;
+        let wait = at
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        Some(tokio::time::Instant::now() + wait)
     }
 
     /// Counts what waits, for the gauges.
@@ -379,96 +421,231 @@ impl Outbox {
     }
 }
 
-/// One delivery attempt of `item`, and what it leads to in the store.
-async fn deliver(
-    store: &dyn OutboxStore,
-    client: &dyn NetClient,
-    observer: &dyn Observer,
-    item: StoredItem,
-    (base, cap): (Duration, Duration),
-) {
-    let attempt = item.attempts + 1;
-    let mut req = NetRequest::new(item.method.clone(), item.url.as_str())
-        .headers(item.headers.clone())
-        .body(item.body.clone())
-        .idempotency_key(item.idempotency_key.as_str());
-    if let Some(t) = &item.tenant {
-        req = req.tenant(t.as_str());
-    }
-    let verdict = match client.send(req).await {
-        Ok(res) if res.status.is_success() => Verdict::Delivered,
-        Ok(res) => {
-            let status = res.status.as_u16();
-            let after = res.error_for_status().err().and_then(|e| e.retry_after());
-            if matches!(status, 408 | 425 | 429) || res_is_5xx(status) {
-                Verdict::Retry(after, format!("HTTP {status}"))
-            } else {
-                Verdict::Dead(format!("HTTP {status}"), Some(status))
-            }
+/// What one delivery needs: the store, the client, where its events and acknowledgement go,
+/// and the window it reports to.
+struct Delivery {
+    store: Arc<dyn OutboxStore>,
+    client: Arc<dyn NetClient>,
+    observer: Arc<dyn Observer>,
+    backoff: (Duration, Duration),
+    acks: mpsc::Sender<StoredItem>,
+    window: Arc<Window>,
+}
+
+impl Delivery {
+    /// One delivery attempt of `item`, and what it leads to: an acknowledgement handed to the
+    /// [`Acker`], or a reschedule or a dead letter recorded here; and what the window learns.
+    async fn deliver(self, item: StoredItem) {
+        let attempt = item.attempts + 1;
+        let mut req = NetRequest::new(item.method.clone(), item.url.as_str())
+            .headers(item.headers.clone())
+            .body(item.body.clone())
+            .idempotency_key(item.idempotency_key.as_str());
+        if let Some(t) = &item.tenant {
+            req = req.tenant(t.as_str());
         }
-        Err(e) => match e.kind() {
-            ErrorKind::Dns
-            | ErrorKind::Connect
-            | ErrorKind::Timeout(_)
-            | ErrorKind::Io
-            | ErrorKind::CircuitOpen
-            | ErrorKind::RateLimited
-            | ErrorKind::Proxy
-            | ErrorKind::Cancelled => Verdict::Retry(e.retry_after(), e.code().as_str().to_owned()),
-            _ => Verdict::Dead(format!("{}: {e}", e.code().as_str()), None),
-        },
-    };
-    let now = SystemTime::now();
-    let event = |step, lateness| {
-        observer.on_event(&NetEvent::Outbox { step, lateness });
-    };
-    let result = match verdict {
-        Verdict::Delivered => {
-            event(
-                OutboxStep::Delivered,
-                Some(
-                    now.duration_since(item.deliver_at)
-                        .unwrap_or(Duration::ZERO),
-                ),
-            );
-            store.ack(&item).await.map(|()| true)
-        }
-        Verdict::Dead(reason, status) => {
-            event(OutboxStep::Dead, None);
-            store.dead(&item, attempt, &reason, status).await
-        }
-        Verdict::Retry(after, reason) => {
-            let wait = after
-                .map(|a| a.min(cap))
-                .unwrap_or_else(|| jittered(base, cap, attempt));
-            let next = now + wait;
-            let past_deadline = item.deadline.is_some_and(|d| next > d);
-            if attempt >= item.max_attempts || past_deadline {
-                let why = if past_deadline {
-                    format!("{reason}; the deadline passed")
+        let verdict = match self.client.send(req).await {
+            Ok(res) if res.status.is_success() => Verdict::Delivered,
+            Ok(res) => {
+                let status = res.status.as_u16();
+                let after = res.error_for_status().err().and_then(|e| e.retry_after());
+                if matches!(status, 429 | 503) {
+                    self.window.overload();
+                }
+                if matches!(status, 408 | 425 | 429) || res_is_5xx(status) {
+                    Verdict::Retry(after, format!("HTTP {status}"))
                 } else {
-                    format!("{reason}; {attempt} attempts made")
-                };
-                event(OutboxStep::Dead, None);
-                store.dead(&item, attempt, &why, None).await
-            } else {
-                event(OutboxStep::Retried, None);
-                store.reschedule(&item, next, attempt).await
+                    Verdict::Dead(format!("HTTP {status}"), Some(status))
+                }
             }
-        }
-    };
+            Err(e) => match e.kind() {
+                ErrorKind::Dns
+                | ErrorKind::Connect
+                | ErrorKind::Timeout(_)
+                | ErrorKind::Io
+                | ErrorKind::CircuitOpen
+                | ErrorKind::RateLimited
+                | ErrorKind::Proxy
+                | ErrorKind::Cancelled => {
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Timeout(_) | ErrorKind::CircuitOpen | ErrorKind::RateLimited
+                    ) {
+                        self.window.overload();
+                    }
+                    Verdict::Retry(e.retry_after(), e.code().as_str().to_owned())
+                }
+                _ => Verdict::Dead(format!("{}: {e}", e.code().as_str()), None),
+            },
+        };
+        let now = SystemTime::now();
+        let event = |step, lateness| {
+            self.observer.on_event(&NetEvent::Outbox { step, lateness });
+        };
+        let store = &*self.store;
+        let (base, cap) = self.backoff;
+        let result = match verdict {
+            Verdict::Delivered => {
+                event(
+                    OutboxStep::Delivered,
+                    Some(
+                        now.duration_since(item.deliver_at)
+                            .unwrap_or(Duration::ZERO),
+                    ),
+                );
+                self.window.success();
+                // Committed with the others delivered meanwhile; the slot is held while the
+                // acknowledgements back up (so a crash delivers again at most what is in
+                // flight and what waits to be committed). If the acker is gone, the claim
+                // runs out and the item is delivered again.
+                let _ = self.acks.send(item).await;
+                return;
+            }
+            Verdict::Dead(reason, status) => {
+                event(OutboxStep::Dead, None);
+                store.dead(&item, attempt, &reason, status).await
+            }
+            Verdict::Retry(after, reason) => {
+                let wait = after
+                    .map(|a| a.min(cap))
+                    .unwrap_or_else(|| jittered(base, cap, attempt));
+                let next = now + wait;
+                let past_deadline = item.deadline.is_some_and(|d| next > d);
+                if attempt >= item.max_attempts || past_deadline {
+                    let why = if past_deadline {
+                        format!("{reason}; the deadline passed")
+                    } else {
+                        format!("{reason}; {attempt} attempts made")
+                    };
+                    event(OutboxStep::Dead, None);
+                    store.dead(&item, attempt, &why, None).await
+                } else {
+                    event(OutboxStep::Retried, None);
+                    store.reschedule(&item, next, attempt).await
+                }
+            }
+        };
+        recorded(result, item.id);
+    }
+}
+
+/// Logs what recording an outcome in the store came to.
+fn recorded(result: Result<bool, NetError>, id: i64) {
     match result {
         Ok(true) => {}
         // The lease ran out during the attempt and another worker holds the item now: its
         // outcome counts, not this one's.
-        Ok(false) => tracing::debug!(id = item.id, "outbox: the claim was taken over"),
+        Ok(false) => tracing::debug!(id, "outbox: the claim was taken over"),
         // The lease runs out and the item is delivered again: at least once.
-        Err(e) => tracing::warn!(error = %e, id = item.id, "outbox: recording a delivery failed"),
+        Err(e) => tracing::warn!(error = %e, id, "outbox: recording a delivery failed"),
+    }
+}
+
+/// Commits acknowledgements in batches, in a task of its own: whatever was delivered while
+/// the previous commit ran goes in the next one (group commit), so a store with `fsync` on
+/// pays one commit per batch, not per delivery. At most `workers` wait and `workers` are
+/// being committed: a crash delivers again at most three times `workers` items (those in
+/// flight, those waiting, those in the commit).
+struct Acker;
+
+impl Acker {
+    /// Starts the task; it ends once every sender is gone and what they sent is committed.
+    fn start(
+        store: Arc<dyn OutboxStore>,
+        workers: usize,
+    ) -> (mpsc::Sender<StoredItem>, tokio::task::JoinHandle<()>) {
+        let workers = workers.max(1);
+        let (tx, mut rx) = mpsc::channel::<StoredItem>(workers);
+        let task = tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(workers);
+            while rx.recv_many(&mut batch, workers).await > 0 {
+                match store.ack_batch(&batch).await {
+                    Ok(done) => {
+                        for (item, held) in batch.iter().zip(done) {
+                            recorded(Ok(held), item.id);
+                        }
+                    }
+                    // Their claims run out and they are delivered again: at least once.
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        items = batch.len(),
+                        "outbox: acknowledging delivered items failed"
+                    ),
+                }
+                batch.clear();
+            }
+        });
+        (tx, task)
+    }
+}
+
+/// How many deliveries may be in flight: AIMD between 1 and the outbox's cap, starting at
+/// [`Window::START`] (or the cap when lower). +1 once per window's worth of deliveries
+/// acknowledged, halved on a sign of overload (a timeout, 429 or 503, the client's breaker
+/// or limiter refusing) — at most once per [`Window::CALM`], so that one burst of failures
+/// halves it once.
+#[derive(Debug)]
+struct Window {
+    max: usize,
+    state: parking_lot::Mutex<WindowState>,
+    now: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct WindowState {
+    successes: usize,
+    last_cut: Option<tokio::time::Instant>,
+}
+
+impl Window {
+    const START: usize = 16;
+    const CALM: Duration = Duration::from_millis(100);
+
+    fn new(max: u32) -> Self {
+        let max = (max as usize).max(1);
+        Self {
+            max,
+            state: parking_lot::Mutex::new(WindowState {
+                successes: 0,
+                last_cut: None,
+            }),
+            now: AtomicUsize::new(Self::START.min(max)),
+        }
+    }
+
+    fn get(&self) -> usize {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    fn success(&self) {
+        let mut s = self.state.lock();
+        s.successes += 1;
+        let now = self.get();
+        if s.successes >= now {
+            s.successes = 0;
+            self.now.store((now + 1).min(self.max), Ordering::Relaxed);
+        }
+    }
+
+    fn overload(&self) {
+        let mut s = self.state.lock();
+        let at = tokio::time::Instant::now();
+        if s.last_cut
+            .is_some_and(|t| at.duration_since(t) < Self::CALM)
+        {
+            return;
+        }
+        s.last_cut = Some(at);
+        s.successes = 0;
+        self.now.store((self.get() / 2).max(1), Ordering::Relaxed);
     }
 }
 
 /// How often acknowledged items past the store's retention are forgotten.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// How often the pending gauges are read from the store (two queries).
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 /// Woken by `n`, or never.
 async fn notified_or_never(n: Option<&Notify>) {
@@ -486,4 +663,41 @@ fn res_is_5xx(status: u16) -> bool {
 fn jittered(base: Duration, cap: Duration, attempt: u32) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
     exp.min(cap).mul_f64(fastrand::f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_grows_by_one_per_window_and_halves_once_per_burst_of_overload() {
+        let w = Window::new(64);
+        assert_eq!(w.get(), 16);
+        for _ in 0..15 {
+            w.success();
+        }
+        assert_eq!(w.get(), 16, "not a whole window yet");
+        w.success();
+        assert_eq!(w.get(), 17);
+        // A burst of overload halves it once; after the calm, again.
+        for _ in 0..10 {
+            w.overload();
+        }
+        assert_eq!(w.get(), 8);
+        tokio::time::advance(Window::CALM).await;
+        w.overload();
+        assert_eq!(w.get(), 4);
+        // Never under one, never over the cap.
+        for _ in 0..10 {
+            tokio::time::advance(Window::CALM).await;
+            w.overload();
+        }
+        assert_eq!(w.get(), 1);
+        let small = Window::new(4);
+        assert_eq!(small.get(), 4, "starts at the cap when the cap is lower");
+        for _ in 0..100 {
+            small.success();
+        }
+        assert_eq!(small.get(), 4);
+    }
 }

@@ -24,7 +24,6 @@ pub(crate) struct Sql {
     pub(crate) find_dedup: String,
     pub(crate) claim: String,
     pub(crate) next_due: String,
-    pub(crate) delete: String,
     pub(crate) done: String,
     pub(crate) reschedule: String,
     pub(crate) to_dead: String,
@@ -74,9 +73,9 @@ impl Sql {
                 "SELECT CAST(MIN({greatest}(deliver_at, COALESCE(lease_until, 0))) AS {int})
                  FROM {t} WHERE done_at IS NULL"
             ),
-            delete: place(format!("DELETE FROM {t} WHERE id = ?")),
             done: place(format!(
-                "UPDATE {t} SET done_at = ?, lease_until = NULL WHERE id = ?"
+                "UPDATE {t} SET done_at = ?, lease_until = NULL
+                 WHERE id = ? AND lease_until = ? AND done_at IS NULL"
             )),
             reschedule: place(format!(
                 "UPDATE {t} SET deliver_at = ?, attempts = ?, lease_until = NULL
@@ -329,18 +328,37 @@ macro_rules! sql_store {
             async fn ack(
                 &self,
                 item: &$crate::StoredItem,
-            ) -> Result<(), soulbase_net_core::NetError> {
-                $crate::store::timed(self.options.op_timeout, "acknowledging an item", async {
-                    let q = match self.options.retain_acked {
-                        None => sqlx::query(&self.sql.delete).bind(item.id),
-                        Some(_) => sqlx::query(&self.sql.done)
-                            .bind($crate::store::ms(std::time::SystemTime::now()))
-                            .bind(item.id),
-                    };
-                    q.execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::store::io("acknowledging an item", e))?;
-                    Ok(())
+            ) -> Result<bool, soulbase_net_core::NetError> {
+                let done = self.ack_batch(std::slice::from_ref(item)).await?;
+                Ok(done.first().copied().unwrap_or(false))
+            }
+
+            async fn ack_batch(
+                &self,
+                items: &[$crate::StoredItem],
+            ) -> Result<Vec<bool>, soulbase_net_core::NetError> {
+                let what = "acknowledging items";
+                let fail = |e| $crate::store::io(what, e);
+                $crate::store::timed(self.options.op_timeout, what, async {
+                    let now = $crate::store::ms(std::time::SystemTime::now());
+                    let mut tx = self.pool.begin().await.map_err(fail)?;
+                    let mut done = Vec::with_capacity(items.len());
+                    for item in items {
+                        // Fenced by the claim: a holder whose lease was taken over acks nothing.
+                        let q = match self.options.retain_acked {
+                            None => sqlx::query(&self.sql.delete_claimed),
+                            Some(_) => sqlx::query(&self.sql.done).bind(now),
+                        };
+                        let hit = q
+                            .bind(item.id)
+                            .bind(item.claim)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(fail)?;
+                        done.push(hit.rows_affected() > 0);
+                    }
+                    tx.commit().await.map_err(fail)?;
+                    Ok(done)
                 })
                 .await
             }

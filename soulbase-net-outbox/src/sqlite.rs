@@ -1,9 +1,6 @@
 //! [`SqliteStore`]: the embedded outbox — one SQLite file in WAL mode, one writer.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::path::{Path, PathBuf};
 
 use soulbase_net_core::NetError;
 use sqlx::{
@@ -74,10 +71,15 @@ const MIGRATIONS: &[Migration] = &[
 pub const SQLITE_SCHEMA_VERSION: i64 = 2;
 
 /// The embedded outbox: a SQLite file (created with its schema when missing), WAL mode,
-/// `synchronous = FULL` (an acknowledged enqueue survives a power cut), one connection (SQLite
-/// has one writer; a single connection serialises without `SQLITE_BUSY`). Several processes
-/// may open the same file (one enqueues, another delivers); claims are leases, so they never
-/// deliver an item at once.
+/// `synchronous = FULL` (an acknowledged enqueue survives a power cut), four connections by
+/// default ([`SqliteStoreBuilder::max_connections`]). SQLite has one writer: a write waits for
+/// the one under way for up to the options' `op_timeout` (30 s by default) instead of failing
+/// with `SQLITE_BUSY`. So a caller's open write transaction ([`pool`](Self::pool),
+/// [`enqueue_in`](Self::enqueue_in)) delays every write of the outbox — enqueues, claims,
+/// acknowledgements — for as long as it stays open (measured: a transaction held 12 s delayed
+/// a concurrent enqueue by 12.3 s, which then succeeded), while deliveries already claimed go
+/// on. Keep such transactions short. Several processes may open the same file (one enqueues,
+/// another delivers); claims are leases, so they never deliver an item at once.
 ///
 /// # Examples
 /// ```
@@ -102,12 +104,21 @@ pub struct SqliteStoreBuilder {
     path: PathBuf,
     options: StoreOptions,
     up_to: i64,
+    max_connections: u32,
 }
 
 impl SqliteStoreBuilder {
     /// Table name, retention and operation timeout.
     pub fn options(mut self, options: StoreOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Connections to the file. WAL lets them read at once while one writes; a writer waits
+    /// for the one before it (up to the options' `op_timeout`). A caller's transaction
+    /// ([`SqliteStore::pool`]) takes one of them, so the outbox keeps the others. Default 4.
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(2);
         self
     }
 
@@ -128,9 +139,12 @@ impl SqliteStoreBuilder {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(5));
+            // SQLite has one writer: a write waits for the one under way (a caller's open
+            // transaction, another process) as long as an operation may take.
+            .busy_timeout(self.options.op_timeout);
         let pool = SqlitePoolOptions::new()
-            .max_connections(1)
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.options.op_timeout)
             .connect_with(options)
             .await
             .map_err(|e| io(&format!("opening {}", self.path.display()), e))?;
@@ -169,6 +183,7 @@ impl SqliteStore {
             path: path.as_ref().to_path_buf(),
             options: StoreOptions::default(),
             up_to: SQLITE_SCHEMA_VERSION,
+            max_connections: 4,
         }
     }
 }

@@ -86,8 +86,19 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// When the next unclaimed item is due, if any.
     async fn next_due(&self) -> Result<Option<SystemTime>, NetError>;
     /// Delivered: forgotten, or kept as done for the store's retention (see
-    /// [`StoreOptions::retain_acked`]).
-    async fn ack(&self, item: &StoredItem) -> Result<(), NetError>;
+    /// [`StoreOptions::retain_acked`]) — unless the claim was taken over meanwhile (its lease
+    /// ran out and another worker holds the item: nothing changes, `Ok(false)`, and that
+    /// worker's outcome counts).
+    async fn ack(&self, item: &StoredItem) -> Result<bool, NetError>;
+    /// [`ack`](Self::ack) for each of `items`, in one transaction where the engine has them
+    /// (one commit, one `fsync`, for the lot); per item, whether this claim still held it.
+    async fn ack_batch(&self, items: &[StoredItem]) -> Result<Vec<bool>, NetError> {
+        let mut done = Vec::with_capacity(items.len());
+        for item in items {
+            done.push(self.ack(item).await?);
+        }
+        Ok(done)
+    }
     /// Failed, retried later: due at `at`, with `attempts` made and the lease released —
     /// unless the claim was taken over meanwhile (then nothing changes: `Ok(false)`).
     async fn reschedule(
@@ -151,7 +162,7 @@ impl Default for StoreOptions {
         Self {
             table: "outbox".to_owned(),
             retain_acked: None,
-            op_timeout: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -188,7 +199,8 @@ impl StoreOptions {
     }
 
     /// The longest one store operation may take before it fails with `Timeout` (a stalled
-    /// database must not stall the outbox). Default 10s.
+    /// database must not stall the outbox). On SQLite it is also how long a write waits for
+    /// the file's one writer (a caller's open transaction, say). Default 30s.
     pub fn op_timeout(mut self, limit: Duration) -> Self {
         self.op_timeout = limit;
         self

@@ -459,3 +459,75 @@ async fn shutdown_waits_for_a_delivery_only_as_long_as_the_grace_period() {
     gate.open();
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_long_sqlite_transaction_delays_writes_and_fails_none() {
+    // Each delivery takes 300 ms: some are claimed and in flight when the caller's
+    // transaction begins.
+    let srv = FaultServer::http1()
+        .route("/slow", Reply::ok("ok").delay(Duration::from_millis(300)))
+        .route("/later", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let path = db("long-transaction");
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let outbox = Arc::new(
+        Outbox::builder()
+            .store(store.clone())
+            .client(client())
+            .workers(8)
+            .build()
+            .unwrap(),
+    );
+    for i in 0..40 {
+        outbox
+            .enqueue(OutboxItem::post(srv.url("/slow"), format!("{i}")))
+            .await
+            .unwrap();
+    }
+    let _running = run(&outbox);
+    srv.wait_for_hits("/slow", 1).await;
+    // The caller's transaction takes SQLite's one writer and keeps it for 12 s.
+    const HOLD: Duration = Duration::from_secs(12);
+    let mut tx = store.pool().begin().await.unwrap();
+    store
+        .enqueue_in(
+            &mut tx,
+            OutboxItem::post(srv.url("/later"), "in the transaction"),
+        )
+        .await
+        .unwrap();
+    let held = Instant::now();
+    let at_hold = srv.hits("/slow");
+    // Meanwhile the service enqueues as usual: it waits for the writer, and does not fail.
+    let enqueue = {
+        let (outbox, url) = (outbox.clone(), srv.url("/later"));
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let done = outbox.enqueue(OutboxItem::post(url, "beside it")).await;
+            (done.map(|_| ()), started.elapsed())
+        })
+    };
+    // What is the scenario, not a synchronisation: the caller keeps its transaction open.
+    tokio::time::sleep(HOLD).await;
+    let during = srv.hits("/slow") - at_hold;
+    tx.commit().await.unwrap();
+    let (done, took) = enqueue.await.unwrap();
+    assert!(done.is_ok(), "{done:?}");
+    assert!(
+        took >= HOLD - Duration::from_secs(1),
+        "the enqueue waited for the writer: {took:?}"
+    );
+    // Deliveries claimed before the transaction went on meanwhile.
+    assert!(during > 0, "no delivery while the transaction was open");
+    until("everything delivered", async || {
+        srv.hits("/slow") == 40 && srv.hits("/later") == 2
+    })
+    .await;
+    eprintln!(
+        "a caller's transaction held for {:?}: a concurrent enqueue took {took:?}; {during} deliveries went on meanwhile",
+        held.elapsed()
+    );
+    srv.join().await;
+}

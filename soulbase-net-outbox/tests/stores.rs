@@ -73,6 +73,9 @@ async fn store_contract(store: &dyn OutboxStore) {
     assert_ne!(second[0].claim, first[0].claim);
     assert!(!store.reschedule(&first[0], now, 1).await.unwrap());
     assert!(!store.dead(&first[0], 1, "late", None).await.unwrap());
+    // Its ack changes nothing either, alone or in a batch: the item is the second holder's.
+    assert!(!store.ack(&first[0]).await.unwrap());
+    assert_eq!(store.ack_batch(&first).await.unwrap(), vec![false]);
     assert_eq!(store.pending().await.unwrap(), 1);
     assert!(store.dead_letters().await.unwrap().is_empty());
     // The holder reschedules it: due later, its attempts kept, the lease released.
@@ -113,7 +116,7 @@ async fn store_contract(store: &dyn OutboxStore) {
         .await
         .unwrap();
     assert_eq!((back.len(), back[0].attempts), (1, 0));
-    store.ack(&back[0]).await.unwrap();
+    assert!(store.ack(&back[0]).await.unwrap());
     assert_eq!(store.pending().await.unwrap(), 0);
     // Forgotten at the ack (no retention): the id can be enqueued again.
     assert!(matches!(
@@ -140,6 +143,24 @@ async fn store_contract(store: &dyn OutboxStore) {
         [Enqueued::New(x), Enqueued::New(_), Enqueued::Duplicate(_), Enqueued::Duplicate(y)] if x == y
     ));
     assert_eq!(store.pending().await.unwrap(), before + 2);
+    // Acks in one batch, each fenced by its own claim.
+    let claimed = store
+        .claim_due(SystemTime::now(), 10, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), before as usize + 2);
+    let mut stale = claimed[0].clone();
+    stale.claim -= 1;
+    let mut acks = claimed[1..].to_vec();
+    acks.push(stale);
+    let done = store.ack_batch(&acks).await.unwrap();
+    assert_eq!(done.len(), claimed.len());
+    assert!(done[..done.len() - 1].iter().all(|d| *d), "{done:?}");
+    assert!(
+        !done[done.len() - 1],
+        "a claim that is not the item's acks nothing"
+    );
+    assert_eq!(store.pending().await.unwrap(), 1);
 }
 
 /// With a retention, an acknowledged item is kept (its id still dedups) until swept.
@@ -152,7 +173,7 @@ async fn retention_contract(store: &dyn OutboxStore, keep: Duration) {
         .claim_due(SystemTime::now(), 10, Duration::from_secs(5))
         .await
         .unwrap();
-    store.ack(&claimed[0]).await.unwrap();
+    assert!(store.ack(&claimed[0]).await.unwrap());
     assert_eq!(store.pending().await.unwrap(), 0, "done is not pending");
     assert!(store.next_due().await.unwrap().is_none());
     assert!(matches!(

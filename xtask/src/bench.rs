@@ -185,7 +185,7 @@ fn profile() -> &'static str {
 
 /// This very program: `/proc/self/exe` where there is one (it names the running file even
 /// when a build has replaced the path since), else the path it was started from.
-fn this_program() -> Result<PathBuf, String> {
+pub(crate) fn this_program() -> Result<PathBuf, String> {
     let proc = Path::new("/proc/self/exe");
     if proc.exists() {
         return Ok(proc.to_path_buf());

@@ -83,8 +83,9 @@ async fn crash_and_restart(engine: &str, db: &str) {
     assert_eq!(applied.duplicated_effects(), 0, "{applied:?}");
     assert_eq!(applied.shared_keys, 0, "one key, one item");
     assert!(store.dead_letters().await.unwrap().is_empty());
-    // A duplicate can only be a delivery in flight at the kill: at most the workers' 16.
-    assert!(duplicates <= 16, "{duplicates} duplicates");
+    // A duplicate can only be a delivery in flight at the kill, or one whose acknowledgement
+    // waited for or was in its batch's commit: at most three times the workers' 16.
+    assert!(duplicates <= 3 * 16, "{duplicates} duplicates");
     srv.join().await;
 }
 

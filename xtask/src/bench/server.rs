@@ -11,8 +11,9 @@
 //! many milliseconds), with `{"open": n}`; it exits when its standard input closes (so it
 //! never outlives the bench, even one killed).
 //!
-//! Routes, whatever the host: `/big` answers 1 MiB, `/fail` answers 503, anything else
-//! `200 ok`.
+//! Routes, whatever the host: `/big` answers 1 MiB, `/fail` answers 503, `/jitter` answers
+//! `200 ok` after a delay drawn uniformly from 0–20 ms (an upstream of ordinary speed, for the
+//! outbox bench), anything else `200 ok` at once.
 
 use std::{
     convert::Infallible,
@@ -308,6 +309,8 @@ async fn serve_conn(
 ) {
     let service = service_fn(move |req: Request<Incoming>| {
         counters.requests.fetch_add(1, Ordering::Relaxed);
+        let n = counters.requests.load(Ordering::Relaxed);
+        let delay = (req.uri().path() == "/jitter").then(|| jitter(n));
         let res = match req.uri().path() {
             "/big" => Response::new(Full::new(big.clone())),
             "/fail" => {
@@ -318,7 +321,12 @@ async fn serve_conn(
             }
             _ => Response::new(Full::new(Bytes::from_static(b"ok"))),
         };
-        async move { Ok::<_, Infallible>(res) }
+        async move {
+            if let Some(d) = delay {
+                tokio::time::sleep(d).await;
+            }
+            Ok::<_, Infallible>(res)
+        }
     });
     let io = TokioIo::new(io);
     let _ = if h2 {
@@ -332,6 +340,16 @@ async fn serve_conn(
             .serve_connection(io, service)
             .await
     };
+}
+
+/// The `/jitter` route's delay for the `n`-th request: uniform in 0–20 ms, from the
+/// SplitMix64 finaliser of `n` (a run draws the same delays in the same order).
+fn jitter(n: u64) -> Duration {
+    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    Duration::from_micros(z % 20_001)
 }
 
 // === the parent's handle ===
