@@ -20,6 +20,12 @@
 //!   acknowledgements in batches (one commit for whatever was delivered meanwhile); every
 //!   acknowledgement, reschedule and dead letter is fenced by the item's claim, so a holder
 //!   whose lease ran out changes nothing.
+//! - Secrets at rest: credential headers (`Authorization`, `Cookie`, API-key headers, any
+//!   value marked sensitive) and the URL's query are sealed with a key the caller gives
+//!   ([`StoreOptions::seal_key`], ChaCha20-Poly1305) and opened only when claimed; without a
+//!   key an item carrying them is refused at enqueue. Nothing secret is written in clear, dead
+//!   letters included. Better still: store the request without its credentials and let the
+//!   client's interceptors add them at delivery.
 //!
 //! Delivery goes through the `NetClient` given, so the policy, the address guard, the breaker
 //! and the interceptors apply to every attempt; the outbox adds its own retries across time
@@ -27,11 +33,13 @@
 //!
 //! [`NetClient`]: soulbase_net_core::NetClient
 
+pub mod admin;
 mod item;
 mod open;
 mod outbox;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod seal;
 mod sql;
 mod sqlite;
 mod store;

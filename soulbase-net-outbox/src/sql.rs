@@ -222,14 +222,20 @@ macro_rules! sql_store {
                 item: &$crate::StoredItem,
             ) -> Result<$crate::Enqueued, soulbase_net_core::NetError> {
                 use $crate::store::{encode_headers, io, ms};
+                // Credentials sealed (or refused without a key) before anything is written.
+                let (headers, url) = $crate::seal::for_storage(
+                    self.options.seal.as_deref(),
+                    &item.headers,
+                    &item.url,
+                )?;
                 // Twice at most: a duplicate acknowledged (and forgotten) between the insert
                 // and the lookup is stored anew.
                 for _ in 0..2 {
                     let inserted: Option<(i64,)> = sqlx::query_as(&self.sql.insert)
                         .bind(&item.dedup_id)
                         .bind(item.method.as_str())
-                        .bind(&item.url)
-                        .bind(encode_headers(&item.headers))
+                        .bind(&url)
+                        .bind(encode_headers(&headers))
                         .bind(item.body.as_ref())
                         .bind(&item.tenant)
                         .bind(&item.idempotency_key)
@@ -298,7 +304,7 @@ macro_rules! sql_store {
                 lease: std::time::Duration,
             ) -> Result<Vec<$crate::StoredItem>, soulbase_net_core::NetError> {
                 use $crate::store::{io, ms};
-                $crate::store::timed(self.options.op_timeout, "claiming due items", async {
+                let rows = $crate::store::timed(self.options.op_timeout, "claiming due items", async {
                     let rows = sqlx::query(&self.sql.claim)
                         .bind(ms(now + lease))
                         .bind(ms(now))
@@ -307,9 +313,24 @@ macro_rules! sql_store {
                         .fetch_all(&self.pool)
                         .await
                         .map_err(|e| io("claiming due items", e))?;
-                    rows.iter().map($crate::store::item_from).collect()
+                    rows.iter()
+                        .map($crate::store::item_from)
+                        .collect::<Result<Vec<_>, _>>()
                 })
-                .await
+                .await?;
+                // Sealed parts opened for delivery; an item this store cannot open (sealed with
+                // another key) goes to the dead letters with the reason, still sealed.
+                let mut ready = Vec::with_capacity(rows.len());
+                for mut item in rows {
+                    let seal = self.options.seal.as_deref();
+                    match $crate::seal::opened(seal, &mut item.headers, &mut item.url) {
+                        Ok(()) => ready.push(item),
+                        Err(why) => {
+                            self.dead(&item, item.attempts, &why, None).await?;
+                        }
+                    }
+                }
+                Ok(ready)
             }
 
             async fn next_due(

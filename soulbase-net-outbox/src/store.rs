@@ -155,6 +155,7 @@ pub struct StoreOptions {
     pub(crate) table: String,
     pub(crate) retain_acked: Option<Duration>,
     pub(crate) op_timeout: Duration,
+    pub(crate) seal: Option<Arc<crate::seal::Seal>>,
 }
 
 impl Default for StoreOptions {
@@ -163,6 +164,7 @@ impl Default for StoreOptions {
             table: "outbox".to_owned(),
             retain_acked: None,
             op_timeout: Duration::from_secs(30),
+            seal: None,
         }
     }
 }
@@ -204,6 +206,32 @@ impl StoreOptions {
     pub fn op_timeout(mut self, limit: Duration) -> Self {
         self.op_timeout = limit;
         self
+    }
+
+    /// Seals what must not rest in clear with `key` (32 bytes; ChaCha20-Poly1305): the
+    /// values of credential headers (`Authorization`, `Proxy-Authorization`, `Cookie`,
+    /// `X-Api-Key`, `X-Auth-Token`, `X-Amz-Security-Token`, and any value marked sensitive)
+    /// and the URL's query are encrypted before an item is written and opened when it is
+    /// claimed; dead letters keep them sealed. Without a key, an item carrying such a header,
+    /// or a query parameter named like a credential (`token`, `access_token`, `api_key`,
+    /// `key`, `secret`, `password`, `signature`, …), is refused at enqueue. An item sealed
+    /// with another key cannot be opened: it goes to the dead letters with the reason. Keep
+    /// the key out of the database (an environment variable, a secret manager).
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `key` is not 32 bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_outbox::StoreOptions;
+    ///
+    /// let options = StoreOptions::default().seal_key(&[7u8; 32]).unwrap();
+    /// assert!(StoreOptions::default().seal_key(b"too short").is_err());
+    /// # let _ = options;
+    /// ```
+    pub fn seal_key(mut self, key: &[u8]) -> Result<Self, NetError> {
+        self.seal = Some(Arc::new(crate::seal::Seal::new(key)?));
+        Ok(self)
     }
 
     /// The table's name.

@@ -531,3 +531,100 @@ async fn a_callers_long_sqlite_transaction_delays_writes_and_fails_none() {
     );
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_credential_reaches_the_upstream_in_clear_and_rests_sealed() {
+    let srv = FaultServer::http1()
+        .route("/hook", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let path = db("sealed-delivery");
+    let options = soulbase_net_outbox::StoreOptions::default()
+        .seal_key(&[5u8; 32])
+        .unwrap();
+    let store = SqliteStore::builder(&path)
+        .options(options)
+        .open()
+        .await
+        .unwrap();
+    let outbox = Arc::new(
+        Outbox::builder()
+            .store(Arc::new(store))
+            .client(client())
+            .build()
+            .unwrap(),
+    );
+    let url = format!("{}?token=T0K3N&page=2", srv.url("/hook"));
+    outbox
+        .enqueue(OutboxItem::post(url, "{}").header("authorization", "Bearer S3CR3T"))
+        .await
+        .unwrap();
+    let _running = run(&outbox);
+    srv.wait_for_hits("/hook", 1).await;
+    let got = &srv.requests("/hook")[0];
+    assert_eq!(got.header("authorization"), Some("Bearer S3CR3T"));
+    assert_eq!(got.uri.query(), Some("token=T0K3N&page=2"));
+    for secret in [&b"S3CR3T"[..], &b"T0K3N"[..]] {
+        assert!(!support::file_holds(&path, secret), "a secret at rest");
+    }
+    srv.join().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_command_administers_dead_letters_of_a_named_table() {
+    let path = db("admin-table");
+    let options = soulbase_net_outbox::StoreOptions::default()
+        .table("billing_outbox")
+        .unwrap();
+    let store = SqliteStore::builder(&path)
+        .options(options)
+        .open()
+        .await
+        .unwrap();
+    use soulbase_net_outbox::OutboxStore as _;
+    let item = OutboxItem::post("http://127.0.0.1:9/refused?page=2", "x");
+    let outbox = Outbox::builder()
+        .store(Arc::new(store.clone()))
+        .client(client())
+        .build()
+        .unwrap();
+    outbox.enqueue(item).await.unwrap();
+    let claimed = store
+        .claim_due(std::time::SystemTime::now(), 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(store
+        .dead(&claimed[0], 1, "HTTP 400", Some(400))
+        .await
+        .unwrap());
+    let command = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbase-outbox"))
+            .arg("--db")
+            .arg(&path)
+            .args(["--table", "billing_outbox"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let list = command(&["list"]);
+    assert!(list.starts_with("0 pending, 1 dead"), "{list}");
+    assert!(
+        list.contains("HTTP 400") && !list.contains("page=2"),
+        "{list}"
+    );
+    let id = claimed[0].id.to_string();
+    assert!(command(&["requeue", &id]).contains("requeued"));
+    assert_eq!(store.pending().await.unwrap(), 1);
+    assert!(command(&["purge"]).contains("0 dead letters purged"));
+    // Bad input: a clear error and exit status 2, nothing changed.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soulbase-outbox"))
+        .args(["--db", path.to_str().unwrap(), "requeue", "abc"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("requeue abc"));
+    assert_eq!(store.pending().await.unwrap(), 1);
+}

@@ -204,6 +204,87 @@ async fn retention_contract(store: &dyn OutboxStore, keep: Duration) {
     ));
 }
 
+/// Credentials at rest: refused without a key; with one, sealed in the table, the file and
+/// its WAL, and the dead letters, and opened only when claimed; another key cannot open them.
+async fn sealing_contract(
+    plain: &dyn OutboxStore,
+    sealed: &dyn OutboxStore,
+    other: &dyn OutboxStore,
+) {
+    const TOKEN: &str = "Bearer TOPSECRET-1";
+    const URL: &str = "http://127.0.0.1:1/pay?access_token=TOPSECRET-2&x=1";
+    let mut item = stored(URL, None);
+    item.headers
+        .insert("authorization", http::HeaderValue::from_static(TOKEN));
+    item.headers
+        .insert("x-team", http::HeaderValue::from_static("pay"));
+    let refused = plain.enqueue(item.clone()).await.unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        soulbase_net_core::ErrorKind::InvalidRequest,
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("`authorization`"), "{refused}");
+    assert_eq!(plain.pending().await.unwrap(), 0, "nothing written");
+    // Sealed: claimed in clear.
+    sealed.enqueue(item.clone()).await.unwrap();
+    let claimed = sealed
+        .claim_due(SystemTime::now(), 10, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].headers["authorization"], TOKEN);
+    assert_eq!(claimed[0].headers["x-team"], "pay");
+    assert_eq!(claimed[0].url, URL);
+    // Dead letters keep them sealed.
+    assert!(sealed
+        .dead(&claimed[0], 1, "HTTP 400", Some(400))
+        .await
+        .unwrap());
+    let dead = sealed.dead_letters().await.unwrap();
+    let shown = format!("{:?} {}", dead[0].item.headers, dead[0].item.url);
+    assert!(!shown.contains("TOPSECRET"), "{shown}");
+    assert_eq!(dead[0].item.headers["x-team"], "pay");
+    // Another key: the requeued item cannot be opened, and goes back to the dead letters
+    // with the reason.
+    assert!(other.requeue(dead[0].item.id).await.unwrap());
+    let none = other
+        .claim_due(SystemTime::now(), 10, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    let dead = other.dead_letters().await.unwrap();
+    assert!(
+        dead[0].reason.contains("could not be opened"),
+        "{}",
+        dead[0].reason
+    );
+}
+
+#[tokio::test]
+async fn sqlite_keeps_no_credential_in_clear() {
+    let path = db("sealed");
+    let key = [9u8; 32];
+    let plain = SqliteStore::open(&path).await.unwrap();
+    let options = || StoreOptions::default().seal_key(&key).unwrap();
+    let sealed = SqliteStore::builder(&path)
+        .options(options())
+        .open()
+        .await
+        .unwrap();
+    let other = SqliteStore::builder(&path)
+        .options(StoreOptions::default().seal_key(&[1u8; 32]).unwrap())
+        .open()
+        .await
+        .unwrap();
+    sealing_contract(&plain, &sealed, &other).await;
+    // Neither the file nor its WAL holds a secret.
+    assert!(
+        !support::file_holds(&path, b"TOPSECRET"),
+        "a secret at rest"
+    );
+}
+
 #[tokio::test]
 async fn sqlite_keeps_the_store_contract() {
     let store = SqliteStore::open(db("contract")).await.unwrap();
@@ -285,6 +366,29 @@ mod postgres {
         let pg = PostgresServer::start_or_skip(test)?;
         let url = pg.create_database("outbox").unwrap();
         Some((pg, url))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_keeps_no_credential_in_clear() {
+        let Some(pg) = PostgresServer::start_or_skip("postgres_keeps_no_credential_in_clear")
+        else {
+            return;
+        };
+        let url = pg.create_database("sealed").unwrap();
+        let open = |options: StoreOptions| {
+            let url = url.clone();
+            async move {
+                PostgresStore::builder(&url)
+                    .options(options)
+                    .connect()
+                    .await
+                    .unwrap()
+            }
+        };
+        let plain = open(StoreOptions::default()).await;
+        let sealed = open(StoreOptions::default().seal_key(&[9u8; 32]).unwrap()).await;
+        let other = open(StoreOptions::default().seal_key(&[1u8; 32]).unwrap()).await;
+        super::sealing_contract(&plain, &sealed, &other).await;
     }
 
     #[tokio::test]

@@ -65,7 +65,7 @@ commands:
           one instance of a fleet sharing a quota (limits.global) on Redis; prints
           admitted=… refused=… errors=… store_calls=…; with --post-key K, one idempotent
           POST through the dedup window shared in Redis instead
-  outbox --db PATH list | requeue ID | purge
+  outbox --db PATH [--table NAME] list | requeue ID | purge
           an outbox's pending count and dead letters; put one back in the queue; forget them
   outbox-worker --db PATH [--secs S]
           delivers the outbox in PATH (SQLite) to loopback until nothing is pending (or S

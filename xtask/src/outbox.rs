@@ -119,63 +119,18 @@ async fn outbox(db: &str, observer: Arc<dyn Observer>) -> Result<Outbox, String>
         .map_err(|e| e.to_string())
 }
 
-/// `cargo xtask outbox --db STORE list | requeue ID | purge`.
+/// `cargo xtask outbox --db STORE [--table NAME] list | requeue ID | purge`: the outbox
+/// crate's own `soulbase-outbox` command ([`soulbase_net_outbox::admin`]), from this repository.
 pub(crate) fn admin(args: &[String]) -> Result<(), String> {
-    let (db, rest) = match args {
-        [flag, db, rest @ ..] if flag == "--db" => (db.clone(), rest.to_vec()),
-        _ => return Err("usage: cargo xtask outbox --db STORE list | requeue ID | purge".into()),
-    };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(async move {
-        let store = open_store(&db, StoreOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let lines = match rest
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .as_slice()
-        {
-            ["list"] => {
-                let dead = store.dead_letters().await.map_err(|e| e.to_string())?;
-                let pending = store.pending().await.map_err(|e| e.to_string())?;
-                let mut lines = vec![format!("{pending} pending, {} dead", dead.len())];
-                for d in dead {
-                    lines.push(format!(
-                        "{:>6}  {} {}  attempts {}  {}",
-                        d.item.id,
-                        d.item.method,
-                        soulbase_net_core::redact_url(&d.item.url),
-                        d.item.attempts,
-                        d.reason
-                    ));
-                }
-                lines
-            }
-            ["requeue", id] => {
-                let id: i64 = id.parse().map_err(|e| format!("requeue: {e}"))?;
-                let moved = store.requeue(id).await.map_err(|e| e.to_string())?;
-                vec![if moved {
-                    format!("{id} requeued, due now")
-                } else {
-                    format!("no dead letter {id}")
-                }]
-            }
-            ["purge"] => {
-                let n = store.purge_dead().await.map_err(|e| e.to_string())?;
-                vec![format!("{n} dead letters purged")]
-            }
-            _ => {
-                return Err("usage: cargo xtask outbox --db STORE list | requeue ID | purge".into())
-            }
-        };
-        #[allow(clippy::print_stdout, reason = "the command's output")]
-        for line in lines {
-            println!("{line}");
-        }
-        Ok(())
-    })
+    let lines = rt.block_on(soulbase_net_outbox::admin::run(&args))?;
+    #[allow(clippy::print_stdout, reason = "the command's output")]
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
 }

@@ -55,3 +55,11 @@ pub(crate) async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Whether the SQLite file at `path` or its WAL holds `secret` anywhere in its bytes.
+pub(crate) fn file_holds(path: &std::path::Path, secret: &[u8]) -> bool {
+    [path.to_path_buf(), path.with_extension("db-wal")]
+        .iter()
+        .map(|file| std::fs::read(file).unwrap_or_default())
+        .any(|bytes| bytes.windows(secret.len()).any(|w| w == secret))
+}
