@@ -6,7 +6,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use soulbase_net_core::{
@@ -125,8 +125,10 @@ impl OutboxBuilder {
         self
     }
 
-    /// How long a claimed item is this outbox's before another worker (or, after a crash,
-    /// the next run) may claim it again; longer than a delivery takes. Default is 60s.
+    /// How long a claim lasts unless extended. The outbox extends the claims of what it holds
+    /// (claimed, in flight, or waiting for its acknowledgement's commit) every half lease, on
+    /// the store, so a live worker keeps its items however long a delivery takes, and a
+    /// killed worker's items come back within one lease — two heartbeats. Default is 10s.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -208,7 +210,7 @@ impl Outbox {
             store: None,
             client: None,
             workers: 64,
-            lease: Duration::from_secs(60),
+            lease: Duration::from_secs(10),
             poll: Duration::from_millis(500),
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
@@ -290,7 +292,9 @@ impl Outbox {
         let now = tokio::time::Instant::now();
         let (mut next_sweep, mut next_gauges) = (now, now);
         let window = Arc::new(Window::new(self.workers));
-        let (acks, acker) = Acker::start(self.store.clone(), self.workers as usize);
+        let held = Held::default();
+        let (acks, acker) = Acker::start(self.store.clone(), self.workers as usize, held.clone());
+        let _heartbeat = Heartbeat::start(self.store.clone(), held.clone(), self.lease);
         let mut queue: VecDeque<StoredItem> = VecDeque::new();
         // The last claim came back short: nothing more is due until woken or `due_at`.
         let mut exhausted = false;
@@ -308,6 +312,7 @@ impl Outbox {
                     backoff: (self.backoff_base, self.backoff_cap),
                     acks: acks.clone(),
                     window: window.clone(),
+                    held: held.clone(),
                 };
                 in_flight.spawn(async move { ctx.deliver(item).await });
             }
@@ -322,6 +327,7 @@ impl Outbox {
                 {
                     Ok(items) => {
                         exhausted = items.len() < want;
+                        held.hold(&items);
                         queue.extend(items);
                         if exhausted {
                             due_at = self.next_due().await;
@@ -363,6 +369,7 @@ impl Outbox {
         }
         // Claimed but not started: given back at once rather than left to their lease.
         for item in queue.drain(..) {
+            held.release(item.id);
             if let Err(e) = self
                 .store
                 .reschedule(&item, item.deliver_at, item.attempts)
@@ -430,6 +437,7 @@ struct Delivery {
     backoff: (Duration, Duration),
     acks: mpsc::Sender<StoredItem>,
     window: Arc<Window>,
+    held: Held,
 }
 
 impl Delivery {
@@ -525,7 +533,65 @@ impl Delivery {
                 }
             }
         };
+        self.held.release(item.id);
         recorded(result, item.id);
+    }
+}
+
+/// The claims this outbox holds — claimed items from their claim until their outcome is
+/// recorded — whose leases the [`Heartbeat`] extends.
+#[derive(Clone, Debug, Default)]
+struct Held(Arc<parking_lot::Mutex<HashMap<i64, i64>>>);
+
+impl Held {
+    fn hold(&self, items: &[StoredItem]) {
+        let mut held = self.0.lock();
+        for item in items {
+            held.insert(item.id, item.claim);
+        }
+    }
+
+    fn release(&self, id: i64) {
+        self.0.lock().remove(&id);
+    }
+
+    fn claims(&self) -> Vec<(i64, i64)> {
+        self.0
+            .lock()
+            .iter()
+            .map(|(id, claim)| (*id, *claim))
+            .collect()
+    }
+}
+
+/// Extends the leases of what the outbox holds every half lease, in a task of its own (see
+/// [`OutboxBuilder::lease`]); stopped when dropped.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Heartbeat {
+    fn start(store: Arc<dyn OutboxStore>, held: Held, lease: Duration) -> Self {
+        Self(tokio::spawn(async move {
+            let mut beat = tokio::time::interval(lease / 2);
+            beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                beat.tick().await;
+                let claims = held.claims();
+                if claims.is_empty() {
+                    continue;
+                }
+                // A lease lost (taken over after a stall) stays lost: that holder's outcome
+                // is fenced off, and the new holder's counts.
+                if let Err(e) = store.extend(&claims, lease).await {
+                    tracing::warn!(error = %e, items = claims.len(), "outbox: extending leases failed");
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -553,16 +619,21 @@ impl Acker {
     fn start(
         store: Arc<dyn OutboxStore>,
         workers: usize,
+        held: Held,
     ) -> (mpsc::Sender<StoredItem>, tokio::task::JoinHandle<()>) {
         let workers = workers.max(1);
         let (tx, mut rx) = mpsc::channel::<StoredItem>(workers);
         let task = tokio::spawn(async move {
             let mut batch = Vec::with_capacity(workers);
             while rx.recv_many(&mut batch, workers).await > 0 {
-                match store.ack_batch(&batch).await {
+                let result = store.ack_batch(&batch).await;
+                for item in &batch {
+                    held.release(item.id);
+                }
+                match result {
                     Ok(done) => {
-                        for (item, held) in batch.iter().zip(done) {
-                            recorded(Ok(held), item.id);
+                        for (item, kept) in batch.iter().zip(done) {
+                            recorded(Ok(kept), item.id);
                         }
                     }
                     // Their claims run out and they are delivered again: at least once.

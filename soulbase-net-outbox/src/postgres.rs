@@ -75,10 +75,15 @@ const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX IF NOT EXISTS {t}_done ON {t} (done_at)",
         ],
     ),
+    (
+        3,
+        "claim tokens, so that a lease can be extended without changing its fence",
+        &["ALTER TABLE {t} ADD COLUMN IF NOT EXISTS claim_id BIGINT"],
+    ),
 ];
 
 /// The schema version this build migrates to.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
 
 /// The outbox of a fleet: one PostgreSQL table that any number of instances enqueue to and
 /// deliver from.

@@ -20,9 +20,15 @@ pub(crate) type Migration = (i64, &'static str, &'static [&'static str]);
 /// The statements, with the table's name in them (built once when the store opens).
 #[derive(Debug, Clone)]
 pub(crate) struct Sql {
+    /// How a write transaction begins: on SQLite `BEGIN IMMEDIATE`, which takes the file's
+    /// one write lock at once (waiting for it as `busy_timeout` allows) rather than at the
+    /// first write, so that what the transaction computes meanwhile (a lease's end) is not
+    /// stale when it writes.
+    pub(crate) begin: &'static str,
     pub(crate) insert: String,
     pub(crate) find_dedup: String,
     pub(crate) claim: String,
+    pub(crate) extend: String,
     pub(crate) next_due: String,
     pub(crate) done: String,
     pub(crate) reschedule: String,
@@ -53,6 +59,10 @@ impl Sql {
             Dialect::Postgres => numbered(&sql),
         };
         Self {
+            begin: match dialect {
+                Dialect::Sqlite => "BEGIN IMMEDIATE",
+                Dialect::Postgres => "BEGIN",
+            },
             insert: place(format!(
                 "INSERT INTO {t} (dedup_id, method, url, headers, body, tenant, idem_key,
                     deliver_at, deadline, attempts, max_attempts)
@@ -62,12 +72,17 @@ impl Sql {
             find_dedup: place(format!("SELECT id FROM {t} WHERE dedup_id = ?")),
             // One statement: the select and the lease.
             claim: place(format!(
-                "UPDATE {t} SET lease_until = ?
+                "UPDATE {t} SET lease_until = ?, claim_id = ?
                  WHERE id IN (SELECT id FROM {t}
                               WHERE done_at IS NULL AND deliver_at <= ?
                                 AND (lease_until IS NULL OR lease_until <= ?)
                               ORDER BY deliver_at LIMIT ? {lock})
                  RETURNING *"
+            )),
+            // Only while this claim holds the item: the token, not the lease's end, fences.
+            extend: place(format!(
+                "UPDATE {t} SET lease_until = ?
+                 WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
             next_due: format!(
                 "SELECT CAST(MIN({greatest}(deliver_at, COALESCE(lease_until, 0))) AS {int})
@@ -75,18 +90,18 @@ impl Sql {
             ),
             done: place(format!(
                 "UPDATE {t} SET done_at = ?, lease_until = NULL
-                 WHERE id = ? AND lease_until = ? AND done_at IS NULL"
+                 WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
             reschedule: place(format!(
-                "UPDATE {t} SET deliver_at = ?, attempts = ?, lease_until = NULL
-                 WHERE id = ? AND lease_until = ? AND done_at IS NULL"
+                "UPDATE {t} SET deliver_at = ?, attempts = ?, lease_until = NULL, claim_id = NULL
+                 WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
             to_dead: place(format!(
                 "INSERT INTO {t}_dead ({cols}, attempts, max_attempts, reason, status, died_at)
                  SELECT {cols}, ?, max_attempts, ?, ?, ? FROM {t}
-                 WHERE id = ? AND lease_until = ? AND done_at IS NULL"
+                 WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
-            delete_claimed: place(format!("DELETE FROM {t} WHERE id = ? AND lease_until = ?")),
+            delete_claimed: place(format!("DELETE FROM {t} WHERE id = ? AND claim_id = ?")),
             dead_letters: format!("SELECT * FROM {t}_dead ORDER BY died_at, id"),
             requeue: place(format!(
                 "INSERT INTO {t} ({cols}, attempts, max_attempts)
@@ -286,7 +301,7 @@ macro_rules! sql_store {
                 let what = "storing a batch of items";
                 let fail = |e| $crate::store::io(what, e);
                 $crate::store::timed(self.options.op_timeout, what, async {
-                    let mut tx = self.pool.begin().await.map_err(fail)?;
+                    let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let mut done = Vec::with_capacity(items.len());
                     for item in &items {
                         done.push(self.insert(&mut *tx, item).await?);
@@ -305,8 +320,11 @@ macro_rules! sql_store {
             ) -> Result<Vec<$crate::StoredItem>, soulbase_net_core::NetError> {
                 use $crate::store::{io, ms};
                 let rows = $crate::store::timed(self.options.op_timeout, "claiming due items", async {
+                    // A token of this claim: what fences its holder (a positive i64).
+                    let token = fastrand::i64(1..i64::MAX);
                     let rows = sqlx::query(&self.sql.claim)
                         .bind(ms(now + lease))
+                        .bind(token)
                         .bind(ms(now))
                         .bind(ms(now))
                         .bind(i64::from(limit))
@@ -331,6 +349,41 @@ macro_rules! sql_store {
                     }
                 }
                 Ok(ready)
+            }
+
+            async fn extend(
+                &self,
+                items: &[(i64, i64)],
+                lease: std::time::Duration,
+            ) -> Result<Vec<bool>, soulbase_net_core::NetError> {
+                let what = "extending leases";
+                let fail = |e| $crate::store::io(what, e);
+                $crate::store::timed(self.options.op_timeout, what, async {
+                    let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
+                    // Read once the transaction holds the write lock: a lease extended after
+                    // a long wait for the lock still runs `lease` from now.
+                    let until = $crate::store::ms(std::time::SystemTime::now() + lease);
+                    // In the order of their ids, as `ack_batch` takes them: two transactions
+                    // of one outbox locking the same rows never wait for each other in a cycle
+                    // (PostgreSQL would abort one as a deadlock).
+                    let mut order: Vec<usize> = (0..items.len()).collect();
+                    order.sort_unstable_by_key(|&i| items[i].0);
+                    let mut held = vec![false; items.len()];
+                    for i in order {
+                        let (id, claim) = &items[i];
+                        let hit = sqlx::query(&self.sql.extend)
+                            .bind(until)
+                            .bind(id)
+                            .bind(claim)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(fail)?;
+                        held[i] = hit.rows_affected() > 0;
+                    }
+                    tx.commit().await.map_err(fail)?;
+                    Ok(held)
+                })
+                .await
             }
 
             async fn next_due(
@@ -362,9 +415,13 @@ macro_rules! sql_store {
                 let fail = |e| $crate::store::io(what, e);
                 $crate::store::timed(self.options.op_timeout, what, async {
                     let now = $crate::store::ms(std::time::SystemTime::now());
-                    let mut tx = self.pool.begin().await.map_err(fail)?;
-                    let mut done = Vec::with_capacity(items.len());
-                    for item in items {
+                    let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
+                    // In the order of their ids (see `extend`).
+                    let mut order: Vec<usize> = (0..items.len()).collect();
+                    order.sort_unstable_by_key(|&i| items[i].id);
+                    let mut done = vec![false; items.len()];
+                    for i in order {
+                        let item = &items[i];
                         // Fenced by the claim: a holder whose lease was taken over acks nothing.
                         let q = match self.options.retain_acked {
                             None => sqlx::query(&self.sql.delete_claimed),
@@ -376,7 +433,7 @@ macro_rules! sql_store {
                             .execute(&mut *tx)
                             .await
                             .map_err(fail)?;
-                        done.push(hit.rows_affected() > 0);
+                        done[i] = hit.rows_affected() > 0;
                     }
                     tx.commit().await.map_err(fail)?;
                     Ok(done)
@@ -414,7 +471,7 @@ macro_rules! sql_store {
                 let what = "moving an item to the dead letters";
                 let fail = |e| $crate::store::io(what, e);
                 $crate::store::timed(self.options.op_timeout, what, async {
-                    let mut tx = self.pool.begin().await.map_err(fail)?;
+                    let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let moved = sqlx::query(&self.sql.to_dead)
                         .bind(i64::from(attempts))
                         .bind(reason)
@@ -454,7 +511,7 @@ macro_rules! sql_store {
                 let what = "requeueing a dead letter";
                 let fail = |e| $crate::store::io(what, e);
                 $crate::store::timed(self.options.op_timeout, what, async {
-                    let mut tx = self.pool.begin().await.map_err(fail)?;
+                    let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let moved = sqlx::query(&self.sql.requeue)
                         .bind($crate::store::ms(std::time::SystemTime::now()))
                         .bind(id)

@@ -65,10 +65,15 @@ const MIGRATIONS: &[Migration] = &[
             "CREATE INDEX IF NOT EXISTS {t}_done ON {t} (done_at)",
         ],
     ),
+    (
+        3,
+        "claim tokens, so that a lease can be extended without changing its fence",
+        &["ALTER TABLE {t} ADD COLUMN claim_id INTEGER"],
+    ),
 ];
 
 /// The schema version this build migrates to.
-pub const SQLITE_SCHEMA_VERSION: i64 = 2;
+pub const SQLITE_SCHEMA_VERSION: i64 = 3;
 
 /// The embedded outbox: a SQLite file (created with its schema when missing), WAL mode,
 /// `synchronous = FULL` (an acknowledged enqueue survives a power cut), four connections by

@@ -38,9 +38,10 @@ pub struct StoredItem {
     pub attempts: u32,
     /// Attempts allowed.
     pub max_attempts: u32,
-    /// The claim this copy was handed out under (the lease's end, in ms since the epoch; 0
-    /// when not claimed). It fences a slow holder: once its lease ran out and another worker
-    /// claimed the item, its `reschedule` and `dead` change nothing.
+    /// The claim this copy was handed out under (a token drawn at the claim; 0 when not
+    /// claimed). It fences a slow holder: once its lease ran out and another worker claimed the
+    /// item, its `ack`, `reschedule`, `dead` and `extend` change nothing. Extending the lease
+    /// keeps the token.
     pub claim: i64,
 }
 
@@ -83,6 +84,11 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
         limit: u32,
         lease: Duration,
     ) -> Result<Vec<StoredItem>, NetError>;
+    /// Extends the leases of `items` (`(id, claim)` pairs) to `lease` from the moment the
+    /// store writes them, each only while its claim still holds the item; per item, whether it
+    /// did. The outbox extends what it holds every half lease, so a live worker keeps its items
+    /// however long a delivery takes, and a dead one's come back within a lease.
+    async fn extend(&self, items: &[(i64, i64)], lease: Duration) -> Result<Vec<bool>, NetError>;
     /// When the next unclaimed item is due, if any.
     async fn next_due(&self) -> Result<Option<SystemTime>, NetError>;
     /// Delivered: forgotten, or kept as done for the store's retention (see
@@ -342,7 +348,7 @@ where
         max_attempts: u32::try_from(int("max_attempts")?).unwrap_or(1),
         // Dead letters have no lease: no claim.
         claim: row
-            .try_get::<Option<i64>, _>("lease_until")
+            .try_get::<Option<i64>, _>("claim_id")
             .ok()
             .flatten()
             .unwrap_or(0),

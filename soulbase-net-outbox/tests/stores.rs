@@ -312,7 +312,10 @@ async fn sqlite_migrates_a_version_1_file_and_names_tables() {
         .unwrap();
     drop(old);
     let new = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(new.schema_version().await.unwrap(), 2);
+    assert_eq!(
+        new.schema_version().await.unwrap(),
+        soulbase_net_outbox::SQLITE_SCHEMA_VERSION
+    );
     assert_eq!(new.pending().await.unwrap(), 1, "the item survives");
     // Opening again applies nothing twice.
     assert_eq!(
@@ -322,7 +325,7 @@ async fn sqlite_migrates_a_version_1_file_and_names_tables() {
             .schema_version()
             .await
             .unwrap(),
-        2
+        soulbase_net_outbox::SQLITE_SCHEMA_VERSION
     );
     // Another outbox in the same file under its own table.
     let billing = SqliteStore::builder(&path)
@@ -401,12 +404,19 @@ mod postgres {
         // Instances starting together migrate once (advisory lock), to the current version.
         let (a, b) = tokio::join!(PostgresStore::connect(&url), PostgresStore::connect(&url));
         let (a, b) = (a.unwrap(), b.unwrap());
-        assert_eq!(a.schema_version().await.unwrap(), 2);
+        assert_eq!(
+            a.schema_version().await.unwrap(),
+            soulbase_net_outbox::POSTGRES_SCHEMA_VERSION
+        );
         let (versions,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM outbox_migrations")
             .fetch_one(b.pool())
             .await
             .unwrap();
-        assert_eq!(versions, 2, "each version applied once");
+        assert_eq!(
+            versions,
+            soulbase_net_outbox::POSTGRES_SCHEMA_VERSION,
+            "each version applied once"
+        );
         store_contract(&a).await;
         let left = a.pending().await.unwrap();
         let keep = Duration::from_secs(3600);

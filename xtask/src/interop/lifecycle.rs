@@ -132,24 +132,31 @@ async fn load_row(id: &str, expected: &str, p: NetPolicy, url: &str, reload: Opt
         let (client, next, url) = (client.clone(), next.clone(), url.to_owned());
         callers.spawn(async move {
             let mut failed: BTreeMap<String, usize> = BTreeMap::new();
+            let mut first: BTreeMap<String, String> = BTreeMap::new();
             while next.fetch_add(1, Ordering::Relaxed) < REQUESTS {
                 let req = NetRequest::post(&url).body("order");
                 let outcome = match client.send(req).await {
-                    Ok(res) if res.status == 200 => res.bytes().await.err().map(|e| error(&e)),
-                    Ok(res) => Some(format!("status {}", res.status.as_u16())),
-                    Err(e) => Some(error(&e)),
+                    Ok(res) if res.status == 200 => res.bytes().await.err().map(|e| explained(&e)),
+                    Ok(res) => Some((format!("status {}", res.status.as_u16()), String::new())),
+                    Err(e) => Some(explained(&e)),
                 };
-                if let Some(what) = outcome {
-                    *failed.entry(what).or_default() += 1;
+                if let Some((what, why)) = outcome {
+                    *failed.entry(what.clone()).or_default() += 1;
+                    first.entry(what).or_insert(why);
                 }
             }
-            failed
+            (failed, first)
         });
     }
     let mut failed: BTreeMap<String, usize> = BTreeMap::new();
+    let mut first: BTreeMap<String, String> = BTreeMap::new();
     while let Some(done) = callers.join_next().await {
-        for (what, n) in done.unwrap_or_default() {
+        let (counts, whys) = done.unwrap_or_default();
+        for (what, n) in counts {
             *failed.entry(what).or_default() += n;
+        }
+        for (what, why) in whys {
+            first.entry(what).or_insert(why);
         }
     }
     if let Some(task) = reloader {
@@ -167,6 +174,12 @@ async fn load_row(id: &str, expected: &str, p: NetPolicy, url: &str, reload: Opt
         seen.resent.load(Ordering::Relaxed),
         reload.map_or(String::new(), |_| format!("; {reloads} reloads")),
     );
+    // What each kind of failure said, the first time: the row's evidence when it fails.
+    let measured = if first.is_empty() {
+        measured
+    } else {
+        format!("{measured}; first of each: {first:?}")
+    };
     let exercised = goaways > 0 && (reload.is_none() || reloads >= 2);
     row(
         id,
@@ -174,6 +187,12 @@ async fn load_row(id: &str, expected: &str, p: NetPolicy, url: &str, reload: Opt
         measured,
         failures == 0 && transitions == 0 && exercised,
     )
+}
+
+/// A failure's kind and code (as [`error`] gives them), and its whole chain of causes.
+fn explained(e: &soulbase_net_core::NetError) -> (String, String) {
+    let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
+    (error(e), chain.join(": "))
 }
 
 /// `moved.interop.test` answers 127.0.0.1, then (hosts file rewritten, dnsmasq reloaded)
