@@ -96,6 +96,23 @@ pub(crate) fn remote_h2<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a h2::E
         .filter(|h2| h2.is_remote())
 }
 
+/// Whether `e` is the connection going away under the request (reset, broken pipe, closed),
+/// as opposed to an error about the request or a TLS alert (which says why the peer refused).
+pub(crate) fn connection_io(e: &(dyn StdError + 'static)) -> bool {
+    use std::io::ErrorKind as K;
+    chain(e).any(|s| {
+        let io = (s.downcast_ref::<h2::Error>())
+            .and_then(h2::Error::get_io)
+            .or_else(|| s.downcast_ref::<std::io::Error>());
+        io.is_some_and(|io| {
+            matches!(
+                io.kind(),
+                K::BrokenPipe | K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof
+            )
+        })
+    })
+}
+
 /// A [`ErrorKind::NotProcessed`] error saying why.
 pub(crate) fn not_processed(why: &'static str) -> NetError {
     NetError::new(ErrorKind::NotProcessed).with_message(why)

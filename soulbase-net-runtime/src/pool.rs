@@ -238,6 +238,8 @@ struct SharedH2 {
     serial: u64,
     /// Requests on it now (a response body not yet ended counts): with none, it is idle.
     streams: Arc<AtomicUsize>,
+    /// Whether the server has sent anything on it ([`Conn::heard`]).
+    heard: Arc<AtomicBool>,
     /// As [`Facts::peer`].
     peer: Option<IpAddr>,
     /// When it was opened.
@@ -258,6 +260,8 @@ enum Sender {
         serial: u64,
         /// This request, counted among the connection's streams until its body ends.
         stream: Stream,
+        /// [`SharedH2::heard`].
+        heard: Arc<AtomicBool>,
     },
 }
 
@@ -389,6 +393,7 @@ impl Pool {
                         mut tx,
                         serial,
                         stream,
+                        heard,
                     } => {
                         // Read before the request goes (see `going_away`).
                         let complete_in_head = !is_idempotent(req.method())
@@ -405,6 +410,20 @@ impl Pool {
                                 Some(_) => return Err(unwritten(e.into_error())),
                                 None => {
                                     let e = e.into_error();
+                                    if !heard.load(Ordering::Acquire)
+                                        && crate::classify::connection_io(&e)
+                                    {
+                                        // The server sent nothing, not even its SETTINGS:
+                                        // it processed no stream of this connection (an
+                                        // nginx worker exiting on reload closes a fresh
+                                        // connection so).
+                                        shared.retire_h2(&origin, serial);
+                                        return Err(crate::classify::not_processed(
+                                            "the connection closed before the server sent \
+                                             anything: it processed nothing",
+                                        )
+                                        .with_source(e));
+                                    }
                                     if !going_away(&e) {
                                         return Err(crate::classify::send_error(e));
                                     }
@@ -645,6 +664,7 @@ impl Shared {
                     tx: h2.tx.clone(),
                     serial: h2.serial,
                     stream: Stream::new(&h2.streams),
+                    heard: h2.heard.clone(),
                 });
             }
             self.set_h2(state, None);
@@ -700,7 +720,7 @@ impl Shared {
             h2: self.cfg.http2_only || (origin.https && self.cfg.h2_alpn),
         };
         let started = Instant::now();
-        let conn = self.connector.connect(uri, permit).await?;
+        let mut conn = self.connector.connect(uri, permit).await?;
         let peer = conn.follows();
         if peer.is_some() {
             let mut state = origin.state.lock();
@@ -712,6 +732,7 @@ impl Shared {
             origin.state.lock().speaks_h2 = Some(conn.is_h2());
         }
         if self.cfg.http2_only || conn.is_h2() {
+            let heard = conn.heard();
             let (tx, connection) = self
                 .h2
                 .handshake::<Conn, ReqBody>(conn)
@@ -734,6 +755,7 @@ impl Shared {
                 tx: tx.clone(),
                 serial,
                 streams: streams.clone(),
+                heard: heard.clone(),
                 peer,
                 born: now,
                 used: now,
@@ -745,6 +767,7 @@ impl Shared {
                     tx: tx.clone(),
                     serial,
                     stream: Stream::new(&streams),
+                    heard: heard.clone(),
                 });
             }
             drop(state);
@@ -752,7 +775,13 @@ impl Shared {
             self.start_reaper();
             self.keep_budget();
             let stream = Stream::new(&streams);
-            Ok((Sender::H2 { tx, serial, stream }, started.elapsed()))
+            let sender = Sender::H2 {
+                tx,
+                serial,
+                stream,
+                heard,
+            };
+            Ok((sender, started.elapsed()))
         } else {
             let proxied = conn.is_proxied();
             let (tx, connection) = self

@@ -4,6 +4,10 @@ use std::{
     io,
     net::IpAddr,
     pin::Pin,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     task::{Context, Poll},
 };
 
@@ -26,7 +30,7 @@ pub(crate) enum MaybeTls {
 /// A connection: the stream, how requests go over it, and its slot under the per-host cap
 /// (released when hyper drops the connection).
 pub(crate) struct Conn {
-    io: TokioIo<MaybeTls>,
+    io: TokioIo<Watched>,
     h2: bool,
     proxied: bool,
     /// The address dialled for a host name, directly (not through a proxy): the pool retires
@@ -43,7 +47,10 @@ impl Conn {
             MaybeTls::Plain(_) => false,
         };
         Conn {
-            io: TokioIo::new(stream),
+            io: TokioIo::new(Watched {
+                stream,
+                heard: None,
+            }),
             h2,
             proxied,
             follows: None,
@@ -71,6 +78,72 @@ impl Conn {
     /// Whether ALPN chose HTTP/2.
     pub(crate) fn is_h2(&self) -> bool {
         self.h2
+    }
+
+    /// A flag set once the peer has sent anything on this connection (above TLS): an HTTP/2
+    /// server sends its SETTINGS before anything else (RFC 9113 §3.4), so a connection that
+    /// ended with the flag unset had no stream processed on it.
+    pub(crate) fn heard(&mut self) -> Arc<AtomicBool> {
+        self.io
+            .inner_mut()
+            .heard
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
+            .clone()
+    }
+}
+
+/// The stream as hyper reads it, noting whether the peer has sent anything (see
+/// [`Conn::heard`]).
+pub(crate) struct Watched {
+    stream: MaybeTls,
+    heard: Option<Arc<AtomicBool>>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if let Some(heard) = &this.heard {
+            if buf.filled().len() > before && !heard.load(Ordering::Relaxed) {
+                heard.store(true, Ordering::Release);
+            }
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
     }
 }
 

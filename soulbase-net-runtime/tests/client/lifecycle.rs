@@ -190,6 +190,91 @@ async fn every_connection_retired_every_20ms_under_load_fails_no_call() {
     assert!(srv.retired() >= 2, "{} retired", srv.retired());
 }
 
+/// A front on a free loopback port for `upstream`: the first connection it accepts is read
+/// from for a moment and closed without a byte sent (what an nginx worker exiting on reload
+/// does to a connection it just accepted); every later one is relayed to `upstream`.
+async fn closes_first_connection(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut client, _)) = listener.accept().await {
+            if std::mem::take(&mut first) {
+                // What the client sends is read (its preface and its requests) until it
+                // pauses, then the connection closes: its streams were sent, and none was
+                // processed.
+                let mut buf = [0u8; 16 * 1024];
+                let pause = Duration::from_millis(100);
+                while let Ok(Ok(n)) = tokio::time::timeout(
+                    pause,
+                    tokio::io::AsyncReadExt::read(&mut client, &mut buf),
+                )
+                .await
+                {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                drop(client);
+                continue;
+            }
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_closed_before_the_server_said_anything_fails_no_call() {
+    let srv = orders_server(FaultServer::http2()).await;
+    let front = closes_first_connection(srv.addr()).await;
+    let h = h2c_client();
+    let client = Arc::new(h.client.clone());
+    let mut calls = tokio::task::JoinSet::new();
+    for caller in 0..CALLERS {
+        let client = client.clone();
+        let url = format!("http://{front}/orders");
+        calls.spawn(async move {
+            let id = format!("0-{caller}");
+            let req = NetRequest::post(url)
+                .header("x-marker", id.as_str())
+                .body(id.clone());
+            client
+                .send(req)
+                .await
+                .map(|r| r.status.as_u16())
+                .map_err(|e| {
+                    format!(
+                        "{id}: {e} {:?}",
+                        e.chain().map(ToString::to_string).collect::<Vec<_>>()
+                    )
+                })
+        });
+    }
+    let mut failed = Vec::new();
+    while let Some(done) = calls.join_next().await {
+        if let Err(e) = done.unwrap() {
+            failed.push(e);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert_eq!(transitions(&h), Vec::<String>::new());
+    assert_each_post_once(&srv, 1);
+    assert!(
+        resent(&h) > 0,
+        "the requests of the closed connection went again"
+    );
+}
+
 /// The pool's count of open connections to `host`.
 fn open_to(client: &soulbase_net_runtime::Client, host: &str) -> u64 {
     let mut open = 0;
