@@ -50,6 +50,7 @@ impl Conn {
             io: TokioIo::new(Watched {
                 stream,
                 heard: None,
+                lost: false,
             }),
             h2,
             proxied,
@@ -83,6 +84,9 @@ impl Conn {
     /// A flag set once the peer has sent anything on this connection (above TLS): an HTTP/2
     /// server sends its SETTINGS before anything else (RFC 9113 §3.4), so a connection that
     /// ended with the flag unset had no stream processed on it.
+    ///
+    /// Also turns on, for this HTTP/2 connection, reading past a lost write (see
+    /// [`Watched`]).
     pub(crate) fn heard(&mut self) -> Arc<AtomicBool> {
         self.io
             .inner_mut()
@@ -94,9 +98,44 @@ impl Conn {
 
 /// The stream as hyper reads it, noting whether the peer has sent anything (see
 /// [`Conn::heard`]).
+///
+/// On an HTTP/2 connection (once [`Conn::heard`] was asked), a write that fails because the
+/// peer closed or reset the connection is reported as written, and so is every write after
+/// it: the connection's end is left to the read side, which first delivers what the peer
+/// sent before it closed and then the error or the end. That matters for a server that
+/// closes gracefully: its GOAWAY names the last stream it processed (RFC 9113 §6.8), and a
+/// server that closes with requests of ours unread (an nginx worker leaving on reload) makes
+/// the close a reset, which fails our next write before h2 has read the GOAWAY waiting in
+/// the socket. Without this, every stream in flight failed with "broken pipe", processed or
+/// not; with it, the streams above the GOAWAY's last id fail as not processed and go again.
+/// The read side cannot hang: a socket whose write failed so has been reset or shut down,
+/// and its reads end once the data received before is consumed.
 pub(crate) struct Watched {
     stream: MaybeTls,
     heard: Option<Arc<AtomicBool>>,
+    /// A write failed because the peer went away: writes are dropped from now on.
+    lost: bool,
+}
+
+impl Watched {
+    /// The result of a write of `len` bytes: a failure for the peer going away becomes a
+    /// dropped write on an HTTP/2 connection (see the type's docs).
+    fn written<T>(&mut self, result: Poll<io::Result<T>>, len: T) -> Poll<io::Result<T>> {
+        use io::ErrorKind as K;
+        match result {
+            Poll::Ready(Err(e))
+                if self.heard.is_some()
+                    && matches!(
+                        e.kind(),
+                        K::BrokenPipe | K::ConnectionReset | K::ConnectionAborted
+                    ) =>
+            {
+                self.lost = true;
+                Poll::Ready(Ok(len))
+            }
+            other => other,
+        }
+    }
 }
 
 impl AsyncRead for Watched {
@@ -123,15 +162,30 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        if this.lost {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        let result = Pin::new(&mut this.stream).poll_write(cx, buf);
+        this.written(result, buf.len())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        let this = self.get_mut();
+        if this.lost {
+            return Poll::Ready(Ok(()));
+        }
+        let result = Pin::new(&mut this.stream).poll_flush(cx);
+        this.written(result, ())
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.lost {
+            return Poll::Ready(Ok(()));
+        }
+        let result = Pin::new(&mut this.stream).poll_shutdown(cx);
+        this.written(result, ())
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -143,7 +197,13 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let len = bufs.iter().map(|b| b.len()).sum();
+        if this.lost {
+            return Poll::Ready(Ok(len));
+        }
+        let result = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        this.written(result, len)
     }
 }
 

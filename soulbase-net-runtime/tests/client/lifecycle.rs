@@ -275,6 +275,120 @@ async fn a_connection_closed_before_the_server_said_anything_fails_no_call() {
     );
 }
 
+/// What [`goaway_then_reset_server`] gives: its address, the word to close its first
+/// connection, the word that it did, and the requests it answered on each connection.
+struct GoawayThenReset {
+    addr: std::net::SocketAddr,
+    go: tokio::sync::oneshot::Sender<()>,
+    reset: std::sync::mpsc::Receiver<()>,
+    answered: Arc<parking_lot::Mutex<Vec<usize>>>,
+}
+
+/// An h2c server on its own thread and runtime: on the first connection it answers one
+/// request, then, once told on `go`, sends GOAWAY naming that stream as the last it processed
+/// and resets the connection (`SO_LINGER` 0: what a server closing with requests of ours
+/// unread does), and says so; later connections are answered.
+fn goaway_then_reset_server() -> GoawayThenReset {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (go_tx, go) = tokio::sync::oneshot::channel::<()>();
+    let (reset_tx, reset) = std::sync::mpsc::channel();
+    let answered = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let counts = answered.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let answer = |mut respond: h2::server::SendResponse<bytes::Bytes>| {
+                let res = http::Response::builder().status(200).body(()).unwrap();
+                respond.send_response(res, true).unwrap();
+            };
+            let (tcp, _) = listener.accept().await.unwrap();
+            tcp.set_zero_linger().unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            let (_req, respond) = conn.accept().await.unwrap().unwrap();
+            answer(respond);
+            counts.lock().push(1);
+            // Drives the connection (the answer goes out) until told to close it.
+            let mut go = go;
+            loop {
+                tokio::select! {
+                    _ = &mut go => break,
+                    next = conn.accept() => match next {
+                        Some(Ok((_req, respond))) => {
+                            answer(respond);
+                            counts.lock()[0] += 1;
+                        }
+                        _ => return,
+                    },
+                }
+            }
+            conn.abrupt_shutdown(h2::Reason::NO_ERROR);
+            // The GOAWAY goes out, then the connection ends; dropped with linger 0: a reset.
+            let flushed = tokio::time::timeout(Duration::from_secs(5), async {
+                while conn.accept().await.is_some() {}
+            });
+            flushed.await.unwrap();
+            drop(conn);
+            reset_tx.send(()).unwrap();
+            let index = counts.lock().len();
+            counts.lock().push(0);
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            while let Some(Ok((_req, respond))) = conn.accept().await {
+                answer(respond);
+                counts.lock()[index] += 1;
+            }
+        });
+    });
+    GoawayThenReset {
+        addr,
+        go: go_tx,
+        reset,
+        answered,
+    }
+}
+
+// On a current-thread runtime on purpose: the test blocks it (see below).
+#[tokio::test]
+async fn a_reset_that_follows_a_goaway_fails_no_call_the_server_did_not_process() {
+    let GoawayThenReset {
+        addr,
+        go,
+        reset,
+        answered,
+    } = goaway_then_reset_server();
+    let h = h2c_client();
+    let url = format!("http://{addr}/orders");
+    let res = h.client.send(NetRequest::post(&url).body("first")).await;
+    assert_eq!(res.unwrap().status, 200);
+    go.send(()).unwrap();
+    // Blocks the runtime's only thread while the server sends its GOAWAY and resets the
+    // connection, so that the first thing the client's connection does next is to write the
+    // next request into the reset socket — before it has read the GOAWAY (what a busy client
+    // meets when an nginx worker exits on reload). The write fails; the GOAWAY waiting in the
+    // socket still says the server processed nothing after the first stream.
+    reset
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the server reset the connection");
+    let res = h.client.send(NetRequest::post(&url).body("second")).await;
+    let status = res.map(|r| r.status.as_u16()).map_err(|e| {
+        format!(
+            "{e} ({:?}) {:?}",
+            e.kind(),
+            e.chain().map(ToString::to_string).collect::<Vec<_>>()
+        )
+    });
+    assert_eq!(status, Ok(200), "the unprocessed POST went again");
+    assert_eq!(transitions(&h), Vec::<String>::new());
+    assert_eq!(resent(&h), 1);
+    assert_eq!(*answered.lock(), vec![1, 1], "answered per connection");
+}
+
 /// The pool's count of open connections to `host`.
 fn open_to(client: &soulbase_net_runtime::Client, host: &str) -> u64 {
     let mut open = 0;

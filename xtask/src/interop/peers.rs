@@ -232,12 +232,24 @@ pub(crate) fn group_members(pgid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// A port free on 127.0.0.1 right now.
+/// A port free on 127.0.0.1 right now, and not handed out before in this run: two ports
+/// bound and released one after the other can be the same number, and two of nginx's
+/// servers on one port share its listener (a plain-HTTP server on the TLS one's port
+/// answered 400 to every request).
 fn free_port() -> Result<u16, String> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free loopback port: {e}"))
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..64 {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("no free loopback port: {e}"))?;
+        let mut given = GIVEN.lock().map_err(|_| "port list poisoned".to_owned())?;
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    Err("no loopback port not handed out before in 64 tries".to_owned())
 }
 
 /// How many peer processes [`start`] runs: dnsmasq, two httpbins, Hypercorn, nginx,

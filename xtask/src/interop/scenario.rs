@@ -13,14 +13,34 @@ use super::{dns, h3, httpbin, lifecycle, nginx, peers::Layout, proxies, Setup};
 use crate::table::Row;
 
 /// Every scenario, in order.
+///
+/// `XTASK_INTEROP_ONLY=lifecycle,dns` runs only the named groups (nginx, httpbin, proxies,
+/// dns, h3, lifecycle), for work on one of them; the suite runs them all.
 pub(crate) async fn all(layout: &Layout, setup: &Setup) -> Vec<Row> {
+    let only = std::env::var("XTASK_INTEROP_ONLY").ok();
+    let wanted = |group: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|g| g.trim() == group))
+    };
     let mut rows = Vec::new();
-    rows.extend(nginx::rows(layout, setup).await);
-    rows.extend(httpbin::rows(layout, setup).await);
-    rows.extend(proxies::rows(layout, setup).await);
-    rows.extend(dns::rows(layout, setup).await);
-    rows.extend(h3::rows(layout, setup).await);
-    rows.extend(lifecycle::rows(layout, setup).await);
+    if wanted("nginx") {
+        rows.extend(nginx::rows(layout, setup).await);
+    }
+    if wanted("httpbin") {
+        rows.extend(httpbin::rows(layout, setup).await);
+    }
+    if wanted("proxies") {
+        rows.extend(proxies::rows(layout, setup).await);
+    }
+    if wanted("dns") {
+        rows.extend(dns::rows(layout, setup).await);
+    }
+    if wanted("h3") {
+        rows.extend(h3::rows(layout, setup).await);
+    }
+    if wanted("lifecycle") {
+        rows.extend(lifecycle::rows(layout, setup).await);
+    }
     rows
 }
 
