@@ -460,11 +460,11 @@ impl IdempotencyKey {
         call: &shared::SharedCall,
     ) -> Option<Result<NetResponse, NetError>> {
         let store = &call.store;
-        let until = Instant::now() + store.wait;
+        let until = Instant::now() + store.wait_limit();
         loop {
             match store.claim(&call.tenant, &call.key, &call.token).await {
                 // Redis failed (reported by the store): send without dedup, or refuse.
-                None if store.refuse_when_down => {
+                None if store.refuses_when_down() => {
                     return Some(Err(shared::store_down(&call.key)));
                 }
                 None => return None,
@@ -479,7 +479,7 @@ impl IdempotencyKey {
                     return Some(Ok(*res));
                 }
                 Some(shared::Claim::InFlight) if Instant::now() >= until => {
-                    return Some(Err(shared::conflict(&call.key, store.wait)));
+                    return Some(Err(shared::conflict(&call.key, store.wait_limit())));
                 }
                 // Another instance's call is in flight; its response lands in Redis, which
                 // cannot notify this process: look again shortly.
@@ -512,7 +512,7 @@ impl IdempotencyKey {
             }
         };
         let window = self.limits.window.unwrap_or(SHARED_WINDOW);
-        let stored = shared::encode(res).map(|meta| (meta, body));
+        let stored = shared::StoredResponse::new(res, body);
         call.store.finish(t, k, tok, stored, window).await;
         Ok(())
     }

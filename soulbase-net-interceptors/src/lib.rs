@@ -46,6 +46,10 @@ mod idempotency;
 pub use crate::idempotency::IdempotencyKey;
 #[cfg(feature = "redis")]
 pub use crate::idempotency::RedisDedupStore;
+/// Builds the Redis stores ([`RedisCacheStore`], [`RedisDedupStore`]) from a URL, a target or
+/// a connection (`soulbase_net_store::RedisStore`).
+#[cfg(feature = "redis")]
+pub use soulbase_net_store::RedisStore;
 
 #[cfg(feature = "bearer")]
 mod bearer;

@@ -49,9 +49,8 @@
 //! [`Snapshot::explain`] says which layer each field of an effective policy comes from (what
 //! `cargo xtask policy explain` prints).
 //!
-//! Features: `redis` — `RedisConnection`, the connection to the Redis deployment a
-//! document's `[store]` section names (one server, a cluster, or the master sentinels name),
-//! which the runtime's and the interceptors' shared stores use.
+//! A document's `[store]` section ([`StoreConfig`]) names where a fleet's shared state lives;
+//! this crate only describes and checks it — `soulbase-net-store` connects to it.
 
 mod document;
 mod explain;
@@ -88,7 +87,5 @@ pub use crate::policy::tls::{MtlsCfg, TlsPolicy, TlsVersion};
 pub use crate::policy::NetPolicy;
 pub use crate::resolver::{PolicyResolver, PolicyView, Snapshot, SnapshotResolver};
 pub use crate::size::{ByteSize, ParseByteSizeError};
-#[cfg(feature = "redis")]
-pub use crate::store::{RedisConnection, RedisHandle};
 pub use crate::store::{RedisSentinel, RedisTarget, StoreConfig};
 pub use crate::validate::{PolicyError, Problem};

@@ -860,7 +860,7 @@ async fn phase_fleet(
         g.burst = 10;
         g.store_timeout = Duration::from_millis(500);
         p.limits.global = Some(g);
-        let store = soulbase_net_runtime::fleet::RedisRateStore::new(&redis.url())
+        let store = <soulbase_net_runtime::fleet::RedisRateStore as soulbase_net_runtime::fleet::RedisStore>::new(&redis.url())
             .map_err(|e| e.to_string())?;
         Client::builder()
             .policy(p)

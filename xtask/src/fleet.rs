@@ -21,7 +21,7 @@ use std::{
 use soulbase_net_core::{ErrorKind, NetEvent, NetRequest, Observer};
 use soulbase_net_policy::{GlobalLimit, NetPolicy, OnStoreError};
 use soulbase_net_runtime::{
-    fleet::{Counted, RedisRateStore},
+    fleet::{Counted, RedisRateStore, RedisStore},
     Client,
 };
 

@@ -18,12 +18,24 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("soulbase-net-core", &[]),
     ("soulbase-net-policy", &["soulbase-net-core"]),
     (
-        "soulbase-net-runtime",
+        "soulbase-net-store",
         &["soulbase-net-core", "soulbase-net-policy"],
     ),
     (
+        "soulbase-net-runtime",
+        &[
+            "soulbase-net-core",
+            "soulbase-net-policy",
+            "soulbase-net-store",
+        ],
+    ),
+    (
         "soulbase-net-interceptors",
-        &["soulbase-net-core", "soulbase-net-policy"],
+        &[
+            "soulbase-net-core",
+            "soulbase-net-policy",
+            "soulbase-net-store",
+        ],
     ),
     ("soulbase-net-observe", &["soulbase-net-core"]),
     ("soulbase-net-testkit", &["soulbase-net-core"]),

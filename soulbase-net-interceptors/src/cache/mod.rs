@@ -1,11 +1,6 @@
 //! `CacheHook`: an HTTP cache for GET — fresh hits without a request, conditional
 //! revalidation of stale entries.
 
-mod control;
-#[cfg(feature = "redis")]
-mod redis;
-mod store;
-
 use std::{
     collections::HashSet,
     fmt,
@@ -19,10 +14,10 @@ use soulbase_net_core::{
 };
 use tokio::time::Instant;
 
-use self::control::Directives;
 #[cfg(feature = "redis")]
-pub use self::redis::RedisCacheStore;
-pub use self::store::{CacheStore, CachedResponse, MemoryStore};
+pub use soulbase_net_store::cache::RedisCacheStore;
+use soulbase_net_store::cache::{control::Directives, selecting_value};
+pub use soulbase_net_store::cache::{CacheStore, CachedResponse, MemoryStore};
 
 /// Caches the responses to GET requests, as a shared cache (RFC 9111) keyed by tenant + URL
 /// (+ the request headers the response `Vary`s on).
@@ -148,7 +143,7 @@ impl CacheHook {
         let values: Vec<(&HeaderName, Option<HeaderValue>)> = last
             .vary
             .iter()
-            .map(|(name, _)| (name, store::selecting_value(req_headers, name)))
+            .map(|(name, _)| (name, selecting_value(req_headers, name)))
             .collect();
         let names = values.iter().map(|(name, value)| (*name, value.as_ref()));
         self.store

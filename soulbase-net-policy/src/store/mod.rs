@@ -1,23 +1,14 @@
 //! [`StoreConfig`]: the policy document's `[store]` section — where a fleet's shared state
 //! (rate limits, dedup window, HTTP cache) lives: one Redis, a Redis Cluster, or the master a
-//! set of sentinels names. With the `redis` feature, `RedisConnection` connects to it.
-//!
-//! Why here, in the policy crate: the runtime (shared rate limits) and the interceptors (the
-//! shared cache and dedup window) both connect to what the section names, and this is the
-//! crate both depend on; the connection stays behind a feature, so a policy without Redis
-//! compiles no Redis client.
+//! set of sentinels names. This is configuration only: `soulbase-net-store` connects to what
+//! it names (`RedisConnection`, feature `redis`).
 
 mod check;
-#[cfg(feature = "redis")]
-mod connect;
 mod value;
 
 use std::fmt;
 
 use crate::validate::Problem;
-
-#[cfg(feature = "redis")]
-pub use self::connect::{RedisConnection, RedisHandle};
 
 /// Where a fleet's shared state lives: the document's `[store]` section, naming at most one
 /// Redis deployment.
@@ -35,7 +26,7 @@ pub use self::connect::{RedisConnection, RedisHandle};
 /// the client can speak, a host (or a socket path), and for a list of nodes one scheme and one
 /// set of credentials for all. Credentials are never shown by `Debug` or in a problem — only
 /// schemes, hosts and ports. `rediss://` is TLS to Redis, verified against the system's trust
-/// roots (a private CA: the stores' `with_root_pem`, or `RedisConnection::with_root_pem`).
+/// roots (a private CA: the stores' `with_root_pem`, or `soulbase_net_store::RedisConnection::with_root_pem`).
 ///
 /// # Examples
 /// ```
@@ -156,6 +147,23 @@ impl fmt::Debug for StoreConfig {
 // === impl RedisTarget ===
 
 impl RedisTarget {
+    /// Every problem that makes it unusable — a scheme the client cannot speak, no host,
+    /// nodes that differ in scheme or credentials — each without credentials; what loading a
+    /// `[store]` section checks, for a target built in code.
+    ///
+    /// # Errors
+    /// The problems found.
+    ///
+    /// ```
+    /// use soulbase_net_policy::RedisTarget;
+    ///
+    /// assert!(RedisTarget::Server("redis://10.0.0.5:6379/0".into()).check().is_ok());
+    /// assert!(RedisTarget::Server("http://10.0.0.5".into()).check().is_err());
+    /// ```
+    pub fn check(&self) -> Result<(), Vec<Problem>> {
+        check::target(self)
+    }
+
     /// Where it points, without credentials: `redis://10.0.0.5:6379`,
     /// `cluster redis://10.0.0.5:7000 redis://10.0.0.6:7000`, or
     /// `sentinel master mymaster via redis://10.0.0.7:26379`.
@@ -231,6 +239,22 @@ impl RedisSentinel {
     /// The sentinels' URLs, credentials included: for connecting, never for showing.
     pub fn nodes(&self) -> &[String] {
         &self.nodes
+    }
+
+    /// The user the master is reached as ([`username`](Self::username)).
+    pub fn master_username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// The master's password ([`password`](Self::password)): for connecting, never for
+    /// showing.
+    pub fn master_password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The master's database ([`db`](Self::db)).
+    pub fn master_db(&self) -> i64 {
+        self.db
     }
 }
 

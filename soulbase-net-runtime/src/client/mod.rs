@@ -351,7 +351,7 @@ impl ClientBuilder {
     }
 
     /// Where shared rate limits (`limits.global`) keep their buckets: a
-    /// [`RedisRateStore`](crate::fleet::RedisRateStore) (feature `redis`) for limits shared
+    /// `fleet::RedisRateStore` (feature `redis`) for limits shared
     /// by a fleet. Default is a [`MemoryRateStore`](crate::fleet::MemoryRateStore): exact for
     /// this process alone.
     pub fn rate_store(mut self, store: Arc<dyn crate::fleet::RateStore>) -> Self {
@@ -361,7 +361,7 @@ impl ClientBuilder {
 
     /// Where the fleet's shared state lives, as a policy document's `[store]` section says
     /// (`PolicyDocument::store`): with a Redis server, cluster or sentinel-named master,
-    /// shared rate limits go to a [`RedisRateStore`](crate::fleet::RedisRateStore) — unless
+    /// shared rate limits go to a `fleet::RedisRateStore` — unless
     /// [`rate_store`](Self::rate_store) gave one. Needs the `redis` feature; `build` says so
     /// when it is missing.
     pub fn store(mut self, store: soulbase_net_policy::StoreConfig) -> Self {
@@ -766,7 +766,9 @@ impl Client {
 fn redis_rate_store(
     target: &soulbase_net_policy::RedisTarget,
 ) -> Result<Arc<dyn crate::fleet::RateStore>, NetError> {
-    Ok(Arc::new(crate::fleet::RedisRateStore::from_target(target)?))
+    Ok(Arc::new(
+        <crate::fleet::RedisRateStore as crate::fleet::RedisStore>::from_target(target)?,
+    ))
 }
 
 /// Without the `redis` feature, a `[store]` naming Redis cannot be honoured: said at build.

@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use soulbase_net_core::{ErrorKind, NetRequest};
 use soulbase_net_policy::{RedisTarget, StoreConfig};
 use soulbase_net_runtime::{
-    fleet::{RateStore, RedisRateStore, TakeRequest},
+    fleet::{RateStore, RedisRateStore, RedisStore, TakeRequest},
     Client,
 };
 use soulbase_net_testkit::RedisCluster;

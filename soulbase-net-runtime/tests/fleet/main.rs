@@ -17,7 +17,7 @@ use soulbase_net_core::{
 };
 use soulbase_net_policy::{GlobalLimit, NetPolicy, OnStoreError};
 use soulbase_net_runtime::{
-    fleet::{Counted, RateStore, RedisRateStore},
+    fleet::{Counted, RateStore, RedisRateStore, RedisStore},
     Client, DialFuture, Dialer, TcpDialer,
 };
 use soulbase_net_testkit::{FaultServer, RedisServer, Reply};

@@ -145,7 +145,7 @@ pub(crate) async fn fleet(
         let run = load(client.await?, callers, secs, (server, Listener::H1, before)).await?;
         local.push(run);
         let store = Arc::new(soulbase_net_runtime::fleet::Counted::new(
-            soulbase_net_runtime::fleet::RedisRateStore::new(&redis.url())
+            <soulbase_net_runtime::fleet::RedisRateStore as soulbase_net_runtime::fleet::RedisStore>::new(&redis.url())
                 .map_err(|e| e.to_string())?,
         ));
         let mut policy = full_policy(callers);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use soulbase_net_core::NetRequest;
-use soulbase_net_interceptors::{RedisCacheStore, RedisDedupStore};
+use soulbase_net_interceptors::{RedisCacheStore, RedisDedupStore, RedisStore};
 use soulbase_net_policy::{RedisSentinel, RedisTarget};
 use soulbase_net_testkit::{FaultServer, Gate, RedisCluster, Reply};
 

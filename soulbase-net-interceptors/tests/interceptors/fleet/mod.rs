@@ -8,7 +8,7 @@ mod deployments;
 use std::{sync::Arc, time::Duration};
 
 use soulbase_net_core::NetRequest;
-use soulbase_net_interceptors::{CacheHook, RedisCacheStore};
+use soulbase_net_interceptors::{CacheHook, RedisCacheStore, RedisStore};
 use soulbase_net_testkit::{FaultServer, RedisServer, Reply};
 
 use crate::support::client;

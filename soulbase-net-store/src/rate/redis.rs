@@ -2,10 +2,8 @@
 
 use std::{fmt, time::Duration};
 
-use soulbase_net_core::NetError;
-use soulbase_net_policy::{RedisConnection, RedisTarget};
-
-use super::{RateStore, StoreError, TakeFuture, TakeRequest, Taken};
+use super::{RateStore, TakeFuture, TakeRequest, Taken};
+use crate::{RedisConnection, RedisStore, StoreError};
 
 /// The GCRA step, atomic in Redis: the same arithmetic as the in-memory store, in
 /// microseconds, on the Redis server's clock (`TIME`), so instances' clocks never matter.
@@ -50,67 +48,38 @@ const PREFIX: &str = "soulbase:gcra:";
 ///
 /// Redis is one server (`redis://[user:password@]host:port[/db]`, `rediss://…` for TLS,
 /// `redis+unix:///path`), a Redis Cluster or the master sentinels name
-/// ([`from_target`](Self::from_target)); its URLs are never shown by `Debug` or in errors (only
+/// ([`RedisStore::from_target`]); its URLs are never shown by `Debug` or in errors (only
 /// hosts and ports are).
 ///
 /// # Examples
 /// ```no_run
-/// # fn main() -> Result<(), soulbase_net_core::NetError> {
-/// use std::sync::Arc;
-/// use soulbase_net_runtime::{fleet::RedisRateStore, Client};
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use soulbase_net_store::{
+///     rate::{RateStore, RedisRateStore, TakeRequest},
+///     RedisStore,
+/// };
 ///
 /// let store = RedisRateStore::new("redis://127.0.0.1:6379/")?;
-/// let client = Client::builder().rate_store(Arc::new(store)).build()?;
-/// # let _ = client; Ok(()) }
+/// let req = TakeRequest { key: "t:acme", rps: 200, burst: 10, want: 1, at_least: 1, owed: 0 };
+/// let taken = store.take(req).await?;
+/// // The runtime's client takes it as `Client::builder().rate_store(Arc::new(store))`.
+/// # let _ = taken; Ok(()) }
 /// ```
 pub struct RedisRateStore {
     conn: RedisConnection,
     script: redis::Script,
 }
 
-impl RedisRateStore {
-    /// A store on the Redis at `url`; nothing is connected yet. A `rediss://` URL is TLS to
-    /// Redis, verified against the system's trust roots (rustls, ring).
-    ///
-    /// # Errors
-    /// `InvalidRequest` when `url` is not a Redis URL (the message never repeats the URL's
-    /// credentials).
-    pub fn new(url: &str) -> Result<Self, NetError> {
-        Self::from_target(&RedisTarget::Server(url.to_owned()))
-    }
-
-    /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
-    /// `root_pem` (PEM) instead of the system's.
-    ///
-    /// # Errors
-    /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
-    pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
-        let target = RedisTarget::Server(url.to_owned());
-        Ok(Self::from_connection(RedisConnection::with_root_pem(
-            &target, root_pem,
-        )?))
-    }
-
-    /// A store on the Redis deployment `target` names — one server, a Redis Cluster, or the
-    /// master sentinels name (a `[store]` section's
-    /// [`redis_target`](soulbase_net_policy::StoreConfig::redis_target)); nothing is
-    /// connected yet.
-    ///
-    /// # Errors
-    /// `InvalidRequest` when `target` is not usable.
-    pub fn from_target(target: &RedisTarget) -> Result<Self, NetError> {
-        Ok(Self::from_connection(RedisConnection::new(target)?))
-    }
-
-    /// A store on `conn` (e.g. a cluster reached over TLS with a private CA:
-    /// [`RedisConnection::with_root_pem`]).
-    pub fn from_connection(conn: RedisConnection) -> Self {
+impl RedisStore for RedisRateStore {
+    fn from_connection(conn: RedisConnection) -> Self {
         Self {
             conn,
             script: redis::Script::new(GCRA),
         }
     }
+}
 
+impl RedisRateStore {
     /// A store error for `e`, naming where Redis is and what kind of failure it was.
     fn failed(&self, e: redis::RedisError) -> StoreError {
         StoreError::new(

@@ -27,8 +27,9 @@ impl MemoryRateStore {
         }
     }
 
-    /// Takes up to `req.want` tokens at `now`.
-    pub(crate) fn take_at(&self, req: TakeRequest<'_>, now: Instant) -> Taken {
+    /// Takes up to `req.want` tokens at `now` (what [`RateStore::take`] does at
+    /// `Instant::now()`), for a caller that keeps its own clock.
+    pub fn take_at(&self, req: TakeRequest<'_>, now: Instant) -> Taken {
         let mut tat = self.tat.lock();
         if tat.len() >= MAX_BUCKETS && !tat.contains_key(req.key) {
             tat.retain(|_, t| *t > now);
@@ -64,7 +65,7 @@ impl RateStore for MemoryRateStore {
 /// every `interval`, and `interval × (burst − 1)` of tolerance, grants the most tokens up to
 /// `want` that keep `tat − now ≤ tolerance + interval` — if that is at least `at_least`.
 /// Returns (granted, the new tat, the wait until `at_least` fit when none was granted).
-pub(crate) fn gcra(tat: Instant, now: Instant, req: TakeRequest<'_>) -> (u32, Instant, Duration) {
+fn gcra(tat: Instant, now: Instant, req: TakeRequest<'_>) -> (u32, Instant, Duration) {
     let interval = Duration::from_nanos(1_000_000_000u64.div_ceil(u64::from(req.rps.max(1))));
     let tolerance = interval.saturating_mul(req.burst.max(1) - 1);
     // What was spent on credit is paid first, whatever room there is.

@@ -24,7 +24,7 @@ use redis::{
 };
 use soulbase_net_core::NetError;
 
-use super::{check, RedisTarget};
+use soulbase_net_policy::RedisTarget;
 
 /// Longest wait for a connection to one node.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -46,7 +46,8 @@ const CLUSTER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// # Examples
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use soulbase_net_policy::{RedisConnection, RedisTarget};
+/// use soulbase_net_policy::RedisTarget;
+/// use soulbase_net_store::RedisConnection;
 ///
 /// let seeds = vec!["redis://10.0.0.5:7000".to_owned(), "redis://10.0.0.6:7000".to_owned()];
 /// let redis = RedisConnection::new(&RedisTarget::Cluster(seeds))?;
@@ -78,6 +79,61 @@ enum Kind {
 #[derive(Clone)]
 pub struct RedisHandle(Handle);
 
+/// A store kept in Redis — [`RedisRateStore`](crate::rate::RedisRateStore),
+/// [`RedisDedupStore`](crate::dedup::RedisDedupStore),
+/// [`RedisCacheStore`](crate::cache::RedisCacheStore): made on a [`RedisConnection`], and so
+/// from anything a connection is made from. One piece of code serves the three.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_store::{rate::RedisRateStore, RedisStore};
+///
+/// // Nothing is connected until the store is first used.
+/// let store = RedisRateStore::new("redis://127.0.0.1:6379/")?;
+/// assert!(format!("{store:?}").contains("127.0.0.1:6379"));
+/// assert!(RedisRateStore::new("http://not-redis").is_err());
+/// # Ok::<(), soulbase_net_core::NetError>(())
+/// ```
+pub trait RedisStore: Sized {
+    /// A store on `conn` (e.g. a cluster reached over TLS with a private CA:
+    /// [`RedisConnection::with_root_pem`]).
+    fn from_connection(conn: RedisConnection) -> Self;
+
+    /// A store on the Redis at `url` (`redis://[user:password@]host:port[/db]`, `rediss://…`
+    /// for TLS verified against the system's trust roots, `redis+unix:///path`); nothing is
+    /// connected until first use.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `url` is not a Redis URL (the message never repeats the URL's
+    /// credentials).
+    fn new(url: &str) -> Result<Self, NetError> {
+        Self::from_target(&RedisTarget::Server(url.to_owned()))
+    }
+
+    /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
+    /// `root_pem` (PEM) instead of the system's.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
+    fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
+        let target = RedisTarget::Server(url.to_owned());
+        Ok(Self::from_connection(RedisConnection::with_root_pem(
+            &target, root_pem,
+        )?))
+    }
+
+    /// A store on the Redis deployment `target` names — one server, a Redis Cluster, or the
+    /// master sentinels name (a `[store]` section's
+    /// [`redis_target`](soulbase_net_policy::StoreConfig::redis_target)); nothing is
+    /// connected until first use.
+    ///
+    /// # Errors
+    /// `InvalidRequest` when `target` is not usable.
+    fn from_target(target: &RedisTarget) -> Result<Self, NetError> {
+        Ok(Self::from_connection(RedisConnection::new(target)?))
+    }
+}
+
 #[derive(Clone)]
 enum Handle {
     Server(ConnectionManager),
@@ -108,7 +164,7 @@ impl RedisConnection {
     }
 
     fn build(target: &RedisTarget, root_pem: Option<&[u8]>) -> Result<Self, NetError> {
-        check::target(target).map_err(|problems| {
+        target.check().map_err(|problems| {
             let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
             NetError::invalid_request(format!("not a usable redis store: {}", text.join("; ")))
         })?;
@@ -143,6 +199,13 @@ impl RedisConnection {
             }
             RedisTarget::Sentinel(s) => {
                 Kind::Sentinel(Arc::new(sentinel::SentinelMaster::new(s, certs)?))
+            }
+            // A kind of deployment the policy crate names and this one does not know yet.
+            _ => {
+                return Err(NetError::invalid_request(format!(
+                    "not a usable redis store: {} is not supported here",
+                    target.shown()
+                )))
             }
         };
         Ok(Self {

@@ -6,18 +6,27 @@ use soulbase_net_core::http::{header, HeaderMap};
 /// `proxy-revalidate`, its shared-cache twin) and `stale-while-revalidate` of every
 /// `Cache-Control` header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Directives {
-    pub(crate) no_store: bool,
-    pub(crate) no_cache: bool,
-    pub(crate) private: bool,
-    pub(crate) must_revalidate: bool,
-    pub(crate) max_age: Option<u64>,
-    pub(crate) s_maxage: Option<u64>,
-    pub(crate) stale_while_revalidate: Option<u64>,
+pub struct Directives {
+    /// `no-store`.
+    pub no_store: bool,
+    /// `no-cache`.
+    pub no_cache: bool,
+    /// `private`.
+    pub private: bool,
+    /// `must-revalidate` or `proxy-revalidate`.
+    pub must_revalidate: bool,
+    /// `max-age`, in seconds (the smallest when repeated; 0 when malformed).
+    pub max_age: Option<u64>,
+    /// `s-maxage`, in seconds (as `max_age`).
+    pub s_maxage: Option<u64>,
+    /// `stale-while-revalidate`, in seconds.
+    pub stale_while_revalidate: Option<u64>,
 }
 
 impl Directives {
-    pub(crate) fn parse(headers: &HeaderMap) -> Self {
+    /// The directives of every `Cache-Control` field line of `headers`; unknown ones are
+    /// ignored.
+    pub fn parse(headers: &HeaderMap) -> Self {
         let mut d = Directives::default();
         for value in headers.get_all(header::CACHE_CONTROL) {
             let Ok(value) = value.to_str() else { continue };

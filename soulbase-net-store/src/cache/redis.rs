@@ -18,12 +18,12 @@ use serde::{Deserialize, Serialize};
 use soulbase_net_core::{
     bytes::Bytes,
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode},
-    NetError, NetEvent, Observer,
+    NetEvent, Observer,
 };
-use soulbase_net_policy::{RedisConnection, RedisHandle, RedisTarget};
 use tokio::time::Instant;
 
-use super::store::{CacheStore, CachedResponse};
+use super::{CacheStore, CachedResponse};
+use crate::{RedisConnection, RedisHandle, RedisStore};
 
 /// The prefix of every entry's key. An entry is one key (a hash), so on a Redis Cluster each
 /// call is one node's business.
@@ -38,7 +38,7 @@ const REVALIDATION_GRACE: Duration = Duration::from_secs(600);
 /// get) or a skipped store (a put) — never an error for the call —, counted in
 /// [`errors`](Self::errors) and reported to the observer as `StoreError { store: "cache" }`.
 /// Redis is one server, a Redis Cluster or the master sentinels name
-/// ([`from_target`](Self::from_target)); its URLs are never shown by `Debug` or in errors
+/// ([`RedisStore::from_target`]); its URLs are never shown by `Debug` or in errors
 /// (only hosts and ports are).
 pub struct RedisCacheStore {
     conn: RedisConnection,
@@ -62,41 +62,8 @@ struct Meta {
     vary: Vec<(String, Option<Vec<u8>>)>,
 }
 
-impl RedisCacheStore {
-    /// A store on the Redis at `url`; nothing is connected until first use. A `rediss://`
-    /// URL is TLS to Redis, verified against the system's trust roots.
-    ///
-    /// # Errors
-    /// `InvalidRequest` when `url` is not a Redis URL.
-    pub fn new(url: &str) -> Result<Self, NetError> {
-        Self::from_target(&RedisTarget::Server(url.to_owned()))
-    }
-
-    /// A store on the Redis at the `rediss://` `url`, trusting the CA certificates of
-    /// `root_pem` (PEM) instead of the system's.
-    ///
-    /// # Errors
-    /// `InvalidRequest` when `url` is not a Redis URL or `root_pem` holds no certificate.
-    pub fn with_root_pem(url: &str, root_pem: &[u8]) -> Result<Self, NetError> {
-        let target = RedisTarget::Server(url.to_owned());
-        Ok(Self::from_connection(RedisConnection::with_root_pem(
-            &target, root_pem,
-        )?))
-    }
-
-    /// A store on the Redis deployment `target` names — one server, a Redis Cluster, or the
-    /// master sentinels name (a `[store]` section's `redis_target()`); nothing is connected
-    /// until first use.
-    ///
-    /// # Errors
-    /// `InvalidRequest` when `target` is not usable.
-    pub fn from_target(target: &RedisTarget) -> Result<Self, NetError> {
-        Ok(Self::from_connection(RedisConnection::new(target)?))
-    }
-
-    /// A store on `conn` (e.g. a cluster reached over TLS with a private CA:
-    /// `RedisConnection::with_root_pem`).
-    pub fn from_connection(conn: RedisConnection) -> Self {
+impl RedisStore for RedisCacheStore {
+    fn from_connection(conn: RedisConnection) -> Self {
         Self {
             conn,
             max_body: 1 << 20,
@@ -105,7 +72,9 @@ impl RedisCacheStore {
             observer: None,
         }
     }
+}
 
+impl RedisCacheStore {
     /// Largest body stored. Default is 1 MiB.
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;

@@ -19,7 +19,7 @@ use soulbase_net_core::NetError;
 use tokio::time::Instant;
 
 use super::{invalid, manager_config};
-use crate::store::RedisSentinel;
+use soulbase_net_policy::RedisSentinel;
 
 /// After a failed lookup, how long calls fail at once with its error before one asks the
 /// sentinels again: sentinels that are down cost one lookup per this interval, not one per
@@ -58,7 +58,7 @@ impl SentinelMaster {
     /// credentials of their URLs, the master with `s`'s, both with TLS when the sentinels are.
     pub(super) fn new(s: &RedisSentinel, certs: Option<TlsCertificates>) -> Result<Self, NetError> {
         let infos = s
-            .nodes
+            .nodes()
             .iter()
             .map(|n| n.as_str().into_connection_info())
             .collect::<RedisResult<Vec<_>>>()
@@ -69,9 +69,9 @@ impl SentinelMaster {
         let tls = matches!(first.addr(), ConnectionAddr::TcpTls { .. });
         let sentinels = infos.iter().map(|i| i.addr().clone());
         let mut builder =
-            SentinelClientBuilder::new(sentinels, &s.master, SentinelServerType::Master)
+            SentinelClientBuilder::new(sentinels, s.master_name(), SentinelServerType::Master)
                 .map_err(invalid)?
-                .set_client_to_redis_db(s.db);
+                .set_client_to_redis_db(s.master_db());
         let to_sentinel = first.redis_settings();
         if let Some(user) = to_sentinel.username() {
             builder = builder.set_client_to_sentinel_username(user);
@@ -79,10 +79,10 @@ impl SentinelMaster {
         if let Some(password) = to_sentinel.password() {
             builder = builder.set_client_to_sentinel_password(password);
         }
-        if let Some(user) = &s.username {
+        if let Some(user) = s.master_username() {
             builder = builder.set_client_to_redis_username(user);
         }
-        if let Some(password) = &s.password {
+        if let Some(password) = s.master_password() {
             builder = builder.set_client_to_redis_password(password);
         }
         if tls {

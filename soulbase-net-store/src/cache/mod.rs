@@ -1,4 +1,12 @@
-//! Where cached responses live: the `CacheStore` trait and the bounded in-memory store.
+//! Cache stores: where an HTTP cache's responses live — the entry ([`CachedResponse`]: what
+//! RFC 9111 says about keeping it, read from its headers), the seam ([`CacheStore`]), the
+//! bounded in-memory store ([`MemoryStore`]) and, with the `redis` feature, the fleet's
+//! (`RedisCacheStore`). The cache itself (what is looked up, served, revalidated) is the
+//! interceptors' `CacheHook`.
+
+pub mod control;
+#[cfg(feature = "redis")]
+mod redis;
 
 use std::{
     fmt,
@@ -13,7 +21,9 @@ use soulbase_net_core::{
 };
 use tokio::time::Instant;
 
-use super::control::Directives;
+use self::control::Directives;
+#[cfg(feature = "redis")]
+pub use self::redis::RedisCacheStore;
 
 /// The longest freshness lifetime taken from `max-age`: a year.
 const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -204,7 +214,7 @@ impl CachedResponse {
     }
 
     /// The stored response as a buffered [`NetResponse`] for `url`.
-    pub(crate) fn to_response(&self, url: &str) -> NetResponse {
+    pub fn to_response(&self, url: &str) -> NetResponse {
         let mut res = NetResponse::from_bytes(self.status, self.body.clone());
         res.headers = self.headers.clone();
         res.content_type = self
@@ -217,7 +227,8 @@ impl CachedResponse {
     }
 }
 
-/// Storage for [`CacheHook`](super::CacheHook) entries, by key (tenant + URL).
+/// Storage for an HTTP cache's entries (the interceptors' `CacheHook`), by key (tenant +
+/// URL).
 #[async_trait::async_trait]
 pub trait CacheStore: Send + Sync + fmt::Debug {
     /// The entry under `key`.
@@ -270,7 +281,7 @@ impl CacheStore for MemoryStore {
 /// The value of request header `name` as `Vary` compares it: absent, its one line, or its
 /// lines combined in order with `", "` (RFC 9110 §5.3), so that two requests that differ only
 /// in a second `Accept-Language` line are different variants.
-pub(crate) fn selecting_value(headers: &HeaderMap, name: &HeaderName) -> Option<HeaderValue> {
+pub fn selecting_value(headers: &HeaderMap, name: &HeaderName) -> Option<HeaderValue> {
     let mut lines = headers.get_all(name).iter();
     let first = lines.next()?;
     let Some(second) = lines.next() else {

@@ -1,0 +1,42 @@
+//! Shared and durable state for soulbase-net: where the state lives that outlasts one call or
+//! is shared by a fleet of instances — one crate, so that the client's shared limits, the
+//! interceptors' shared cache and dedup window, and the systems built on the workspace stand
+//! on the same connection code and speak of the same things with the same words.
+//!
+//! - [`rate`]: **rate stores**, the buckets of shared rate limits (`limits.global`):
+//!   [`RateStore`](rate::RateStore), [`MemoryRateStore`](rate::MemoryRateStore) (one process,
+//!   the default) and `RedisRateStore` (a fleet; one atomic GCRA script per take, on Redis's
+//!   clock).
+//! - [`cache`]: **cache stores**, where an HTTP cache's entries live:
+//!   [`CacheStore`](cache::CacheStore), [`CachedResponse`](cache::CachedResponse) (RFC 9111's
+//!   freshness read from the headers), [`MemoryStore`](cache::MemoryStore) (moka, bounded)
+//!   and `RedisCacheStore`.
+//! - `dedup` (feature `redis`): the **dedup store**, the idempotency window a fleet shares —
+//!   the first call with a key claims it with a marker, the others wait for its stored
+//!   response.
+//! - `RedisConnection` (feature `redis`): the connection to the Redis deployment a policy's
+//!   `[store]` section names — one server, a Redis Cluster, or the master sentinels name —
+//!   made on first use and healed by itself; `RedisStore` builds any of the Redis stores
+//!   from a URL, a target or a connection.
+//!
+//! Configuration stays in `soulbase-net-policy` (`StoreConfig`, `RedisTarget`): this crate
+//! connects to what it names. The words used across the workspace for these things are in
+//! the glossary of `docs/architecture.md`.
+//!
+//! # Features
+//!
+//! | feature | adds |
+//! | --- | --- |
+//! | `redis` | `RedisConnection`, `RedisStore`, `RedisRateStore`, `RedisDedupStore`, `RedisCacheStore` |
+
+pub mod cache;
+#[cfg(feature = "redis")]
+pub mod dedup;
+mod error;
+pub mod rate;
+#[cfg(feature = "redis")]
+mod redis;
+
+pub use crate::error::StoreError;
+#[cfg(feature = "redis")]
+pub use crate::redis::{RedisConnection, RedisHandle, RedisStore};
