@@ -27,6 +27,10 @@
 //!   letters included. Better still: store the request without its credentials and let the
 //!   client's interceptors add them at delivery.
 //!
+//! The items and the stores are `soulbase-net-store`'s `outbox` module, re-exported here: the
+//! delay server and other systems of the workspace keep their durable state in the same
+//! stores. This crate is the delivery.
+//!
 //! Delivery goes through the `NetClient` given, so the policy, the address guard, the breaker
 //! and the interceptors apply to every attempt; the outbox adds its own retries across time
 //! (and restarts) on top of the client's within one attempt.
@@ -34,20 +38,14 @@
 //! [`NetClient`]: soulbase_net_core::NetClient
 
 pub mod admin;
-mod item;
-mod open;
 mod outbox;
-#[cfg(feature = "postgres")]
-mod postgres;
-mod seal;
-mod sql;
-mod sqlite;
-mod store;
 
-pub use crate::item::OutboxItem;
-pub use crate::open::open_store;
 pub use crate::outbox::{Outbox, OutboxBuilder};
+pub use soulbase_net_store::outbox::{
+    open_store, DeadLetter, Enqueued, OutboxItem, OutboxStore, SqliteStore, SqliteStoreBuilder,
+    StoreOptions, StoredItem, SQLITE_SCHEMA_VERSION,
+};
 #[cfg(feature = "postgres")]
-pub use crate::postgres::{PostgresStore, PostgresStoreBuilder, POSTGRES_SCHEMA_VERSION};
-pub use crate::sqlite::{SqliteStore, SqliteStoreBuilder, SQLITE_SCHEMA_VERSION};
-pub use crate::store::{DeadLetter, Enqueued, OutboxStore, StoreOptions, StoredItem};
+pub use soulbase_net_store::outbox::{
+    PostgresStore, PostgresStoreBuilder, POSTGRES_SCHEMA_VERSION,
+};

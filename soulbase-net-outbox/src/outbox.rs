@@ -15,10 +15,7 @@ use soulbase_net_core::{
 };
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::{
-    item::OutboxItem,
-    store::{Enqueued, OutboxStore, StoredItem},
-};
+use soulbase_net_store::outbox::{Enqueued, OutboxItem, OutboxStore, StoredItem};
 
 /// Builds an [`Outbox`]; from [`Outbox::builder`].
 pub struct OutboxBuilder {

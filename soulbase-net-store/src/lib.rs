@@ -19,6 +19,11 @@
 //!   made on first use and healed by itself; `RedisStore` builds any of the Redis stores
 //!   from a URL, a target or a connection.
 //!
+//! - `outbox` (feature `outbox`, PostgreSQL with `postgres`): the **outbox store**, where
+//!   calls that must happen wait durably — `OutboxItem`, `OutboxStore`, `SqliteStore`,
+//!   `PostgresStore` — under claims fenced by a token and timed by leases (the delivery
+//!   engine is `soulbase-net-outbox`).
+//!
 //! Configuration stays in `soulbase-net-policy` (`StoreConfig`, `RedisTarget`): this crate
 //! connects to what it names. The words used across the workspace for these things are in
 //! the glossary of `docs/architecture.md`.
@@ -28,11 +33,15 @@
 //! | feature | adds |
 //! | --- | --- |
 //! | `redis` | `RedisConnection`, `RedisStore`, `RedisRateStore`, `RedisDedupStore`, `RedisCacheStore` |
+//! | `outbox` | the `outbox` module: items, `OutboxStore`, `SqliteStore` (sqlx, SQLite) |
+//! | `postgres` | `outbox` and `PostgresStore` |
 
 pub mod cache;
 #[cfg(feature = "redis")]
 pub mod dedup;
 mod error;
+#[cfg(feature = "outbox")]
+pub mod outbox;
 pub mod rate;
 #[cfg(feature = "redis")]
 mod redis;

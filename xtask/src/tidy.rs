@@ -41,7 +41,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("soulbase-net-testkit", &["soulbase-net-core"]),
     (
         "soulbase-net-outbox",
-        &["soulbase-net-core", "soulbase-net-policy"],
+        &["soulbase-net-core", "soulbase-net-store"],
     ),
 ];
 

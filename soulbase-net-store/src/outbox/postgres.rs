@@ -13,9 +13,10 @@ use sqlx::{
 };
 use tokio::sync::Notify;
 
-use crate::{
+use super::{
+    io,
     sql::{sql_store, Dialect, Migration, Sql},
-    store::{io, timed, StoreOptions},
+    timed, StoreOptions,
 };
 
 /// The schema's versions, oldest first: `(version, name, statements)`; `{t}` is the table.
@@ -105,7 +106,7 @@ pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
 /// # Examples
 /// ```no_run
 /// # async fn f() -> Result<(), soulbase_net_core::NetError> {
-/// use soulbase_net_outbox::{OutboxItem, PostgresStore};
+/// use soulbase_net_store::outbox::{OutboxItem, PostgresStore};
 ///
 /// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
 /// let mut tx = store.pool().begin().await.expect("a transaction");

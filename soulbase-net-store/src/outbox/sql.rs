@@ -1,5 +1,5 @@
 //! What the SQLite and the PostgreSQL store share: the statements (one text, two dialects),
-//! the migration runner, and the [`OutboxStore`](crate::OutboxStore) implementation, written
+//! the migration runner, and the [`OutboxStore`](crate::outbox::OutboxStore) implementation, written
 //! once as a macro over the engine's concrete sqlx types (a generic one over
 //! `sqlx::Database` would need a bound per bound type and column).
 
@@ -157,13 +157,13 @@ macro_rules! sql_store {
         /// transaction opened by `begin`, after the serialising statement `lock` (if any).
         async fn migrate(
             pool: &$pool,
-            sql: &$crate::sql::Sql,
+            sql: &$crate::outbox::sql::Sql,
             t: &str,
-            migrations: &[$crate::sql::Migration],
+            migrations: &[$crate::outbox::sql::Migration],
             up_to: i64,
             (begin, lock): (&'static str, Option<String>),
         ) -> Result<(), soulbase_net_core::NetError> {
-            use $crate::store::io;
+            use $crate::outbox::io;
             let fail = |e| io("migrating the schema", e);
             let mut tx = pool.begin_with(begin).await.map_err(fail)?;
             if let Some(lock) = lock {
@@ -190,7 +190,7 @@ macro_rules! sql_store {
                 sqlx::query(&sql.record_migration)
                     .bind(version)
                     .bind(*name)
-                    .bind($crate::store::ms(std::time::SystemTime::now()))
+                    .bind($crate::outbox::ms(std::time::SystemTime::now()))
                     .execute(&mut *tx)
                     .await
                     .map_err(fail)?;
@@ -207,7 +207,7 @@ macro_rules! sql_store {
                 let (v,): (i64,) = sqlx::query_as(&self.sql.schema_version)
                     .fetch_one(&self.pool)
                     .await
-                    .map_err(|e| $crate::store::io("reading the schema version", e))?;
+                    .map_err(|e| $crate::outbox::io("reading the schema version", e))?;
                 Ok(v)
             }
 
@@ -225,8 +225,8 @@ macro_rules! sql_store {
             pub async fn enqueue_in(
                 &self,
                 tx: &mut sqlx::Transaction<'_, <$conn as sqlx::Connection>::Database>,
-                item: $crate::OutboxItem,
-            ) -> Result<$crate::Enqueued, soulbase_net_core::NetError> {
+                item: $crate::outbox::OutboxItem,
+            ) -> Result<$crate::outbox::Enqueued, soulbase_net_core::NetError> {
                 let stored = item.into_stored(std::time::SystemTime::now())?;
                 self.insert(&mut **tx, &stored).await
             }
@@ -234,11 +234,11 @@ macro_rules! sql_store {
             async fn insert(
                 &self,
                 conn: &mut $conn,
-                item: &$crate::StoredItem,
-            ) -> Result<$crate::Enqueued, soulbase_net_core::NetError> {
-                use $crate::store::{encode_headers, io, ms};
+                item: &$crate::outbox::StoredItem,
+            ) -> Result<$crate::outbox::Enqueued, soulbase_net_core::NetError> {
+                use $crate::outbox::{encode_headers, io, ms};
                 // Credentials sealed (or refused without a key) before anything is written.
-                let (headers, url) = $crate::seal::for_storage(
+                let (headers, url) = $crate::outbox::seal::for_storage(
                     self.options.seal.as_deref(),
                     &item.headers,
                     &item.url,
@@ -261,7 +261,7 @@ macro_rules! sql_store {
                         .await
                         .map_err(|e| io("storing an item", e))?;
                     if let Some((id,)) = inserted {
-                        return Ok($crate::Enqueued::New(id));
+                        return Ok($crate::outbox::Enqueued::New(id));
                     }
                     let found: Option<(i64,)> = sqlx::query_as(&self.sql.find_dedup)
                         .bind(&item.dedup_id)
@@ -269,7 +269,7 @@ macro_rules! sql_store {
                         .await
                         .map_err(|e| io("looking up an id", e))?;
                     if let Some((id,)) = found {
-                        return Ok($crate::Enqueued::Duplicate(id));
+                        return Ok($crate::outbox::Enqueued::Duplicate(id));
                     }
                 }
                 Err(soulbase_net_core::NetError::new(soulbase_net_core::ErrorKind::Io)
@@ -278,17 +278,17 @@ macro_rules! sql_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::OutboxStore for $store {
+        impl $crate::outbox::OutboxStore for $store {
             async fn enqueue(
                 &self,
-                item: $crate::StoredItem,
-            ) -> Result<$crate::Enqueued, soulbase_net_core::NetError> {
-                $crate::store::timed(self.options.op_timeout, "storing an item", async {
+                item: $crate::outbox::StoredItem,
+            ) -> Result<$crate::outbox::Enqueued, soulbase_net_core::NetError> {
+                $crate::outbox::timed(self.options.op_timeout, "storing an item", async {
                     let mut conn = self
                         .pool
                         .acquire()
                         .await
-                        .map_err(|e| $crate::store::io("storing an item", e))?;
+                        .map_err(|e| $crate::outbox::io("storing an item", e))?;
                     self.insert(&mut conn, &item).await
                 })
                 .await
@@ -296,11 +296,11 @@ macro_rules! sql_store {
 
             async fn enqueue_batch(
                 &self,
-                items: Vec<$crate::StoredItem>,
-            ) -> Result<Vec<$crate::Enqueued>, soulbase_net_core::NetError> {
+                items: Vec<$crate::outbox::StoredItem>,
+            ) -> Result<Vec<$crate::outbox::Enqueued>, soulbase_net_core::NetError> {
                 let what = "storing a batch of items";
-                let fail = |e| $crate::store::io(what, e);
-                $crate::store::timed(self.options.op_timeout, what, async {
+                let fail = |e| $crate::outbox::io(what, e);
+                $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let mut done = Vec::with_capacity(items.len());
                     for item in &items {
@@ -317,9 +317,9 @@ macro_rules! sql_store {
                 now: std::time::SystemTime,
                 limit: u32,
                 lease: std::time::Duration,
-            ) -> Result<Vec<$crate::StoredItem>, soulbase_net_core::NetError> {
-                use $crate::store::{io, ms};
-                let rows = $crate::store::timed(self.options.op_timeout, "claiming due items", async {
+            ) -> Result<Vec<$crate::outbox::StoredItem>, soulbase_net_core::NetError> {
+                use $crate::outbox::{io, ms};
+                let rows = $crate::outbox::timed(self.options.op_timeout, "claiming due items", async {
                     // A token of this claim: what fences its holder (a positive i64).
                     let token = fastrand::i64(1..i64::MAX);
                     let rows = sqlx::query(&self.sql.claim)
@@ -332,7 +332,7 @@ macro_rules! sql_store {
                         .await
                         .map_err(|e| io("claiming due items", e))?;
                     rows.iter()
-                        .map($crate::store::item_from)
+                        .map($crate::outbox::item_from)
                         .collect::<Result<Vec<_>, _>>()
                 })
                 .await?;
@@ -341,7 +341,7 @@ macro_rules! sql_store {
                 let mut ready = Vec::with_capacity(rows.len());
                 for mut item in rows {
                     let seal = self.options.seal.as_deref();
-                    match $crate::seal::opened(seal, &mut item.headers, &mut item.url) {
+                    match $crate::outbox::seal::opened(seal, &mut item.headers, &mut item.url) {
                         Ok(()) => ready.push(item),
                         Err(why) => {
                             self.dead(&item, item.attempts, &why, None).await?;
@@ -357,12 +357,12 @@ macro_rules! sql_store {
                 lease: std::time::Duration,
             ) -> Result<Vec<bool>, soulbase_net_core::NetError> {
                 let what = "extending leases";
-                let fail = |e| $crate::store::io(what, e);
-                $crate::store::timed(self.options.op_timeout, what, async {
+                let fail = |e| $crate::outbox::io(what, e);
+                $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     // Read once the transaction holds the write lock: a lease extended after
                     // a long wait for the lock still runs `lease` from now.
-                    let until = $crate::store::ms(std::time::SystemTime::now() + lease);
+                    let until = $crate::outbox::ms(std::time::SystemTime::now() + lease);
                     // In the order of their ids, as `ack_batch` takes them: two transactions
                     // of one outbox locking the same rows never wait for each other in a cycle
                     // (PostgreSQL would abort one as a deadlock).
@@ -389,19 +389,19 @@ macro_rules! sql_store {
             async fn next_due(
                 &self,
             ) -> Result<Option<std::time::SystemTime>, soulbase_net_core::NetError> {
-                $crate::store::timed(self.options.op_timeout, "finding the next due item", async {
+                $crate::outbox::timed(self.options.op_timeout, "finding the next due item", async {
                     let (t,): (Option<i64>,) = sqlx::query_as(&self.sql.next_due)
                         .fetch_one(&self.pool)
                         .await
-                        .map_err(|e| $crate::store::io("finding the next due item", e))?;
-                    Ok(t.map($crate::store::at))
+                        .map_err(|e| $crate::outbox::io("finding the next due item", e))?;
+                    Ok(t.map($crate::outbox::at))
                 })
                 .await
             }
 
             async fn ack(
                 &self,
-                item: &$crate::StoredItem,
+                item: &$crate::outbox::StoredItem,
             ) -> Result<bool, soulbase_net_core::NetError> {
                 let done = self.ack_batch(std::slice::from_ref(item)).await?;
                 Ok(done.first().copied().unwrap_or(false))
@@ -409,12 +409,12 @@ macro_rules! sql_store {
 
             async fn ack_batch(
                 &self,
-                items: &[$crate::StoredItem],
+                items: &[$crate::outbox::StoredItem],
             ) -> Result<Vec<bool>, soulbase_net_core::NetError> {
                 let what = "acknowledging items";
-                let fail = |e| $crate::store::io(what, e);
-                $crate::store::timed(self.options.op_timeout, what, async {
-                    let now = $crate::store::ms(std::time::SystemTime::now());
+                let fail = |e| $crate::outbox::io(what, e);
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let now = $crate::outbox::ms(std::time::SystemTime::now());
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     // In the order of their ids (see `extend`).
                     let mut order: Vec<usize> = (0..items.len()).collect();
@@ -443,19 +443,19 @@ macro_rules! sql_store {
 
             async fn reschedule(
                 &self,
-                item: &$crate::StoredItem,
+                item: &$crate::outbox::StoredItem,
                 at: std::time::SystemTime,
                 attempts: u32,
             ) -> Result<bool, soulbase_net_core::NetError> {
-                $crate::store::timed(self.options.op_timeout, "rescheduling an item", async {
+                $crate::outbox::timed(self.options.op_timeout, "rescheduling an item", async {
                     let done = sqlx::query(&self.sql.reschedule)
-                        .bind($crate::store::ms(at))
+                        .bind($crate::outbox::ms(at))
                         .bind(i64::from(attempts))
                         .bind(item.id)
                         .bind(item.claim)
                         .execute(&self.pool)
                         .await
-                        .map_err(|e| $crate::store::io("rescheduling an item", e))?;
+                        .map_err(|e| $crate::outbox::io("rescheduling an item", e))?;
                     Ok(done.rows_affected() > 0)
                 })
                 .await
@@ -463,20 +463,20 @@ macro_rules! sql_store {
 
             async fn dead(
                 &self,
-                item: &$crate::StoredItem,
+                item: &$crate::outbox::StoredItem,
                 attempts: u32,
                 reason: &str,
                 status: Option<u16>,
             ) -> Result<bool, soulbase_net_core::NetError> {
                 let what = "moving an item to the dead letters";
-                let fail = |e| $crate::store::io(what, e);
-                $crate::store::timed(self.options.op_timeout, what, async {
+                let fail = |e| $crate::outbox::io(what, e);
+                $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let moved = sqlx::query(&self.sql.to_dead)
                         .bind(i64::from(attempts))
                         .bind(reason)
                         .bind(status.map(i64::from))
-                        .bind($crate::store::ms(std::time::SystemTime::now()))
+                        .bind($crate::outbox::ms(std::time::SystemTime::now()))
                         .bind(item.id)
                         .bind(item.claim)
                         .execute(&mut *tx)
@@ -496,24 +496,24 @@ macro_rules! sql_store {
 
             async fn dead_letters(
                 &self,
-            ) -> Result<Vec<$crate::DeadLetter>, soulbase_net_core::NetError> {
-                $crate::store::timed(self.options.op_timeout, "listing dead letters", async {
+            ) -> Result<Vec<$crate::outbox::DeadLetter>, soulbase_net_core::NetError> {
+                $crate::outbox::timed(self.options.op_timeout, "listing dead letters", async {
                     let rows = sqlx::query(&self.sql.dead_letters)
                         .fetch_all(&self.pool)
                         .await
-                        .map_err(|e| $crate::store::io("listing dead letters", e))?;
-                    rows.iter().map($crate::store::dead_from).collect()
+                        .map_err(|e| $crate::outbox::io("listing dead letters", e))?;
+                    rows.iter().map($crate::outbox::dead_from).collect()
                 })
                 .await
             }
 
             async fn requeue(&self, id: i64) -> Result<bool, soulbase_net_core::NetError> {
                 let what = "requeueing a dead letter";
-                let fail = |e| $crate::store::io(what, e);
-                $crate::store::timed(self.options.op_timeout, what, async {
+                let fail = |e| $crate::outbox::io(what, e);
+                $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let moved = sqlx::query(&self.sql.requeue)
-                        .bind($crate::store::ms(std::time::SystemTime::now()))
+                        .bind($crate::outbox::ms(std::time::SystemTime::now()))
                         .bind(id)
                         .execute(&mut *tx)
                         .await
@@ -530,22 +530,22 @@ macro_rules! sql_store {
             }
 
             async fn purge_dead(&self) -> Result<u64, soulbase_net_core::NetError> {
-                $crate::store::timed(self.options.op_timeout, "purging dead letters", async {
+                $crate::outbox::timed(self.options.op_timeout, "purging dead letters", async {
                     let done = sqlx::query(&self.sql.purge)
                         .execute(&self.pool)
                         .await
-                        .map_err(|e| $crate::store::io("purging dead letters", e))?;
+                        .map_err(|e| $crate::outbox::io("purging dead letters", e))?;
                     Ok(done.rows_affected())
                 })
                 .await
             }
 
             async fn pending(&self) -> Result<u64, soulbase_net_core::NetError> {
-                $crate::store::timed(self.options.op_timeout, "counting items", async {
+                $crate::outbox::timed(self.options.op_timeout, "counting items", async {
                     let (n,): (i64,) = sqlx::query_as(&self.sql.pending)
                         .fetch_one(&self.pool)
                         .await
-                        .map_err(|e| $crate::store::io("counting items", e))?;
+                        .map_err(|e| $crate::outbox::io("counting items", e))?;
                     Ok(u64::try_from(n).unwrap_or(0))
                 })
                 .await
@@ -559,14 +559,14 @@ macro_rules! sql_store {
                     return Ok(0);
                 };
                 let what = "forgetting acknowledged items";
-                $crate::store::timed(self.options.op_timeout, what, async {
+                $crate::outbox::timed(self.options.op_timeout, what, async {
                     let done = sqlx::query(&self.sql.sweep)
-                        .bind($crate::store::ms(
+                        .bind($crate::outbox::ms(
                             now.checked_sub(keep).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
                         ))
                         .execute(&self.pool)
                         .await
-                        .map_err(|e| $crate::store::io(what, e))?;
+                        .map_err(|e| $crate::outbox::io(what, e))?;
                     Ok(done.rows_affected())
                 })
                 .await

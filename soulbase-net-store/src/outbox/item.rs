@@ -6,14 +6,14 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use soulbase_net_core::NetError;
 
-use crate::store::StoredItem;
+use super::StoredItem;
 
 /// A call to deliver durably.
 ///
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use soulbase_net_outbox::OutboxItem;
+/// use soulbase_net_store::outbox::OutboxItem;
 ///
 /// let item = OutboxItem::post("https://partner.example/webhook", r#"{"order":42}"#)
 ///     .header("content-type", "application/json")
@@ -121,7 +121,7 @@ impl OutboxItem {
     }
 
     /// Checks what `enqueue` needs: an absolute http(s) URL and valid headers.
-    pub(crate) fn check(&self) -> Result<(), NetError> {
+    fn check(&self) -> Result<(), NetError> {
         if let Some(problem) = &self.invalid {
             return Err(NetError::invalid_request(problem.clone()));
         }
@@ -129,8 +129,13 @@ impl OutboxItem {
     }
 
     /// The item as stored when enqueued at `now`: checked, with its `Idempotency-Key` (the
-    /// caller's, or one drawn from the OS CSPRNG), its due time and its deadline.
-    pub(crate) fn into_stored(self, now: SystemTime) -> Result<StoredItem, NetError> {
+    /// caller's, or one drawn from the OS CSPRNG), its due time and its deadline — what an
+    /// outbox hands its store's `enqueue`.
+    ///
+    /// # Errors
+    /// `SCHEMA.VALIDATION_FAILED` when the URL is not an absolute http(s) URL or a header is
+    /// invalid; an error of the OS CSPRNG when a key cannot be drawn.
+    pub fn into_stored(self, now: SystemTime) -> Result<StoredItem, NetError> {
         self.check()?;
         let key = match self
             .headers

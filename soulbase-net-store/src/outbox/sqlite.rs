@@ -8,9 +8,10 @@ use sqlx::{
     SqlitePool,
 };
 
-use crate::{
+use super::{
+    io,
     sql::{sql_store, Dialect, Migration, Sql},
-    store::{io, StoreOptions},
+    StoreOptions,
 };
 
 /// The schema's versions, oldest first: `(version, name, statements)`; `{t}` is the table.
@@ -91,8 +92,8 @@ pub const SQLITE_SCHEMA_VERSION: i64 = 3;
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let dir = std::env::temp_dir().join(format!("outbox-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
-/// let store = soulbase_net_outbox::SqliteStore::open(dir.join("outbox.db")).await.unwrap();
-/// use soulbase_net_outbox::OutboxStore;
+/// let store = soulbase_net_store::outbox::SqliteStore::open(dir.join("outbox.db")).await.unwrap();
+/// use soulbase_net_store::outbox::OutboxStore;
 /// assert_eq!(store.pending().await.unwrap(), 0);
 /// # });
 /// ```

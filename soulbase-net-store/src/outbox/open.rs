@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use soulbase_net_core::NetError;
 
-use crate::{store::StoreOptions, OutboxStore, SqliteStore};
+use super::{OutboxStore, SqliteStore, StoreOptions};
 
 /// Opens the store `url` names, with `options`:
-/// - `postgres://…` or `postgresql://…`: a [`PostgresStore`](crate::PostgresStore) (cargo
+/// - `postgres://…` or `postgresql://…`: a `PostgresStore` (cargo
 ///   feature `postgres`);
 /// - `sqlite:PATH`, `sqlite://PATH`, or a plain file path: a [`SqliteStore`].
 ///
@@ -18,7 +18,7 @@ use crate::{store::StoreOptions, OutboxStore, SqliteStore};
 /// # Examples
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use soulbase_net_outbox::{open_store, StoreOptions};
+/// use soulbase_net_store::outbox::{open_store, StoreOptions};
 ///
 /// let dir = std::env::temp_dir().join(format!("outbox-open-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
@@ -35,7 +35,7 @@ pub async fn open_store(
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         #[cfg(feature = "postgres")]
         {
-            let store = crate::PostgresStore::builder(url)
+            let store = crate::outbox::PostgresStore::builder(url)
                 .options(options)
                 .connect()
                 .await?;

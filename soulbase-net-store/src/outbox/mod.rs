@@ -1,5 +1,18 @@
-//! [`OutboxStore`]: where items wait, are claimed, acknowledged, rescheduled and dead-lettered;
-//! [`StoreOptions`]: what both stores are configured with (table name, retention, timeouts).
+//! Outbox stores: where the outbox's items wait, are claimed, acknowledged, rescheduled and
+//! dead-lettered — the item ([`OutboxItem`], [`StoredItem`]), the seam ([`OutboxStore`]),
+//! [`SqliteStore`] (the embedded default: one file, WAL) and, with the `postgres` feature,
+//! `PostgresStore` (a fleet delivering from one table); [`StoreOptions`] is what both are
+//! configured with (table name, retention, timeouts, the sealing key); [`open_store`] opens
+//! either from a URL. The delivery itself (claims in batches, the window, the heartbeat that
+//! extends leases, acknowledgements) is `soulbase-net-outbox`'s.
+
+mod item;
+mod open;
+#[cfg(feature = "postgres")]
+mod postgres;
+mod seal;
+mod sql;
+mod sqlite;
 
 use std::{
     sync::Arc,
@@ -10,6 +23,12 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use soulbase_net_core::{ErrorKind, NetError};
 use tokio::sync::Notify;
+
+pub use self::item::OutboxItem;
+pub use self::open::open_store;
+#[cfg(feature = "postgres")]
+pub use self::postgres::{PostgresStore, PostgresStoreBuilder, POSTGRES_SCHEMA_VERSION};
+pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SQLITE_SCHEMA_VERSION};
 
 /// An item as stored.
 #[derive(Clone, Debug)]
@@ -147,7 +166,7 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use soulbase_net_outbox::StoreOptions;
+/// use soulbase_net_store::outbox::StoreOptions;
 ///
 /// let options = StoreOptions::default()
 ///     .table("billing_outbox")
@@ -161,7 +180,7 @@ pub struct StoreOptions {
     pub(crate) table: String,
     pub(crate) retain_acked: Option<Duration>,
     pub(crate) op_timeout: Duration,
-    pub(crate) seal: Option<Arc<crate::seal::Seal>>,
+    pub(crate) seal: Option<Arc<crate::outbox::seal::Seal>>,
 }
 
 impl Default for StoreOptions {
@@ -229,14 +248,14 @@ impl StoreOptions {
     ///
     /// # Examples
     /// ```
-    /// use soulbase_net_outbox::StoreOptions;
+    /// use soulbase_net_store::outbox::StoreOptions;
     ///
     /// let options = StoreOptions::default().seal_key(&[7u8; 32]).unwrap();
     /// assert!(StoreOptions::default().seal_key(b"too short").is_err());
     /// # let _ = options;
     /// ```
     pub fn seal_key(mut self, key: &[u8]) -> Result<Self, NetError> {
-        self.seal = Some(Arc::new(crate::seal::Seal::new(key)?));
+        self.seal = Some(Arc::new(crate::outbox::seal::Seal::new(key)?));
         Ok(self)
     }
 
