@@ -31,7 +31,28 @@ fn stored(url: &str, dedup: Option<&str>) -> StoredItem {
     }
 }
 
-/// What every store promises, driven through the trait with explicit clocks.
+/// An hour: how far ahead the clock of a skewed instance runs in the contracts.
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Claims what is due, polling every 20 ms until something is (at most `within`).
+async fn claim_within(
+    store: &dyn OutboxStore,
+    within: Duration,
+    lease: Duration,
+) -> Vec<StoredItem> {
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let got = store.claim_due(SystemTime::now(), 10, lease).await.unwrap();
+        if !got.is_empty() || tokio::time::Instant::now() >= until {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What every store promises, driven through the trait. Leases and due times are on the
+/// store's clock: an instance whose clock runs an hour ahead (the `now` it passes) neither
+/// claims early nor takes over a live lease.
 async fn store_contract(store: &dyn OutboxStore) {
     // Dedup at enqueue by the caller's id.
     let Enqueued::New(a) = store
@@ -52,24 +73,26 @@ async fn store_contract(store: &dyn OutboxStore) {
     // Read after the enqueue, which made the item due at its own clock reading: a reading
     // taken before it could be earlier than the item's due time on a loaded machine.
     let now = SystemTime::now();
-    // A claim holds the item for its lease; nobody else gets it meanwhile.
-    let first = store
-        .claim_due(now, 10, Duration::from_secs(1))
-        .await
-        .unwrap();
+    // A claim holds the item for its lease; nobody else gets it meanwhile, whatever their
+    // clock says.
+    let lease = Duration::from_millis(300);
+    let first = store.claim_due(now, 10, lease).await.unwrap();
+    let claimed = tokio::time::Instant::now();
     assert_eq!(first.len(), 1);
     assert!(first[0].claim > 0);
     assert!(store
-        .claim_due(now + Duration::from_millis(500), 10, Duration::from_secs(1))
+        .claim_due(now + HOUR, 10, lease)
         .await
         .unwrap()
         .is_empty());
     // The lease ran out: another worker claims it, and the slow first holder is fenced.
-    let second = store
-        .claim_due(now + Duration::from_secs(2), 10, Duration::from_secs(1))
-        .await
-        .unwrap();
+    let second = claim_within(store, Duration::from_secs(5), lease).await;
     assert_eq!(second.len(), 1);
+    assert!(
+        claimed.elapsed() >= lease - Duration::from_millis(50),
+        "taken over after {:?}, within its lease",
+        claimed.elapsed()
+    );
     assert_ne!(second[0].claim, first[0].claim);
     assert!(!store.reschedule(&first[0], now, 1).await.unwrap());
     assert!(!store.dead(&first[0], 1, "late", None).await.unwrap());
@@ -79,24 +102,20 @@ async fn store_contract(store: &dyn OutboxStore) {
     assert_eq!(store.pending().await.unwrap(), 1);
     assert!(store.dead_letters().await.unwrap().is_empty());
     // The holder reschedules it: due later, its attempts kept, the lease released.
-    let later = now + Duration::from_secs(60);
+    let later = SystemTime::now() + Duration::from_millis(300);
     assert!(store.reschedule(&second[0], later, 1).await.unwrap());
-    assert_eq!(
-        store.next_due().await.unwrap().map(|t| t
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_millis()),
-        Some(
-            later
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap()
-                .as_millis()
-        )
+    let due = store.next_due().await.unwrap().expect("an item is due");
+    let off = due.duration_since(later).unwrap_or_else(|e| e.duration());
+    assert!(
+        off < Duration::from_secs(1),
+        "due {off:?} off what was asked"
     );
-    let third = store
-        .claim_due(later, 10, Duration::from_secs(1))
+    assert!(store
+        .claim_due(now + HOUR, 10, lease)
         .await
-        .unwrap();
+        .unwrap()
+        .is_empty());
+    let third = claim_within(store, Duration::from_secs(5), lease).await;
     assert_eq!(third[0].attempts, 1);
     // Dead letters: moved with the reason, requeued, purged.
     assert!(store
@@ -111,10 +130,7 @@ async fn store_contract(store: &dyn OutboxStore) {
     );
     assert!(store.requeue(a).await.unwrap());
     assert_eq!(store.pending().await.unwrap(), 1);
-    let back = store
-        .claim_due(SystemTime::now(), 10, Duration::from_secs(1))
-        .await
-        .unwrap();
+    let back = claim_within(store, Duration::from_secs(5), lease).await;
     assert_eq!((back.len(), back[0].attempts), (1, 0));
     assert!(store.ack(&back[0]).await.unwrap());
     assert_eq!(store.pending().await.unwrap(), 0);
@@ -145,7 +161,7 @@ async fn store_contract(store: &dyn OutboxStore) {
     assert_eq!(store.pending().await.unwrap(), before + 2);
     // Acks in one batch, each fenced by its own claim.
     let claimed = store
-        .claim_due(SystemTime::now(), 10, Duration::from_secs(1))
+        .claim_due(SystemTime::now(), 10, Duration::from_secs(5))
         .await
         .unwrap();
     assert_eq!(claimed.len(), before as usize + 2);
@@ -174,6 +190,7 @@ async fn retention_contract(store: &dyn OutboxStore, keep: Duration) {
         .await
         .unwrap();
     assert!(store.ack(&claimed[0]).await.unwrap());
+    let acked = tokio::time::Instant::now();
     assert_eq!(store.pending().await.unwrap(), 0, "done is not pending");
     assert!(store.next_due().await.unwrap().is_none());
     assert!(matches!(
@@ -183,18 +200,18 @@ async fn retention_contract(store: &dyn OutboxStore, keep: Duration) {
             .unwrap(),
         Enqueued::Duplicate(_)
     ));
-    assert_eq!(
-        store.sweep(SystemTime::now()).await.unwrap(),
-        0,
-        "still kept"
-    );
-    assert_eq!(
-        store
-            .sweep(SystemTime::now() + keep + Duration::from_secs(1))
-            .await
-            .unwrap(),
-        1
-    );
+    // Kept for `keep` on the store's clock, even by an instance whose clock runs ahead.
+    let swept = store.sweep(SystemTime::now() + keep + HOUR).await.unwrap();
+    if acked.elapsed() < keep {
+        assert_eq!(swept, 0, "still kept");
+    }
+    let until = acked + keep + Duration::from_secs(5);
+    let mut swept = swept;
+    while swept == 0 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        swept = store.sweep(SystemTime::now()).await.unwrap();
+    }
+    assert_eq!(swept, 1, "forgotten once kept for {keep:?}");
     assert!(matches!(
         store
             .enqueue(stored("http://127.0.0.1:1/r", Some("kept")))
@@ -289,7 +306,7 @@ async fn sqlite_keeps_no_credential_in_clear() {
 async fn sqlite_keeps_the_store_contract() {
     let store = SqliteStore::open(db("contract")).await.unwrap();
     store_contract(&store).await;
-    let keep = Duration::from_secs(3600);
+    let keep = Duration::from_secs(1);
     let kept = SqliteStore::builder(db("retention"))
         .options(StoreOptions::default().retain_acked(keep))
         .open()
@@ -419,7 +436,7 @@ mod postgres {
         );
         store_contract(&a).await;
         let left = a.pending().await.unwrap();
-        let keep = Duration::from_secs(3600);
+        let keep = Duration::from_secs(1);
         let kept = PostgresStore::builder(&url)
             .options(
                 StoreOptions::default()

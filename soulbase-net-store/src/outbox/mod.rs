@@ -88,14 +88,23 @@ pub struct DeadLetter {
 
 /// Where items live. Every method is one short transaction; an error is a `NetError` with kind
 /// `Io` saying what failed (a half-written item never exists).
+///
+/// Leases and due times are on the store's clock where it has one: [`SqliteStore`] and
+/// `PostgresStore` compute every lease's end and compare every due time in their statements
+/// (PostgreSQL's `clock_timestamp()`, SQLite's machine time), so instances whose clocks
+/// disagree neither claim early nor take over each other's live leases. A time an instance
+/// gives (an item's `deliver_at`, a reschedule's `at`) is moved onto the store's clock as an
+/// offset from the instance's own reading; the `now` arguments are for stores without a clock
+/// of their own, and those two ignore them.
 #[async_trait::async_trait]
 pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// Stores `item` durably (returns after the commit).
     async fn enqueue(&self, item: StoredItem) -> Result<Enqueued, NetError>;
     /// Stores `items` durably in one transaction: all or none (returns after the commit).
     async fn enqueue_batch(&self, items: Vec<StoredItem>) -> Result<Vec<Enqueued>, NetError>;
-    /// Claims up to `limit` items due at `now` for `lease` (claimed items are not claimed again
-    /// until the lease ends: a crashed worker's claims come back). Each copy carries its
+    /// Claims up to `limit` items due at `now` (the store's clock where it has one) for
+    /// `lease` (claimed items are not claimed again until the lease ends: a crashed worker's
+    /// claims come back). Each copy carries its
     /// [`claim`](StoredItem::claim).
     async fn claim_due(
         &self,
@@ -108,7 +117,7 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// did. The outbox extends what it holds every half lease, so a live worker keeps its items
     /// however long a delivery takes, and a dead one's come back within a lease.
     async fn extend(&self, items: &[(i64, i64)], lease: Duration) -> Result<Vec<bool>, NetError>;
-    /// When the next unclaimed item is due, if any.
+    /// When the next unclaimed item is due, if any, as a time on this instance's clock.
     async fn next_due(&self) -> Result<Option<SystemTime>, NetError>;
     /// Delivered: forgotten, or kept as done for the store's retention (see
     /// [`StoreOptions::retain_acked`]) — unless the claim was taken over meanwhile (its lease
@@ -149,7 +158,8 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     async fn purge_dead(&self) -> Result<u64, NetError>;
     /// Items waiting (claimed or not; not the acknowledged ones kept for retention).
     async fn pending(&self) -> Result<u64, NetError>;
-    /// Forgets acknowledged items kept longer than the retention; returns how many. The
+    /// Forgets acknowledged items kept longer than the retention (at `now`, or on the store's
+    /// clock); returns how many. The
     /// outbox calls it now and then; a store that forgets at once has nothing to do.
     async fn sweep(&self, _now: SystemTime) -> Result<u64, NetError> {
         Ok(0)
@@ -296,6 +306,11 @@ pub(crate) fn ms(t: SystemTime) -> i64 {
     let d = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `d` in whole milliseconds (saturating).
+pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

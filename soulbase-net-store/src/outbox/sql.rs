@@ -54,6 +54,15 @@ impl Sql {
             // Rows another instance is claiming right now are skipped, not waited for.
             Dialect::Postgres => ("FOR UPDATE SKIP LOCKED", "GREATEST", "BIGINT"),
         };
+        // The store's clock, in ms since the epoch: every lease and due time is on it, so
+        // the instances' clocks never matter (an instance an hour ahead neither claims early
+        // nor takes over a live lease). PostgreSQL's `clock_timestamp()` is the server's time
+        // at that moment (`now()` would be the transaction's start, stale after a wait for a
+        // lock); SQLite's is the machine's, the one every instance sharing the file runs on.
+        let now = match dialect {
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        };
         let place = |sql: String| match dialect {
             Dialect::Sqlite => sql,
             Dialect::Postgres => numbered(&sql),
@@ -66,53 +75,54 @@ impl Sql {
             insert: place(format!(
                 "INSERT INTO {t} (dedup_id, method, url, headers, body, tenant, idem_key,
                     deliver_at, deadline, attempts, max_attempts)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ? + ({now} - ?), ? + ({now} - ?), 0, ?)
                  ON CONFLICT (dedup_id) DO NOTHING RETURNING id"
             )),
             find_dedup: place(format!("SELECT id FROM {t} WHERE dedup_id = ?")),
             // One statement: the select and the lease.
             claim: place(format!(
-                "UPDATE {t} SET lease_until = ?, claim_id = ?
+                "UPDATE {t} SET lease_until = {now} + ?, claim_id = ?
                  WHERE id IN (SELECT id FROM {t}
-                              WHERE done_at IS NULL AND deliver_at <= ?
-                                AND (lease_until IS NULL OR lease_until <= ?)
+                              WHERE done_at IS NULL AND deliver_at <= {now}
+                                AND (lease_until IS NULL OR lease_until <= {now})
                               ORDER BY deliver_at LIMIT ? {lock})
                  RETURNING *"
             )),
             // Only while this claim holds the item: the token, not the lease's end, fences.
             extend: place(format!(
-                "UPDATE {t} SET lease_until = ?
+                "UPDATE {t} SET lease_until = {now} + ?
                  WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
             next_due: format!(
-                "SELECT CAST(MIN({greatest}(deliver_at, COALESCE(lease_until, 0))) AS {int})
+                "SELECT CAST(MIN({greatest}(deliver_at, COALESCE(lease_until, 0))) - {now} AS {int})
                  FROM {t} WHERE done_at IS NULL"
             ),
             done: place(format!(
-                "UPDATE {t} SET done_at = ?, lease_until = NULL
+                "UPDATE {t} SET done_at = {now}, lease_until = NULL
                  WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
             reschedule: place(format!(
-                "UPDATE {t} SET deliver_at = ?, attempts = ?, lease_until = NULL, claim_id = NULL
+                "UPDATE {t} SET deliver_at = ? + ({now} - ?), attempts = ?, lease_until = NULL,
+                    claim_id = NULL
                  WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
             to_dead: place(format!(
                 "INSERT INTO {t}_dead ({cols}, attempts, max_attempts, reason, status, died_at)
-                 SELECT {cols}, ?, max_attempts, ?, ?, ? FROM {t}
+                 SELECT {cols}, ?, max_attempts, ?, ?, {now} FROM {t}
                  WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
             delete_claimed: place(format!("DELETE FROM {t} WHERE id = ? AND claim_id = ?")),
             dead_letters: format!("SELECT * FROM {t}_dead ORDER BY died_at, id"),
             requeue: place(format!(
                 "INSERT INTO {t} ({cols}, attempts, max_attempts)
-                 SELECT id, dedup_id, method, url, headers, body, tenant, idem_key, ?, NULL, 0,
+                 SELECT id, dedup_id, method, url, headers, body, tenant, idem_key, {now}, NULL, 0,
                     max_attempts FROM {t}_dead WHERE id = ?"
             )),
             delete_dead: place(format!("DELETE FROM {t}_dead WHERE id = ?")),
             purge: format!("DELETE FROM {t}_dead"),
             pending: format!("SELECT COUNT(*) FROM {t} WHERE done_at IS NULL"),
             sweep: place(format!(
-                "DELETE FROM {t} WHERE done_at IS NOT NULL AND done_at <= ?"
+                "DELETE FROM {t} WHERE done_at IS NOT NULL AND done_at <= {now} - ?"
             )),
             migrations_table: format!(
                 "CREATE TABLE IF NOT EXISTS {t}_migrations (
@@ -255,7 +265,9 @@ macro_rules! sql_store {
                         .bind(&item.tenant)
                         .bind(&item.idempotency_key)
                         .bind(ms(item.deliver_at))
+                        .bind(ms(std::time::SystemTime::now()))
                         .bind(item.deadline.map(ms))
+                        .bind(ms(std::time::SystemTime::now()))
                         .bind(i64::from(item.max_attempts))
                         .fetch_optional(&mut *conn)
                         .await
@@ -314,19 +326,18 @@ macro_rules! sql_store {
 
             async fn claim_due(
                 &self,
-                now: std::time::SystemTime,
+                // The store's own clock decides (see `Sql::new`).
+                _now: std::time::SystemTime,
                 limit: u32,
                 lease: std::time::Duration,
             ) -> Result<Vec<$crate::outbox::StoredItem>, soulbase_net_core::NetError> {
-                use $crate::outbox::{io, ms};
+                use $crate::outbox::{io, millis};
                 let rows = $crate::outbox::timed(self.options.op_timeout, "claiming due items", async {
                     // A token of this claim: what fences its holder (a positive i64).
                     let token = fastrand::i64(1..i64::MAX);
                     let rows = sqlx::query(&self.sql.claim)
-                        .bind(ms(now + lease))
+                        .bind(millis(lease))
                         .bind(token)
-                        .bind(ms(now))
-                        .bind(ms(now))
                         .bind(i64::from(limit))
                         .fetch_all(&self.pool)
                         .await
@@ -360,9 +371,10 @@ macro_rules! sql_store {
                 let fail = |e| $crate::outbox::io(what, e);
                 $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
-                    // Read once the transaction holds the write lock: a lease extended after
-                    // a long wait for the lock still runs `lease` from now.
-                    let until = $crate::outbox::ms(std::time::SystemTime::now() + lease);
+                    // The end is computed by the statement, on the store's clock, once the
+                    // transaction holds the write lock: a lease extended after a long wait
+                    // for the lock still runs `lease` from then.
+                    let lease = $crate::outbox::millis(lease);
                     // In the order of their ids, as `ack_batch` takes them: two transactions
                     // of one outbox locking the same rows never wait for each other in a cycle
                     // (PostgreSQL would abort one as a deadlock).
@@ -372,7 +384,7 @@ macro_rules! sql_store {
                     for i in order {
                         let (id, claim) = &items[i];
                         let hit = sqlx::query(&self.sql.extend)
-                            .bind(until)
+                            .bind(lease)
                             .bind(id)
                             .bind(claim)
                             .execute(&mut *tx)
@@ -390,11 +402,20 @@ macro_rules! sql_store {
                 &self,
             ) -> Result<Option<std::time::SystemTime>, soulbase_net_core::NetError> {
                 $crate::outbox::timed(self.options.op_timeout, "finding the next due item", async {
-                    let (t,): (Option<i64>,) = sqlx::query_as(&self.sql.next_due)
+                    // How long until then on the store's clock, as a time on this instance's.
+                    let (wait,): (Option<i64>,) = sqlx::query_as(&self.sql.next_due)
                         .fetch_one(&self.pool)
                         .await
                         .map_err(|e| $crate::outbox::io("finding the next due item", e))?;
-                    Ok(t.map($crate::outbox::at))
+                    Ok(wait.map(|ms| {
+                        let now = std::time::SystemTime::now();
+                        match u64::try_from(ms) {
+                            Ok(ahead) => now + std::time::Duration::from_millis(ahead),
+                            Err(_) => now
+                                .checked_sub(std::time::Duration::from_millis(ms.unsigned_abs()))
+                                .unwrap_or(now),
+                        }
+                    }))
                 })
                 .await
             }
@@ -414,7 +435,6 @@ macro_rules! sql_store {
                 let what = "acknowledging items";
                 let fail = |e| $crate::outbox::io(what, e);
                 $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let now = $crate::outbox::ms(std::time::SystemTime::now());
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     // In the order of their ids (see `extend`).
                     let mut order: Vec<usize> = (0..items.len()).collect();
@@ -425,7 +445,7 @@ macro_rules! sql_store {
                         // Fenced by the claim: a holder whose lease was taken over acks nothing.
                         let q = match self.options.retain_acked {
                             None => sqlx::query(&self.sql.delete_claimed),
-                            Some(_) => sqlx::query(&self.sql.done).bind(now),
+                            Some(_) => sqlx::query(&self.sql.done),
                         };
                         let hit = q
                             .bind(item.id)
@@ -450,6 +470,7 @@ macro_rules! sql_store {
                 $crate::outbox::timed(self.options.op_timeout, "rescheduling an item", async {
                     let done = sqlx::query(&self.sql.reschedule)
                         .bind($crate::outbox::ms(at))
+                        .bind($crate::outbox::ms(std::time::SystemTime::now()))
                         .bind(i64::from(attempts))
                         .bind(item.id)
                         .bind(item.claim)
@@ -476,7 +497,6 @@ macro_rules! sql_store {
                         .bind(i64::from(attempts))
                         .bind(reason)
                         .bind(status.map(i64::from))
-                        .bind($crate::outbox::ms(std::time::SystemTime::now()))
                         .bind(item.id)
                         .bind(item.claim)
                         .execute(&mut *tx)
@@ -513,7 +533,6 @@ macro_rules! sql_store {
                 $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let moved = sqlx::query(&self.sql.requeue)
-                        .bind($crate::outbox::ms(std::time::SystemTime::now()))
                         .bind(id)
                         .execute(&mut *tx)
                         .await
@@ -553,7 +572,8 @@ macro_rules! sql_store {
 
             async fn sweep(
                 &self,
-                now: std::time::SystemTime,
+                // The store's own clock decides (see `Sql::new`).
+                _now: std::time::SystemTime,
             ) -> Result<u64, soulbase_net_core::NetError> {
                 let Some(keep) = self.options.retain_acked else {
                     return Ok(0);
@@ -561,9 +581,7 @@ macro_rules! sql_store {
                 let what = "forgetting acknowledged items";
                 $crate::outbox::timed(self.options.op_timeout, what, async {
                     let done = sqlx::query(&self.sql.sweep)
-                        .bind($crate::outbox::ms(
-                            now.checked_sub(keep).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
-                        ))
+                        .bind($crate::outbox::millis(keep))
                         .execute(&self.pool)
                         .await
                         .map_err(|e| $crate::outbox::io(what, e))?;
