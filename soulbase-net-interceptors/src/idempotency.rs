@@ -355,6 +355,8 @@ impl Interceptor for IdempotencyKey {
                 token: new_idempotency_key()?,
                 leader: std::sync::atomic::AtomicBool::new(false),
                 store: store.clone(),
+                deadline: req.timeout.total,
+                heartbeat: parking_lot::Mutex::new(None),
             };
             req.extensions.insert(Role::Shared(Arc::new(call)));
             return Ok(());

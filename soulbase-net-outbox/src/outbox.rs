@@ -15,7 +15,10 @@ use soulbase_net_core::{
 };
 use tokio::sync::{mpsc, watch, Notify};
 
-use soulbase_net_store::outbox::{Enqueued, OutboxItem, OutboxStore, StoredItem};
+use soulbase_net_store::{
+    lease,
+    outbox::{Enqueued, OutboxItem, OutboxStore, StoredItem},
+};
 
 /// Builds an [`Outbox`]; from [`Outbox::builder`].
 pub struct OutboxBuilder {
@@ -291,7 +294,7 @@ impl Outbox {
         let window = Arc::new(Window::new(self.workers));
         let held = Held::default();
         let (acks, acker) = Acker::start(self.store.clone(), self.workers as usize, held.clone());
-        let _heartbeat = Heartbeat::start(self.store.clone(), held.clone(), self.lease);
+        let _heartbeat = heartbeat(self.store.clone(), held.clone(), self.lease);
         let mut queue: VecDeque<StoredItem> = VecDeque::new();
         // The last claim came back short: nothing more is due until woken or `due_at`.
         let mut exhausted = false;
@@ -536,7 +539,7 @@ impl Delivery {
 }
 
 /// The claims this outbox holds — claimed items from their claim until their outcome is
-/// recorded — whose leases the [`Heartbeat`] extends.
+/// recorded — whose leases the [`heartbeat`] extends.
 #[derive(Clone, Debug, Default)]
 struct Held(Arc<parking_lot::Mutex<HashMap<i64, i64>>>);
 
@@ -561,35 +564,24 @@ impl Held {
     }
 }
 
-/// Extends the leases of what the outbox holds every half lease, in a task of its own (see
-/// [`OutboxBuilder::lease`]); stopped when dropped.
-struct Heartbeat(tokio::task::JoinHandle<()>);
-
-impl Heartbeat {
-    fn start(store: Arc<dyn OutboxStore>, held: Held, lease: Duration) -> Self {
-        Self(tokio::spawn(async move {
-            let mut beat = tokio::time::interval(lease / 2);
-            beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                beat.tick().await;
-                let claims = held.claims();
-                if claims.is_empty() {
-                    continue;
-                }
-                // A lease lost (taken over after a stall) stays lost: that holder's outcome
-                // is fenced off, and the new holder's counts.
-                if let Err(e) = store.extend(&claims, lease).await {
-                    tracing::warn!(error = %e, items = claims.len(), "outbox: extending leases failed");
-                }
+/// Extends the leases of what the outbox holds every half lease (the lease discipline's
+/// heartbeat, one statement for the whole batch; see [`OutboxBuilder::lease`]); stopped when
+/// dropped.
+fn heartbeat(store: Arc<dyn OutboxStore>, held: Held, lease: Duration) -> lease::Heartbeat {
+    lease::Heartbeat::start(lease::Lease::new(lease), None, move || {
+        let (store, claims) = (store.clone(), held.claims());
+        async move {
+            if claims.is_empty() {
+                return Ok(true);
             }
-        }))
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+            // A lease lost (taken over after a stall) stays lost: that holder's outcome is
+            // fenced off, and the new holder's counts.
+            if let Err(e) = store.extend(&claims, lease).await {
+                tracing::warn!(error = %e, items = claims.len(), "outbox: extending leases failed");
+            }
+            Ok(true)
+        }
+    })
 }
 
 /// Logs what recording an outcome in the store came to.

@@ -11,7 +11,10 @@ use soulbase_net_core::{
     NetEvent, NetResponse, Observer,
 };
 
-use crate::{RedisConnection, RedisStore};
+use crate::{
+    lease::{Heartbeat, Lease},
+    RedisConnection, RedisStore, StoreError,
+};
 
 /// Claims a key, or answers what is known of it: {2, meta, body} stored, {1} claimed now,
 /// {0} in flight elsewhere. KEYS: the stored response, the in-flight marker (one hash slot);
@@ -21,6 +24,13 @@ local stored = redis.call('HMGET', KEYS[1], 'meta', 'body')
 if stored[1] then return {2, stored[1], stored[2]} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1} end
 return {0}
+";
+
+/// Extends a claim this call still holds (a compare-and-expire: never another's marker).
+/// KEYS: the marker; ARGV: this call's token, the lease in ms. Returns 1 when extended.
+const EXTEND: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
 ";
 
 /// Releases a claim this call still holds (a compare-and-delete: never another's marker).
@@ -33,8 +43,12 @@ return 0
 /// the idempotency interceptor's `IdempotencyKey::shared_dedup` (soulbase-net-interceptors).
 ///
 /// A response is kept for the window (`IdempotencyKey::dedup_window`) when its status is
-/// below 500, like the in-memory window. A claim's marker lives for `in_flight` (default 30s:
-/// longer than a call takes, so a crashed instance's claim frees itself); a later call waits
+/// below 500, like the in-memory window. A claim's marker is a lease ([`crate::lease`]): it
+/// holds for `in_flight` (default 5 s) and the claiming call extends it every half of that
+/// while it runs ([`hold`](Self::hold)), never past the call's deadline nor `max_hold` (default
+/// 60 s); so a call slower than the lease is never sent twice, and a crashed instance's claim
+/// frees itself within one lease. Every change to the marker is fenced by the call's token. A
+/// later call waits
 /// for the stored response for at most `wait` (default 10s), polling every 20 ms, then fails
 /// with a conflict error (`ErrorKind::Interceptor`, "in flight on another instance"). Every
 /// Redis call is bounded by `timeout` (default 20ms); when Redis fails, the failure is
@@ -49,11 +63,13 @@ pub struct RedisDedupStore {
     conn: RedisConnection,
     timeout: Duration,
     in_flight: Duration,
+    max_hold: Duration,
     wait: Duration,
     /// Refuse calls while Redis fails, instead of sending them without dedup.
     refuse_when_down: bool,
     observer: Option<Arc<dyn Observer>>,
     claim: redis::Script,
+    extend: redis::Script,
     release: redis::Script,
 }
 
@@ -99,11 +115,13 @@ impl RedisStore for RedisDedupStore {
         Self {
             conn,
             timeout: Duration::from_millis(20),
-            in_flight: Duration::from_secs(30),
+            in_flight: Duration::from_secs(5),
+            max_hold: Duration::from_secs(60),
             wait: Duration::from_secs(10),
             refuse_when_down: false,
             observer: None,
             claim: redis::Script::new(CLAIM),
+            extend: redis::Script::new(EXTEND),
             release: redis::Script::new(RELEASE),
         }
     }
@@ -116,9 +134,17 @@ impl RedisDedupStore {
         self
     }
 
-    /// How long a claim holds when its call never finishes. Default is 30s.
+    /// A claim's lease: how long it holds without an extension from its call (a crashed
+    /// instance's claim frees itself within it). Default is 5s.
     pub fn in_flight(mut self, ttl: Duration) -> Self {
         self.in_flight = ttl;
+        self
+    }
+
+    /// Longest a call holds its claim by extending it, when the call's own deadline
+    /// (`timeout.total` of the request) does not say sooner. Default is 60s.
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = max;
         self
     }
 
@@ -202,6 +228,71 @@ impl RedisDedupStore {
         }
     }
 
+    /// Extends the claim `token` holds on `(tenant, key)` by a lease from now, on Redis's
+    /// clock: `Ok(true)` while the claim is still this token's, `Ok(false)` once it is not.
+    ///
+    /// # Errors
+    /// Redis failed or did not answer within the timeout.
+    pub async fn extend(&self, tenant: &str, key: &str, token: &str) -> Result<bool, StoreError> {
+        let (_, marker) = Self::keys(tenant, key);
+        let lease = u64::try_from(self.in_flight.as_millis()).unwrap_or(u64::MAX);
+        let mut invocation = self.extend.key(marker);
+        invocation.arg(token).arg(lease);
+        let call = async {
+            let mut con = self.conn.handle().await?;
+            invocation.invoke_async::<i64>(&mut con).await
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(n)) => Ok(n == 1),
+            Ok(Err(e)) => {
+                let _ = self.failed::<()>("extend", false);
+                Err(StoreError::new(
+                    format!("redis at {}: {:?}", self.conn.shown(), e.kind()),
+                    Some(Box::new(e)),
+                ))
+            }
+            Err(_) => {
+                let _ = self.failed::<()>("extend", true);
+                Err(StoreError::new(
+                    format!(
+                        "redis at {}: no answer within {:?}",
+                        self.conn.shown(),
+                        self.timeout
+                    ),
+                    None,
+                ))
+            }
+        }
+    }
+
+    /// Keeps the claim `token` holds on `(tenant, key)` while the call runs: a heartbeat that
+    /// extends it every half lease until it is dropped, the claim is lost, or `deadline` (the
+    /// call's total timeout from now, at most `max_hold`) has passed.
+    pub fn hold(
+        self: &Arc<Self>,
+        tenant: &str,
+        key: &str,
+        token: &str,
+        deadline: Option<Duration>,
+    ) -> Heartbeat {
+        let bound = deadline.map_or(self.max_hold, |d| d.min(self.max_hold));
+        let (store, tenant, key, token) = (
+            self.clone(),
+            Arc::<str>::from(tenant),
+            Arc::<str>::from(key),
+            Arc::<str>::from(token),
+        );
+        Heartbeat::start(
+            Lease::new(self.in_flight),
+            Some(tokio::time::Instant::now() + bound),
+            move || {
+                let (store, tenant, key, token) =
+                    (store.clone(), tenant.clone(), key.clone(), token.clone());
+                async move { store.extend(&tenant, &key, &token).await }
+            },
+        )
+    }
+
     /// Stores the first call's response (its metadata and `body`) for `window` and drops
     /// its claim; with `None` (an error or a 5xx), drops the claim only, so a later call is
     /// sent again. Redis failing is reported and otherwise ignored: the claim's marker then
@@ -265,6 +356,7 @@ impl std::fmt::Debug for RedisDedupStore {
             .field("at", &self.conn.shown())
             .field("timeout", &self.timeout)
             .field("in_flight", &self.in_flight)
+            .field("max_hold", &self.max_hold)
             .field("wait", &self.wait)
             .finish_non_exhaustive()
     }

@@ -24,6 +24,10 @@
 //!   `PostgresStore` — under claims fenced by a token and timed by leases (the delivery
 //!   engine is `soulbase-net-outbox`).
 //!
+//! - [`lease`]: the **lease discipline** every claim follows — fenced by a token, timed on
+//!   the store's clock, short and extended by a [`Heartbeat`](lease::Heartbeat) while the
+//!   work runs, never past the work's deadline.
+//!
 //! Configuration stays in `soulbase-net-policy` (`StoreConfig`, `RedisTarget`): this crate
 //! connects to what it names. The words used across the workspace for these things are in
 //! the glossary of `docs/architecture.md`.
@@ -40,6 +44,7 @@ pub mod cache;
 #[cfg(feature = "redis")]
 pub mod dedup;
 mod error;
+pub mod lease;
 #[cfg(feature = "outbox")]
 pub mod outbox;
 pub mod rate;

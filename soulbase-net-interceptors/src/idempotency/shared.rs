@@ -13,6 +13,7 @@ use std::{
 use soulbase_net_core::{ErrorKind, NetError};
 pub use soulbase_net_store::dedup::RedisDedupStore;
 pub(super) use soulbase_net_store::dedup::{Claim, StoredResponse};
+use soulbase_net_store::lease::Heartbeat;
 
 /// A call's part in the shared window, kept in its extensions.
 #[derive(Debug)]
@@ -24,16 +25,26 @@ pub(super) struct SharedCall {
     /// Whether this call claimed the key (and must finish it).
     pub(super) leader: AtomicBool,
     pub(super) store: Arc<RedisDedupStore>,
+    /// The call's total timeout, when the request sets one: the claim is held no longer.
+    pub(super) deadline: Option<Duration>,
+    /// Extends the claim while the call runs (the lease discipline); dropped when it ends.
+    pub(super) heartbeat: parking_lot::Mutex<Option<Heartbeat>>,
 }
 
 impl SharedCall {
-    /// Takes the lead: `finish` is now this call's to do (once).
+    /// Takes the lead: `finish` is now this call's to do (once), and its claim is extended
+    /// while the call runs.
     pub(super) fn lead(&self) {
         self.leader.store(true, Ordering::Release);
+        let heartbeat = self
+            .store
+            .hold(&self.tenant, &self.key, &self.token, self.deadline);
+        *self.heartbeat.lock() = Some(heartbeat);
     }
 
-    /// Gives the lead up after finishing.
+    /// Gives the lead up after finishing; the claim is no longer extended.
     pub(super) fn done(&self) -> bool {
+        self.heartbeat.lock().take();
         self.leader.swap(false, Ordering::AcqRel)
     }
 }

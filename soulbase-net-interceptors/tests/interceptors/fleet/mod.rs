@@ -192,6 +192,78 @@ async fn a_duplicate_on_another_instance_is_answered_not_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_slower_than_its_claims_lease_is_sent_once() {
+    let Some(redis) =
+        RedisServer::start_or_skip("a_call_slower_than_its_claims_lease_is_sent_once")
+    else {
+        return;
+    };
+    let gate = soulbase_net_testkit::Gate::new();
+    let srv = FaultServer::http1()
+        .route("/pay", Reply::ok("paid").after(&gate))
+        .start()
+        .await
+        .unwrap();
+    // Claims are leases of 300 ms, extended every 150 ms while their call runs.
+    let lease = Duration::from_millis(300);
+    let on = || {
+        soulbase_net_interceptors::RedisDedupStore::new(&redis.url())
+            .unwrap()
+            .in_flight(lease)
+    };
+    let (a, b) = (
+        deduping_on(on(), Duration::from_secs(10)),
+        deduping_on(on(), Duration::from_secs(10)),
+    );
+    let first = {
+        let (a, url) = (a.clone(), srv.url("/pay"));
+        tokio::spawn(async move { a.send(pay(&url, "slow-1")).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), srv.wait_for_hits("/pay", 1))
+        .await
+        .unwrap();
+    // Held at the server for four leases: without the extensions, the claim would have
+    // expired three times over and B's duplicate would be sent.
+    tokio::time::sleep(lease * 4).await;
+    let second = {
+        let (b, url) = (b.clone(), srv.url("/pay"));
+        tokio::spawn(async move { b.send(pay(&url, "slow-1")).await })
+    };
+    tokio::time::sleep(lease * 2).await;
+    assert_eq!(srv.hits("/pay"), 1, "the duplicate waits for the slow call");
+    gate.open();
+    let first = first.await.unwrap().unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert_eq!(first.text().await.unwrap(), "paid");
+    assert_eq!(second.text().await.unwrap(), "paid");
+    assert_eq!(
+        srv.hits("/pay"),
+        1,
+        "one upstream hit for a call slower than its lease"
+    );
+
+    // A claim whose holder died (taken, never extended) frees itself within one lease, and
+    // only its own token can extend it.
+    let store = on();
+    assert!(matches!(
+        store.claim("", "dead-1", "its-token").await,
+        Some(soulbase_net_store::dedup::Claim::Claimed)
+    ));
+    assert!(!store.extend("", "dead-1", "another-token").await.unwrap());
+    assert!(store.extend("", "dead-1", "its-token").await.unwrap());
+    let started = tokio::time::Instant::now();
+    let res = b.send(pay(&srv.url("/pay"), "dead-1")).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "paid");
+    assert!(
+        started.elapsed() < lease + Duration::from_secs(1),
+        "sent after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(srv.hits("/pay"), 2);
+    srv.join().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_gone_a_deduped_call_is_sent_or_refused_as_configured() {
     let Some(mut redis) = RedisServer::start_or_skip(
         "with_redis_gone_a_deduped_call_is_sent_or_refused_as_configured",
