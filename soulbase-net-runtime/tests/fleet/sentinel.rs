@@ -97,6 +97,62 @@ async fn the_rate_store_finds_its_master_through_sentinel() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_the_rate_store_writes_to_the_promoted_replica() {
+    let Some(mut sentinel) = Sentinel::start_with_replica_or_skip(
+        "after_a_failover_the_rate_store_writes_to_the_promoted_replica",
+    ) else {
+        return;
+    };
+    let target = RedisSentinel::new(Sentinel::MASTER_NAME, [sentinel.url()]);
+    let store = RedisRateStore::from_target(&RedisTarget::Sentinel(target)).unwrap();
+    // A bucket of 1 000 at 1 token a second, emptied on the first master.
+    let bucket = |key| TakeRequest {
+        key,
+        rps: 1,
+        burst: 1000,
+        want: 1000,
+        at_least: 1,
+        owed: 0,
+    };
+    assert_eq!(store.take(bucket("f")).await.unwrap().granted, 1000);
+    // The master dies; the operator's failover promotes the replica.
+    sentinel.master_mut().stop();
+    let failed_at = Instant::now();
+    tokio::task::block_in_place(|| sentinel.failover()).unwrap();
+    let promoted = failed_at.elapsed();
+    // The store asks the sentinel again and writes where it now points.
+    let back = Instant::now();
+    let granted = loop {
+        match tokio::time::timeout(Duration::from_secs(2), store.take(bucket("f"))).await {
+            Ok(Ok(taken)) => break taken.granted,
+            _ => assert!(
+                back.elapsed() < Duration::from_secs(10),
+                "the replica was promoted but the store did not follow"
+            ),
+        }
+        // Nothing to await but the next try.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "failover: replica promoted {promoted:?} after the master died; the store wrote to it \
+         {:?} later",
+        back.elapsed()
+    );
+    // The replica had the bucket (replicated before the failover): only what refilled since
+    // (a token a second) is granted, not a fresh bucket's 1 000.
+    let waited = failed_at.elapsed().as_secs() + 2;
+    assert!(
+        u64::from(granted) <= waited,
+        "{granted} granted after {waited} s: the bucket's state was lost"
+    );
+    // And the replica is the master now: it takes writes, and holds the bucket.
+    let replica = sentinel.replica().expect("started with a replica");
+    let direct = RedisRateStore::new(&replica.url()).unwrap();
+    let taken = direct.take(bucket("f")).await.unwrap();
+    assert!(u64::from(taken.granted) <= waited, "{taken:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_name_the_sentinel_does_not_know_is_a_clear_store_error() {
     let Some(sentinel) =
         Sentinel::start_or_skip("a_master_name_the_sentinel_does_not_know_is_a_clear_store_error")

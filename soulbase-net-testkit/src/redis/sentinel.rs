@@ -22,6 +22,9 @@ use crate::process::free_port;
 #[derive(Debug)]
 pub struct RedisSentinel {
     master: RedisServer,
+    /// A replica of the master, when started with one ([`RedisSentinel::failover`] promotes
+    /// it).
+    replica: Option<RedisServer>,
     sentinel: RedisServer,
     /// The sentinel's configuration file (which it rewrites).
     dir: PathBuf,
@@ -52,8 +55,44 @@ impl RedisSentinel {
         REDIS.try_start(Self::start)
     }
 
+    /// Like [`start_or_skip`](Self::start_or_skip), with a replica of the master that the
+    /// sentinel knows, so that [`failover`](Self::failover) can promote it.
+    ///
+    /// # Panics
+    /// As [`start_or_skip`](Self::start_or_skip), and when the replica does not sync or the
+    /// sentinel does not see it within 10 s.
+    pub fn start_with_replica_or_skip(test: &str) -> Option<Self> {
+        REDIS.start_or_skip(test, "the sentinel did not start", |program| {
+            let master = RedisServer::start_as(program.clone(), Role::Plain)?;
+            let replica = RedisServer::start_as(program.clone(), Role::Plain)?;
+            let port = master.addr().port().to_string();
+            expect_ok(resp::command(
+                replica.addr(),
+                &["REPLICAOF", "127.0.0.1", &port],
+            )?)?;
+            wait_until("the replica did not sync with the master", || {
+                resp::command(replica.addr(), &["INFO", "replication"]).is_ok_and(|r| {
+                    r.text()
+                        .is_some_and(|t| t.contains("master_link_status:up"))
+                })
+            })?;
+            let this = Self::watch(program, master, Some(replica))?;
+            this.wait_for_replica()?;
+            Ok(this)
+        })
+    }
+
     fn start(program: PathBuf) -> io::Result<Self> {
         let master = RedisServer::start_as(program.clone(), Role::Plain)?;
+        Self::watch(program, master, None)
+    }
+
+    /// Starts a sentinel watching `master` (and so its `replica`).
+    fn watch(
+        program: PathBuf,
+        master: RedisServer,
+        replica: Option<RedisServer>,
+    ) -> io::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "soulbase-redis-sentinel-{}-{}",
             std::process::id(),
@@ -79,6 +118,7 @@ impl RedisSentinel {
         };
         let this = Self {
             master,
+            replica,
             sentinel,
             dir,
         };
@@ -110,6 +150,72 @@ impl RedisSentinel {
         }
     }
 
+    /// Waits until the sentinel lists the replica as a healthy one (it learns of replicas
+    /// from the master's `INFO`).
+    fn wait_for_replica(&self) -> io::Result<()> {
+        wait_until("the sentinel did not see the replica", || {
+            resp::command(
+                self.sentinel.addr(),
+                &["SENTINEL", "REPLICAS", Self::MASTER_NAME],
+            )
+            .is_ok_and(|reply| match reply {
+                resp::Reply::Array(Some(replicas)) => replicas
+                    .iter()
+                    .any(|r| flags(r).as_deref() == Some("slave")),
+                _ => false,
+            })
+        })
+    }
+
+    /// A failover, as an operator forces one (`SENTINEL FAILOVER`): the replica is promoted
+    /// and the sentinel names it as the master. Returns once it does. Stop the master first
+    /// to stage a master that died.
+    ///
+    /// # Errors
+    /// Started without a replica, the sentinel refused the failover, or it did not name the
+    /// replica within 20 s.
+    pub fn failover(&self) -> io::Result<()> {
+        let replica = self.replica.as_ref().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "started without a replica")
+        })?;
+        let port = replica.addr().port().to_string();
+        let until = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            // Refused while the sentinel has just seen the replica or is busy (`-NOGOODSLAVE`,
+            // `-INPROG`): asked again until it takes it.
+            let asked = resp::command(
+                self.sentinel.addr(),
+                &["SENTINEL", "FAILOVER", Self::MASTER_NAME],
+            )?;
+            let named = resp::command(
+                self.sentinel.addr(),
+                &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER_NAME],
+            )
+            .is_ok_and(|reply| match reply {
+                resp::Reply::Array(Some(addr)) => {
+                    addr.get(1).and_then(resp::Reply::text) == Some(port.as_str())
+                }
+                _ => false,
+            });
+            if named {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the sentinel did not promote the replica: {asked:?}"),
+                ));
+            }
+            // The sentinel has no event to wait on.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The replica, when started with one (the master after a [`failover`](Self::failover)).
+    pub fn replica(&self) -> Option<&RedisServer> {
+        self.replica.as_ref()
+    }
+
     /// `redis://127.0.0.1:<port>/` of the sentinel (not of the master).
     pub fn url(&self) -> String {
         self.sentinel.url()
@@ -137,6 +243,26 @@ impl Drop for RedisSentinel {
         // a sentinel still running only rewrites it on a change, and there is none.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `Ok` for `+OK`, the error reply as an error otherwise.
+fn expect_ok(reply: resp::Reply) -> io::Result<()> {
+    match reply {
+        resp::Reply::Simple(ok) if ok == "OK" => Ok(()),
+        other => Err(io::Error::other(format!("redis answered {other:?}"))),
+    }
+}
+
+/// Polls `ready` every 50 ms for up to 10 s (Redis has no readiness signal to wait on).
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) -> io::Result<()> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !ready() {
+        if tokio::time::Instant::now() > until {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, what.to_owned()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 /// The `flags` field of a `SENTINEL MASTER` reply (a flat list of names and values).
