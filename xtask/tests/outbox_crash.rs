@@ -89,6 +89,65 @@ async fn crash_and_restart(engine: &str, db: &str) {
     srv.join().await;
 }
 
+/// The lease of the outbox-worker process (`xtask/src/outbox.rs`); its heartbeat beats every
+/// half of it.
+const WORKER_LEASE: Duration = Duration::from_secs(2);
+
+/// Items a worker held when it was SIGKILLed mid-delivery are delivered again by a worker
+/// that ran alongside all along, within two heartbeats (one lease) — and not while the
+/// first lived, however long its deliveries took: its heartbeat kept them its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_workers_items_come_back_within_two_heartbeats() {
+    // Fewer than the worker's 16 deliveries at once: all of them in flight together.
+    const HELD: u64 = 12;
+    let dir = TempDir::new("outbox-heartbeat").unwrap();
+    let db = dir.file("outbox.db");
+    let gate = soulbase_net_testkit::Gate::new();
+    let srv = FaultServer::http1()
+        .route("/effect", Reply::ok("applied").after(&gate))
+        .start()
+        .await
+        .unwrap();
+    let store = outbox_kit::fill(&db, &srv.url("/effect"), HELD as usize)
+        .await
+        .unwrap();
+    let mut first = worker(&db);
+    tokio::time::timeout(Duration::from_secs(30), srv.wait_for_hits("/effect", HELD))
+        .await
+        .expect("the first worker's deliveries reach the upstream, which holds them");
+    let mut second = worker(&db);
+    // The deliveries last longer than a lease: the second worker takes none of them over.
+    tokio::time::sleep(WORKER_LEASE * 3 / 2).await;
+    assert_eq!(
+        srv.hits("/effect"),
+        HELD,
+        "a live worker's items were taken over"
+    );
+    first.kill().unwrap(); // SIGKILL, mid-delivery
+    first.wait().unwrap();
+    let killed = tokio::time::Instant::now();
+    gate.open();
+    tokio::time::timeout(WORKER_LEASE * 5, srv.wait_for_hits("/effect", 2 * HELD))
+        .await
+        .expect("the killed worker's items are delivered again");
+    let back = killed.elapsed();
+    eprintln!("a killed worker's {HELD} items delivered again {back:?} after the kill (lease {WORKER_LEASE:?})");
+    // Its last extension was at most half a lease before the kill: back within a lease, plus
+    // the second worker's poll (50 ms) and a delivery, with room for a loaded machine.
+    assert!(
+        back <= WORKER_LEASE + Duration::from_secs(1),
+        "delivered again {back:?} after the kill"
+    );
+    outbox_kit::drained(&*store, Duration::from_secs(30))
+        .await
+        .expect("the second worker finishes");
+    assert!(second.wait().unwrap().success());
+    let applied = Applied::of(&srv.requests("/effect"));
+    assert_eq!(applied.items as u64, HELD, "none lost");
+    assert_eq!(applied.duplicated_effects(), 0, "{applied:?}");
+    srv.join().await;
+}
+
 fn admin(db: &str, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["outbox", "--db", db])
