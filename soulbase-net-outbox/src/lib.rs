@@ -49,3 +49,9 @@ pub use soulbase_net_store::outbox::{
 pub use soulbase_net_store::outbox::{
     PostgresStore, PostgresStoreBuilder, POSTGRES_SCHEMA_VERSION,
 };
+
+/// `docs/fleet.md`, the guide to running a fleet (shared state, leases, the outbox's engines),
+/// compiled as doctests so that its code stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/fleet.md")]
+struct FleetGuide;

@@ -51,7 +51,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         burst: 10,
         lease: 1,
         secs: 10.0,
-        store_timeout: Duration::from_millis(200),
+        store_timeout: Duration::from_millis(50),
         on_store_error: OnStoreError::Local,
         instances: 1,
         post_key: None,
