@@ -28,6 +28,10 @@
 //!   the store's clock, short and extended by a [`Heartbeat`](lease::Heartbeat) while the
 //!   work runs, never past the work's deadline.
 //!
+//! - `delay` (feature `outbox`, PostgreSQL with `postgres`): the **delay store**, where the
+//!   delay server's tasks wait until they fire and are acknowledged — on the same engines,
+//!   statements' clock and lease discipline as the outbox's items.
+//!
 //! Configuration stays in `soulbase-net-policy` (`StoreConfig`, `RedisTarget`): this crate
 //! connects to what it names. The words used across the workspace for these things are in
 //! the glossary of `docs/architecture.md`.
@@ -43,6 +47,8 @@
 pub mod cache;
 #[cfg(feature = "redis")]
 pub mod dedup;
+#[cfg(feature = "outbox")]
+pub mod delay;
 mod error;
 pub mod lease;
 #[cfg(feature = "outbox")]

@@ -43,6 +43,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         "soulbase-net-outbox",
         &["soulbase-net-core", "soulbase-net-store"],
     ),
+    (
+        "soulbase-net-delay",
+        &["soulbase-net-core", "soulbase-net-store"],
+    ),
 ];
 
 /// The example services, each a workspace member in `examples/<name>/` written as a

@@ -9,9 +9,9 @@
 mod item;
 mod open;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 mod seal;
-mod sql;
+pub(crate) mod sql;
 mod sqlite;
 
 use std::{

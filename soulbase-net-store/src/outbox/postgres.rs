@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use super::{
     io,
-    sql::{sql_store, Dialect, Migration, Sql},
+    sql::{migrate_postgres, sql_store, Dialect, Migration, Sql},
     timed, StoreOptions,
 };
 
@@ -183,38 +183,23 @@ impl PostgresStoreBuilder {
     /// operation timeout) or the schema cannot be migrated — never with the URL's credentials
     /// in the message.
     pub async fn connect(self) -> Result<PostgresStore, NetError> {
-        let connect = PgConnectOptions::from_str(&self.url).map_err(|_| {
-            NetError::new(soulbase_net_core::ErrorKind::Io).with_message(
-                "outbox store: the PostgreSQL URL is not valid (postgres://user[:password]@host[:port]/database)",
-            )
-        })?;
-        let target = format!(
-            "PostgreSQL at {}:{}",
-            connect.get_host(),
-            connect.get_port()
-        );
-        let pool = PgPoolOptions::new()
-            .max_connections(self.max_connections)
-            .acquire_timeout(self.options.op_timeout)
-            .connect_with(connect)
-            .await
-            .map_err(|e| io(&format!("connecting to {target}"), e))?;
+        let pool = pool(
+            &self.url,
+            self.max_connections,
+            self.options.op_timeout,
+            "outbox",
+        )
+        .await?;
         let sql = Sql::new(&self.options.table, Dialect::Postgres);
-        // Instances starting together take turns: an advisory lock keyed by the table.
-        let lock = format!(
-            "SELECT pg_advisory_xact_lock(hashtext('{}_migrations'))",
-            self.options.table
-        );
         timed(
             self.options.op_timeout,
             "migrating the schema",
-            migrate(
+            migrate_postgres(
                 &pool,
-                &sql,
+                &sql.versions,
                 &self.options.table,
                 MIGRATIONS,
                 POSTGRES_SCHEMA_VERSION,
-                ("BEGIN", Some(lock)),
             ),
         )
         .await?;
@@ -286,3 +271,29 @@ sql_store!(PostgresStore, PgPool, sqlx::PgConnection, {
         started.as_ref().map(|_| self.wake.clone())
     }
 });
+
+/// A pool of at most `max` connections to the PostgreSQL at `url`, each acquired within
+/// `op_timeout`; `what` names the store in errors, which never show the URL's credentials.
+pub(crate) async fn pool(
+    url: &str,
+    max: u32,
+    op_timeout: Duration,
+    what: &str,
+) -> Result<PgPool, NetError> {
+    let connect = PgConnectOptions::from_str(url).map_err(|_| {
+        NetError::new(soulbase_net_core::ErrorKind::Io).with_message(format!(
+            "{what} store: the PostgreSQL URL is not valid (postgres://user[:password]@host[:port]/database)"
+        ))
+    })?;
+    let target = format!(
+        "PostgreSQL at {}:{}",
+        connect.get_host(),
+        connect.get_port()
+    );
+    PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(op_timeout)
+        .connect_with(connect)
+        .await
+        .map_err(|e| io(&format!("connecting to {target}"), e))
+}

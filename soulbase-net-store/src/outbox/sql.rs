@@ -14,6 +14,55 @@ pub(crate) enum Dialect {
     Postgres,
 }
 
+impl Dialect {
+    /// The store's clock, in ms since the epoch: every lease and due time is on it, so the
+    /// instances' clocks never matter (an instance an hour ahead neither claims early nor
+    /// takes over a live lease). PostgreSQL's `clock_timestamp()` is the server's time at that
+    /// moment (`now()` would be the transaction's start, stale after a wait for a lock);
+    /// SQLite's is the machine's, the one every instance sharing the file runs on.
+    pub(crate) fn now(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
+    /// The 64-bit integer type's name.
+    pub(crate) fn int(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "INTEGER",
+            Dialect::Postgres => "BIGINT",
+        }
+    }
+}
+
+/// The statements of a table's schema versions, kept in `{t}_migrations`.
+#[derive(Debug, Clone)]
+pub(crate) struct Versions {
+    pub(crate) table: String,
+    pub(crate) current: String,
+    pub(crate) record: String,
+}
+
+impl Versions {
+    pub(crate) fn new(t: &str, dialect: Dialect) -> Self {
+        let int = dialect.int();
+        let record =
+            format!("INSERT INTO {t}_migrations (version, name, applied_at) VALUES (?, ?, ?)");
+        Self {
+            table: format!(
+                "CREATE TABLE IF NOT EXISTS {t}_migrations (
+                    version {int} PRIMARY KEY, name TEXT NOT NULL, applied_at {int} NOT NULL)"
+            ),
+            current: format!("SELECT CAST(COALESCE(MAX(version), 0) AS {int}) FROM {t}_migrations"),
+            record: match dialect {
+                Dialect::Sqlite => record,
+                Dialect::Postgres => numbered(&record),
+            },
+        }
+    }
+}
+
 /// One schema version: its number, what it adds, and its statements (`{t}` is the table).
 pub(crate) type Migration = (i64, &'static str, &'static [&'static str]);
 
@@ -40,9 +89,7 @@ pub(crate) struct Sql {
     pub(crate) purge: String,
     pub(crate) pending: String,
     pub(crate) sweep: String,
-    pub(crate) migrations_table: String,
-    pub(crate) schema_version: String,
-    pub(crate) record_migration: String,
+    pub(crate) versions: Versions,
 }
 
 impl Sql {
@@ -54,15 +101,7 @@ impl Sql {
             // Rows another instance is claiming right now are skipped, not waited for.
             Dialect::Postgres => ("FOR UPDATE SKIP LOCKED", "GREATEST", "BIGINT"),
         };
-        // The store's clock, in ms since the epoch: every lease and due time is on it, so
-        // the instances' clocks never matter (an instance an hour ahead neither claims early
-        // nor takes over a live lease). PostgreSQL's `clock_timestamp()` is the server's time
-        // at that moment (`now()` would be the transaction's start, stale after a wait for a
-        // lock); SQLite's is the machine's, the one every instance sharing the file runs on.
-        let now = match dialect {
-            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-        };
+        let now = dialect.now();
         let place = |sql: String| match dialect {
             Dialect::Sqlite => sql,
             Dialect::Postgres => numbered(&sql),
@@ -124,23 +163,14 @@ impl Sql {
             sweep: place(format!(
                 "DELETE FROM {t} WHERE done_at IS NOT NULL AND done_at <= {now} - ?"
             )),
-            migrations_table: format!(
-                "CREATE TABLE IF NOT EXISTS {t}_migrations (
-                    version {int} PRIMARY KEY, name TEXT NOT NULL, applied_at {int} NOT NULL)"
-            ),
-            schema_version: format!(
-                "SELECT CAST(COALESCE(MAX(version), 0) AS {int}) FROM {t}_migrations"
-            ),
-            record_migration: place(format!(
-                "INSERT INTO {t}_migrations (version, name, applied_at) VALUES (?, ?, ?)"
-            )),
+            versions: Versions::new(t, dialect),
         }
     }
 }
 
 /// `?` placeholders as PostgreSQL's `$1`, `$2`, … (the statements above hold no `?` in
 /// literals).
-fn numbered(sql: &str) -> String {
+pub(crate) fn numbered(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 16);
     let mut n = 0;
     for c in sql.chars() {
@@ -155,35 +185,31 @@ fn numbered(sql: &str) -> String {
     out
 }
 
-/// Implements the shared parts for a store type `$store` with fields `pool`, `options` and
-/// `sql` on engine connection type `$conn`:
-/// - `migrate(pool, sql, t, migrations, up_to, lock)`: the versions not yet recorded, in one
-///   transaction opened with `begin` (after `lock`, a statement that serialises instances);
-/// - `insert(conn, item)`, used by `enqueue` and by the store's `enqueue_in`;
-/// - `OutboxStore`, every operation bounded by the store's `op_timeout`, plus `$extra` items.
-macro_rules! sql_store {
-    ($store:ty, $pool:ty, $conn:ty, { $($extra:item)* }) => {
-        /// Applies the versions of `migrations` not yet recorded, up to `up_to`, in one
-        /// transaction opened by `begin`, after the serialising statement `lock` (if any).
-        async fn migrate(
+/// Defines `$name(pool, versions, t, migrations, up_to)` for a pool type: applies the versions
+/// of `migrations` not yet recorded in `{t}_migrations`, up to `up_to`, in one transaction
+/// opened by `$begin`, after the serialising statement `$lock(t)` makes (if any) — shared by
+/// every table of the store crate (outbox items, delay tasks).
+macro_rules! migrate_fn {
+    ($name:ident, $pool:ty, $begin:expr, $lock:expr) => {
+        pub(crate) async fn $name(
             pool: &$pool,
-            sql: &$crate::outbox::sql::Sql,
+            versions: &$crate::outbox::sql::Versions,
             t: &str,
             migrations: &[$crate::outbox::sql::Migration],
             up_to: i64,
-            (begin, lock): (&'static str, Option<String>),
         ) -> Result<(), soulbase_net_core::NetError> {
             use $crate::outbox::io;
             let fail = |e| io("migrating the schema", e);
-            let mut tx = pool.begin_with(begin).await.map_err(fail)?;
+            let mut tx = pool.begin_with($begin).await.map_err(fail)?;
+            let lock: Option<String> = $lock(t);
             if let Some(lock) = lock {
                 sqlx::raw_sql(&lock).execute(&mut *tx).await.map_err(fail)?;
             }
-            sqlx::raw_sql(&sql.migrations_table)
+            sqlx::raw_sql(&versions.table)
                 .execute(&mut *tx)
                 .await
                 .map_err(fail)?;
-            let (current,): (i64,) = sqlx::query_as(&sql.schema_version)
+            let (current,): (i64,) = sqlx::query_as(&versions.current)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(fail)?;
@@ -195,9 +221,11 @@ macro_rules! sql_store {
                     sqlx::raw_sql(&statement.replace("{t}", t))
                         .execute(&mut *tx)
                         .await
-                        .map_err(|e| io(&format!("migrating the schema to version {version}"), e))?;
+                        .map_err(|e| {
+                            io(&format!("migrating the schema to version {version}"), e)
+                        })?;
                 }
-                sqlx::query(&sql.record_migration)
+                sqlx::query(&versions.record)
                     .bind(version)
                     .bind(*name)
                     .bind($crate::outbox::ms(std::time::SystemTime::now()))
@@ -207,14 +235,35 @@ macro_rules! sql_store {
             }
             tx.commit().await.map_err(fail)
         }
+    };
+}
 
+// SQLite serialises with `BEGIN IMMEDIATE` (the file's one write lock).
+migrate_fn!(
+    migrate_sqlite,
+    sqlx::SqlitePool,
+    "BEGIN IMMEDIATE",
+    |_: &str| None
+);
+// PostgreSQL: instances starting together take turns on an advisory lock keyed by the table.
+#[cfg(feature = "postgres")]
+migrate_fn!(migrate_postgres, sqlx::PgPool, "BEGIN", |t: &str| Some(
+    format!("SELECT pg_advisory_xact_lock(hashtext('{t}_migrations'))")
+));
+
+/// Implements the shared parts for a store type `$store` with fields `pool`, `options` and
+/// `sql` on engine connection type `$conn`:
+/// - `insert(conn, item)`, used by `enqueue` and by the store's `enqueue_in`;
+/// - `OutboxStore`, every operation bounded by the store's `op_timeout`, plus `$extra` items.
+macro_rules! sql_store {
+    ($store:ty, $pool:ty, $conn:ty, { $($extra:item)* }) => {
         impl $store {
             /// The schema version the database is at.
             ///
             /// # Errors
             /// `Io` when the database cannot be read.
             pub async fn schema_version(&self) -> Result<i64, soulbase_net_core::NetError> {
-                let (v,): (i64,) = sqlx::query_as(&self.sql.schema_version)
+                let (v,): (i64,) = sqlx::query_as(&self.sql.versions.current)
                     .fetch_one(&self.pool)
                     .await
                     .map_err(|e| $crate::outbox::io("reading the schema version", e))?;

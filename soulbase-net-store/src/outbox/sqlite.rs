@@ -10,7 +10,7 @@ use sqlx::{
 
 use super::{
     io,
-    sql::{sql_store, Dialect, Migration, Sql},
+    sql::{migrate_sqlite, sql_store, Dialect, Migration, Sql},
     StoreOptions,
 };
 
@@ -156,14 +156,12 @@ impl SqliteStoreBuilder {
             .map_err(|e| io(&format!("opening {}", self.path.display()), e))?;
         let sql = Sql::new(&self.options.table, Dialect::Sqlite);
         // `BEGIN IMMEDIATE`: another process opening the file waits for the migration.
-        let serialise = ("BEGIN IMMEDIATE", None);
-        migrate(
+        migrate_sqlite(
             &pool,
-            &sql,
+            &sql.versions,
             &self.options.table,
             MIGRATIONS,
             self.up_to,
-            serialise,
         )
         .await?;
         Ok(SqliteStore {

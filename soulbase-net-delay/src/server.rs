@@ -1,0 +1,481 @@
+//! The server: connections, routes, and the dispatcher that claims due tasks and writes them
+//! to a connection registered for their route.
+//!
+//! - A `schedule` is answered `ack` only once the task is in the store (its commit returned).
+//! - The dispatcher claims due tasks for the routes that have a connection, under a lease
+//!   longer than the acknowledgement timeout (the delivery's deadline), so a server that dies
+//!   mid-delivery leaves its tasks to be claimed again within that lease, and a live one never
+//!   needs to extend it: a delivery ends — acknowledged, failed or timed out — before its lease.
+//! - A delivery whose connection is gone, whose write queue is full (`connection_write_channel`:
+//!   a slow client's deliveries wait in the store, other clients are not slowed), or whose `ack`
+//!   does not come within `ack_timeout_ms`, is due again after `retry_delay_ms`, with the same
+//!   id, until a client acknowledges it (at least once).
+
+use std::{
+    collections::HashMap,
+    io,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use parking_lot::Mutex;
+use soulbase_net_core::NetError;
+use soulbase_net_store::delay::{DelayStore, DelayTask, Scheduled};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::{mpsc, watch, Notify},
+    task::JoinSet,
+    time::Instant,
+};
+
+use crate::{
+    protocol::{self, Inbound, Outbound, MAX_LINE},
+    Config,
+};
+
+/// How much longer than the acknowledgement timeout a claim's lease runs.
+const LEASE_MARGIN: Duration = Duration::from_secs(2);
+
+/// The longest the dispatcher sleeps when nothing is due (a schedule or a registration wakes
+/// it sooner).
+const IDLE: Duration = Duration::from_secs(1);
+
+/// A running server; dropping it stops it (as [`shutdown`](Self::shutdown) does, without
+/// waiting).
+#[derive(Debug)]
+pub struct DelayServer {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl DelayServer {
+    /// Binds `config.bind_addr` (port 0 picks a free one) and starts serving from `store`.
+    ///
+    /// # Errors
+    /// `Io` when the address cannot be bound.
+    pub async fn start(config: Config, store: Arc<dyn DelayStore>) -> Result<Self, NetError> {
+        let listener = TcpListener::bind(config.bind_addr).await.map_err(|e| {
+            NetError::new(soulbase_net_core::ErrorKind::Io)
+                .with_message(format!("delay server: binding {}", config.bind_addr))
+                .with_source(e)
+        })?;
+        let addr = listener.local_addr().map_err(|e| {
+            NetError::new(soulbase_net_core::ErrorKind::Io)
+                .with_message("delay server: reading the bound address")
+                .with_source(e)
+        })?;
+        let (stop, stopped) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            config,
+            store,
+            routes: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+            connections: AtomicU64::new(0),
+            turn: AtomicU64::new(0),
+            wake: Notify::new(),
+        });
+        let task = tokio::spawn(serve(inner, listener, stopped));
+        Ok(Self {
+            addr,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, stops delivering, gives the tasks it was delivering back to the store
+    /// (due again at once), and returns once every connection has written what was queued
+    /// for it.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for DelayServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// What the server's tasks share.
+struct Inner {
+    config: Config,
+    store: Arc<dyn DelayStore>,
+    /// Route → the connections registered for it.
+    routes: Mutex<HashMap<String, Vec<Conn>>>,
+    /// Task id → the delivery waiting for its `ack`.
+    in_flight: Mutex<HashMap<String, InFlight>>,
+    connections: AtomicU64,
+    /// Whose turn it is among a route's connections.
+    turn: AtomicU64,
+    /// A schedule, a registration or a freed connection: the dispatcher looks again.
+    wake: Notify,
+}
+
+#[derive(Clone)]
+struct Conn {
+    id: u64,
+    tx: mpsc::Sender<String>,
+}
+
+struct InFlight {
+    claim: i64,
+    conn: u64,
+    deadline: Instant,
+}
+
+/// Accepts connections and runs the dispatcher until told to stop.
+async fn serve(inner: Arc<Inner>, listener: TcpListener, mut stopped: watch::Receiver<bool>) {
+    let mut tasks = JoinSet::new();
+    tasks.spawn(dispatch(inner.clone(), stopped.clone()));
+    tasks.spawn(expire(inner.clone(), stopped.clone()));
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if !inner.config.allows(peer.ip()) {
+                        tracing::warn!(%peer, "delay server: refused a peer outside allowed_hosts");
+                        drop(stream);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    tasks.spawn(connection(inner.clone(), stream, stopped.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "delay server: accept failed");
+                    // Out of descriptors and the like: give the process a moment.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+    // What was being delivered goes back to the store, due now.
+    let held: Vec<(String, InFlight)> = inner.in_flight.lock().drain().collect();
+    for (id, f) in held {
+        let _ = inner.store.retry(&id, f.claim, Duration::ZERO).await;
+    }
+}
+
+/// Claims due tasks for the routes that have a connection, and writes them out.
+async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
+    let limit = u32::try_from(inner.config.ready_channel_capacity).unwrap_or(u32::MAX);
+    let lease = inner.config.ack_timeout() + LEASE_MARGIN;
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        let routes: Vec<String> = inner.routes.lock().keys().cloned().collect();
+        let mut wait = IDLE;
+        if !routes.is_empty() {
+            match inner.store.claim_due(&routes, limit, lease).await {
+                Ok(tasks) => {
+                    let full = tasks.len() as u64 >= u64::from(limit);
+                    for task in tasks {
+                        deliver(&inner, task).await;
+                    }
+                    if full {
+                        continue;
+                    }
+                    wait = match inner.store.next_due(&routes).await {
+                        Ok(Some(due)) => due.clamp(inner.config.tick().min(IDLE), IDLE),
+                        Ok(None) => IDLE,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "delay server: reading the next due time failed");
+                            inner.config.tick()
+                        }
+                    };
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "delay server: claiming due tasks failed");
+                    wait = inner.config.tick().max(Duration::from_millis(100));
+                }
+            }
+        }
+        tokio::select! {
+            _ = stopped.changed() => return,
+            () = inner.wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Writes `task` to a connection of its route, or gives it back to the store for later.
+async fn deliver(inner: &Inner, task: DelayTask) {
+    let conn = {
+        let routes = inner.routes.lock();
+        routes.get(&task.route_key).and_then(|conns| {
+            // Competing consumers: the connections of a route take turns.
+            let n = conns.len() as u64;
+            let turn = inner.turn.fetch_add(1, Ordering::Relaxed);
+            (n > 0).then(|| conns[usize::try_from(turn % n).unwrap_or(0)].clone())
+        })
+    };
+    let line = Outbound::delivery(&task).line();
+    let sent = conn.as_ref().map(|c| c.tx.try_send(line));
+    match (conn, sent) {
+        (Some(conn), Some(Ok(()))) => {
+            inner.in_flight.lock().insert(
+                task.id,
+                InFlight {
+                    claim: task.claim,
+                    conn: conn.id,
+                    deadline: Instant::now() + inner.config.ack_timeout(),
+                },
+            );
+        }
+        _ => {
+            // No connection for the route any more, or its queue is full: due again later.
+            if let Err(e) = inner
+                .store
+                .retry(&task.id, task.claim, inner.config.retry_delay())
+                .await
+            {
+                tracing::warn!(error = %e, id = %task.id, "delay server: rescheduling failed");
+            }
+        }
+    }
+}
+
+/// Deliveries not acknowledged within the timeout are due again after the retry delay.
+async fn expire(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
+    let every = inner.config.tick().max(Duration::from_millis(50));
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let now = Instant::now();
+        let late: Vec<(String, i64)> = {
+            let mut in_flight = inner.in_flight.lock();
+            let ids: Vec<String> = in_flight
+                .iter()
+                .filter(|(_, f)| f.deadline <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| in_flight.remove(&id).map(|f| (id, f.claim)))
+                .collect()
+        };
+        for (id, claim) in late {
+            tracing::debug!(%id, "delay server: no ack in time; due again after the retry delay");
+            let _ = inner
+                .store
+                .retry(&id, claim, inner.config.retry_delay())
+                .await;
+        }
+    }
+}
+
+/// Serves one client connection.
+async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Receiver<bool>) {
+    let n = inner.connections.fetch_add(1, Ordering::Relaxed) + 1;
+    let own_route = format!("conn-{n}");
+    let (read, mut write) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<String>(inner.config.connection_write_channel);
+    let writer = tokio::spawn(async move {
+        while let Some(line) = rx.recv().await {
+            if write.write_all(line.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        let _ = write.shutdown().await;
+    });
+    let mut lines = LineReader::new(read);
+    let mut registered: Vec<String> = Vec::new();
+    loop {
+        let line = tokio::select! {
+            _ = stopped.changed() => break,
+            line = lines.next() => line,
+        };
+        let reply = match line {
+            Ok(None) | Err(_) => break,
+            Ok(Some(Err(TooLong))) => Some(Outbound::Error {
+                id: None,
+                code: soulbase_net_core::ErrorKind::InvalidRequest.code().as_str(),
+                message: format!("line over {MAX_LINE} bytes, skipped"),
+            }),
+            Ok(Some(Ok(line))) => match protocol::parse(&line) {
+                Err(bad) => Some(bad.reply()),
+                Ok(Inbound::Register { route_key, .. }) => {
+                    if !registered.contains(&route_key) {
+                        inner
+                            .routes
+                            .lock()
+                            .entry(route_key.clone())
+                            .or_default()
+                            .push(Conn {
+                                id: n,
+                                tx: tx.clone(),
+                            });
+                        registered.push(route_key.clone());
+                    }
+                    inner.wake.notify_one();
+                    Some(Outbound::Registered { route_key })
+                }
+                Ok(Inbound::Schedule(s)) => Some(schedule(&inner, s, &own_route).await),
+                Ok(Inbound::Ack { id }) => {
+                    let claim = inner.in_flight.lock().remove(&id).map_or(0, |f| f.claim);
+                    if let Err(e) = inner.store.ack(&id, claim).await {
+                        Some(Outbound::Error {
+                            id: Some(id),
+                            code: e.code().as_str(),
+                            message: e.to_string(),
+                        })
+                    } else {
+                        None
+                    }
+                }
+            },
+        };
+        if let Some(reply) = reply {
+            if tx.send(reply.line()).await.is_err() {
+                break;
+            }
+        }
+    }
+    // Gone: its routes lose it, and what it had not acknowledged is due again later.
+    {
+        let mut routes = inner.routes.lock();
+        for route in &registered {
+            if let Some(conns) = routes.get_mut(route) {
+                conns.retain(|c| c.id != n);
+                if conns.is_empty() {
+                    routes.remove(route);
+                }
+            }
+        }
+    }
+    let orphaned: Vec<(String, i64)> = {
+        let mut in_flight = inner.in_flight.lock();
+        let ids: Vec<String> = in_flight
+            .iter()
+            .filter(|(_, f)| f.conn == n)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| in_flight.remove(&id).map(|f| (id, f.claim)))
+            .collect()
+    };
+    for (id, claim) in orphaned {
+        let _ = inner
+            .store
+            .retry(&id, claim, inner.config.retry_delay())
+            .await;
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// Stores a scheduled task and says so — or why not.
+async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Outbound {
+    let id = match s.id {
+        Some(id) => id,
+        None => match soulbase_net_core::new_idempotency_key() {
+            Ok(id) => id,
+            Err(e) => {
+                return Outbound::Error {
+                    id: None,
+                    code: e.code().as_str(),
+                    message: e.to_string(),
+                }
+            }
+        },
+    };
+    let task = DelayTask {
+        id: id.clone(),
+        route_key: s.route_key.unwrap_or_else(|| own_route.to_owned()),
+        fire_at: s.fire_at,
+        compression: s.compression,
+        payload: s.payload,
+        attempts: 0,
+        claim: 0,
+    };
+    match inner.store.schedule(std::slice::from_ref(&task)).await {
+        Ok(done) => {
+            if done.first() == Some(&Scheduled::New) {
+                inner.wake.notify_one();
+            }
+            Outbound::Ack {
+                id,
+                fire_at: task.fire_at,
+            }
+        }
+        Err(e) => Outbound::Error {
+            id: Some(id),
+            code: e.code().as_str(),
+            message: format!("not stored: {e}"),
+        },
+    }
+}
+
+/// A line longer than [`MAX_LINE`]: skipped up to its newline.
+#[derive(Debug)]
+struct TooLong;
+
+/// Lines of at most [`MAX_LINE`] bytes from a stream.
+struct LineReader<R> {
+    read: R,
+    buf: Vec<u8>,
+    /// Inside a line that is too long: dropping bytes until its newline.
+    skipping: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(read: R) -> Self {
+        Self {
+            read,
+            buf: Vec::with_capacity(4096),
+            skipping: false,
+        }
+    }
+
+    /// The next line (without its newline, `\r\n` accepted), a line too long, or `None` at
+    /// the end of the stream.
+    async fn next(&mut self) -> io::Result<Option<Result<Vec<u8>, TooLong>>> {
+        loop {
+            if let Some(at) = self.buf.iter().position(|b| *b == b'\n') {
+                let mut line: Vec<u8> = self.buf.drain(..=at).collect();
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if std::mem::take(&mut self.skipping) {
+                    return Ok(Some(Err(TooLong)));
+                }
+                if line.len() > MAX_LINE {
+                    return Ok(Some(Err(TooLong)));
+                }
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(Ok(line)));
+            }
+            if self.buf.len() > MAX_LINE {
+                self.buf.clear();
+                self.skipping = true;
+            }
+            let mut chunk = [0u8; 8192];
+            let n = self.read.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! The delay server over real TCP on loopback, with its SQLite store in a temporary file: the
+//! protocol's every case, bad input of every kind, `allowed_hosts`, a restart, a route with
+//! two consumers.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::{json, Value};
+use soulbase_net_delay::{Config, DelayServer};
+use soulbase_net_store::delay::{DelayStore, DelayStoreOptions, SqliteDelayStore};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    net::{
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+        TcpStream,
+    },
+};
+
+/// A directory of its own under the system's temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "soulbase-delay-{name}-{}-{}",
+            std::process::id(),
+            fastrand_suffix()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.0.join("delay.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fastrand_suffix() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// A server on a free loopback port, with short delays so that tests run fast.
+fn config() -> Config {
+    Config {
+        bind_addr: "127.0.0.1:0".parse().unwrap(),
+        retry_delay_ms: 100,
+        ack_timeout_ms: 300,
+        ..Config::default()
+    }
+}
+
+async fn store(dir: &TempDir) -> Arc<SqliteDelayStore> {
+    Arc::new(
+        SqliteDelayStore::open(dir.db(), DelayStoreOptions::default())
+            .await
+            .unwrap(),
+    )
+}
+
+async fn server(config: Config, store: Arc<SqliteDelayStore>) -> DelayServer {
+    DelayServer::start(config, store).await.unwrap()
+}
+
+/// A client: lines out, lines in (each read bounded in time).
+struct Client {
+    lines: tokio::io::Lines<BufReader<OwnedReadHalf>>,
+    write: OwnedWriteHalf,
+}
+
+impl Client {
+    async fn connect(addr: SocketAddr) -> Self {
+        let (read, write) = TcpStream::connect(addr).await.unwrap().into_split();
+        Self {
+            lines: BufReader::new(read).lines(),
+            write,
+        }
+    }
+
+    async fn send_raw(&mut self, bytes: &[u8]) {
+        self.write.write_all(bytes).await.unwrap();
+    }
+
+    async fn send(&mut self, v: Value) {
+        let mut line = v.to_string();
+        line.push('\n');
+        self.send_raw(line.as_bytes()).await;
+    }
+
+    /// The next line, within 5 s; `None` when the server closed the connection.
+    async fn recv(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(Duration::from_secs(5), self.lines.next_line())
+            .await
+            .expect("a line within 5 s")
+            .ok()??;
+        Some(serde_json::from_str(&line).unwrap())
+    }
+
+    async fn register(&mut self, route: &str) {
+        self.send(json!({"kind": "register", "route_key": route}))
+            .await;
+        assert_eq!(
+            self.recv().await,
+            Some(json!({"kind": "registered", "route_key": route}))
+        );
+    }
+
+    async fn schedule(&mut self, id: &str, route: &str, fire_at: i64, payload: &str) -> Value {
+        use base64::Engine as _;
+        self.send(json!({
+            "kind": "schedule", "id": id, "route_key": route, "fire_at": fire_at,
+            "compression": "none",
+            "payload_base64": base64::engine::general_purpose::STANDARD.encode(payload),
+        }))
+        .await;
+        self.recv().await.expect("an answer")
+    }
+}
+
+/// Waits (bounded) until the store holds `n` tasks.
+async fn pending_becomes(store: &SqliteDelayStore, n: u64) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = store.pending().await.unwrap();
+        if now == n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{now} pending, expected {n}"
+        );
+        // The store has no event to await.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_acknowledged_when_stored_delivered_when_due_and_deleted_on_ack() {
+    let dir = TempDir::new("basic");
+    let store = store(&dir).await;
+    let srv = server(config(), store.clone()).await;
+    let mut c = Client::connect(srv.local_addr()).await;
+    c.register("service-A").await;
+    let fire_at = now_ms() + 300;
+    let ack = c.schedule("t-1", "service-A", fire_at, "hello").await;
+    assert_eq!(ack, json!({"kind": "ack", "id": "t-1", "fire_at": fire_at}));
+    // Durable before the ack: the store has it.
+    assert_eq!(
+        store.get("t-1").await.unwrap().unwrap().route_key,
+        "service-A"
+    );
+    let delivery = c.recv().await.unwrap();
+    let received = now_ms();
+    assert_eq!(
+        delivery,
+        json!({"kind": "delivery", "id": "t-1", "route_key": "service-A", "fire_at": fire_at,
+               "payload_base64": "aGVsbG8=", "compression": "none"})
+    );
+    assert!(
+        received >= fire_at,
+        "delivered {} ms early",
+        fire_at - received
+    );
+    c.send(json!({"kind": "ack", "id": "t-1"})).await;
+    pending_becomes(&store, 0).await;
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_delivery_comes_again_with_the_same_id() {
+    let dir = TempDir::new("redeliver");
+    let store = store(&dir).await;
+    let srv = server(config(), store.clone()).await;
+    let mut c = Client::connect(srv.local_addr()).await;
+    c.register("r").await;
+    c.schedule("again", "r", now_ms(), "x").await;
+    let first = c.recv().await.unwrap();
+    // No ack: after the ack timeout (300 ms) and the retry delay (100 ms), once more.
+    let second = c.recv().await.unwrap();
+    assert_eq!(first["id"], "again");
+    assert_eq!(second["id"], "again");
+    let task = store.get("again").await.unwrap().unwrap();
+    assert!(task.attempts >= 1, "{task:?}");
+    c.send(json!({"kind": "ack", "id": "again"})).await;
+    pending_becomes(&store, 0).await;
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waits_for_its_route_across_a_restart() {
+    let dir = TempDir::new("restart");
+    let store_a = store(&dir).await;
+    let srv = server(config(), store_a).await;
+    let mut scheduler = Client::connect(srv.local_addr()).await;
+    // Nobody serves the route yet: the task waits in the store.
+    let ack = scheduler
+        .schedule("kept", "later", now_ms(), "survives")
+        .await;
+    assert_eq!(ack["kind"], "ack");
+    srv.shutdown().await;
+    assert!(
+        scheduler.recv().await.is_none(),
+        "the server closed its connections"
+    );
+
+    // A new server on the same file; a client registers the route and gets the task.
+    let store_b = store(&dir).await;
+    let srv = server(config(), store_b.clone()).await;
+    let mut worker = Client::connect(srv.local_addr()).await;
+    worker.register("later").await;
+    let delivery = worker.recv().await.unwrap();
+    assert_eq!(
+        (delivery["id"].as_str(), delivery["payload_base64"].as_str()),
+        (Some("kept"), Some("c3Vydml2ZXM="))
+    );
+    worker.send(json!({"kind": "ack", "id": "kept"})).await;
+    pending_becomes(&store_b, 0).await;
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lines_get_error_lines_and_the_connection_goes_on() {
+    let dir = TempDir::new("bad");
+    let store = store(&dir).await;
+    let srv = server(config(), store.clone()).await;
+    let mut c = Client::connect(srv.local_addr()).await;
+    let code = "SCHEMA.VALIDATION_FAILED";
+    c.send_raw(b"{not json\n").await;
+    let e = c.recv().await.unwrap();
+    assert_eq!(
+        (e["kind"].as_str(), e["code"].as_str()),
+        (Some("error"), Some(code))
+    );
+    c.send(json!({"kind": "teleport"})).await;
+    assert!(c.recv().await.unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown kind"));
+    c.send(json!({"kind": "schedule", "id": "b64", "fire_at": 1, "payload_base64": "%%%"}))
+        .await;
+    let e = c.recv().await.unwrap();
+    assert_eq!(e["id"], "b64");
+    assert!(e["message"].as_str().unwrap().contains("not base64"));
+    c.send(json!({"kind": "schedule", "id": "late", "fire_at": "soon"}))
+        .await;
+    assert!(c.recv().await.unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("fire_at"));
+    // A line over 64 KiB is skipped whole, with an error line.
+    let mut long = vec![b'x'; 70 * 1024];
+    long.push(b'\n');
+    c.send_raw(&long).await;
+    assert!(c.recv().await.unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("over 65536 bytes"));
+    // None of it was stored, and the connection still works.
+    assert_eq!(store.pending().await.unwrap(), 0);
+    let ack = c.schedule("fine", "r", now_ms() + 60_000, "ok").await;
+    assert_eq!(ack["kind"], "ack");
+    assert_eq!(store.pending().await.unwrap(), 1);
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_id_or_a_route_the_server_makes_them_and_delivers_back_here() {
+    let dir = TempDir::new("defaults");
+    let store = store(&dir).await;
+    let srv = server(config(), store.clone()).await;
+    let mut c = Client::connect(srv.local_addr()).await;
+    c.send(json!({"kind": "schedule", "fire_at": now_ms(), "payload_base64": ""}))
+        .await;
+    let ack = c.recv().await.unwrap();
+    let id = ack["id"].as_str().unwrap().to_owned();
+    assert_eq!(id.len(), 32, "a server-made id: {ack}");
+    let task = store.get(&id).await.unwrap().unwrap();
+    assert!(task.route_key.starts_with("conn-"), "{task:?}");
+    // The connection's own route is registered for it only if it says so.
+    c.register(&task.route_key.clone()).await;
+    let delivery = c.recv().await.unwrap();
+    assert_eq!(delivery["id"].as_str(), Some(id.as_str()));
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_outside_allowed_hosts_is_refused_at_accept() {
+    let dir = TempDir::new("hosts");
+    let store = store(&dir).await;
+    let mut cfg = config();
+    cfg.allowed_hosts = vec!["::1".parse().unwrap()];
+    let srv = server(cfg, store.clone()).await;
+    let mut c = Client::connect(srv.local_addr()).await;
+    c.send_raw(b"{\"kind\":\"register\",\"route_key\":\"r\"}\n")
+        .await;
+    assert!(c.recv().await.is_none(), "closed without an answer");
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_with_two_connections_shares_its_tasks() {
+    const TASKS: usize = 20;
+    let dir = TempDir::new("shared");
+    let store = store(&dir).await;
+    let srv = server(config(), store.clone()).await;
+    let (mut a, mut b) = (
+        Client::connect(srv.local_addr()).await,
+        Client::connect(srv.local_addr()).await,
+    );
+    a.register("pool").await;
+    b.register("pool").await;
+    let mut scheduler = Client::connect(srv.local_addr()).await;
+    let due = now_ms() + 200;
+    for i in 0..TASKS {
+        scheduler
+            .schedule(&format!("p-{i}"), "pool", due, "w")
+            .await;
+    }
+    // Each consumer acknowledges what it gets, until all are acknowledged.
+    let consume = |mut c: Client| async move {
+        let mut got = Vec::new();
+        while let Ok(Ok(Some(line))) =
+            tokio::time::timeout(Duration::from_millis(1500), c.lines.next_line()).await
+        {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            let id = v["id"].as_str().unwrap().to_owned();
+            c.send(json!({"kind": "ack", "id": id})).await;
+            got.push(id);
+        }
+        got
+    };
+    let (got_a, got_b) = tokio::join!(consume(a), consume(b));
+    let mut all: Vec<String> = got_a.iter().chain(&got_b).cloned().collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), TASKS, "a: {got_a:?}, b: {got_b:?}");
+    assert!(
+        !got_a.is_empty() && !got_b.is_empty(),
+        "both consumers served: {} / {}",
+        got_a.len(),
+        got_b.len()
+    );
+    pending_becomes(&store, 0).await;
+    srv.shutdown().await;
+}
+
+/// Two servers on one PostgreSQL table: a task scheduled through either is delivered by the
+/// one holding a connection for its route, and only by it.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_postgres_deliver_each_others_tasks() {
+    use soulbase_net_store::delay::PostgresDelayStore;
+    let Some(pg) = soulbase_net_testkit::PostgresServer::start_or_skip(
+        "two_servers_on_one_postgres_deliver_each_others_tasks",
+    ) else {
+        return;
+    };
+    let url = pg.create_database("delay").unwrap();
+    let open = || async {
+        Arc::new(
+            PostgresDelayStore::connect(&url, DelayStoreOptions::default())
+                .await
+                .unwrap(),
+        )
+    };
+    let (store_a, store_b) = (open().await, open().await);
+    let a = DelayServer::start(config(), store_a.clone()).await.unwrap();
+    let b = DelayServer::start(config(), store_b).await.unwrap();
+    let mut on_a = Client::connect(a.local_addr()).await;
+    let mut on_b = Client::connect(b.local_addr()).await;
+    on_a.register("served-by-a").await;
+    on_b.register("served-by-b").await;
+    // Each schedules for the other's route.
+    let due = now_ms() + 100;
+    assert_eq!(
+        on_b.schedule("to-a", "served-by-a", due, "1").await["kind"],
+        "ack"
+    );
+    assert_eq!(
+        on_a.schedule("to-b", "served-by-b", due, "2").await["kind"],
+        "ack"
+    );
+    let got_a = on_a.recv().await.unwrap();
+    let got_b = on_b.recv().await.unwrap();
+    assert_eq!(
+        (got_a["id"].as_str(), got_b["id"].as_str()),
+        (Some("to-a"), Some("to-b"))
+    );
+    on_a.send(json!({"kind": "ack", "id": "to-a"})).await;
+    on_b.send(json!({"kind": "ack", "id": "to-b"})).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store_a.pending().await.unwrap() > 0 {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "acknowledged tasks are deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -1,0 +1,288 @@
+//! What the SQLite and the PostgreSQL delay stores share: the statements (one text, two
+//! dialects) and the [`DelayStore`](super::DelayStore) implementation, written once as a macro
+//! over the engine's concrete sqlx types, as the outbox's stores are.
+
+use soulbase_net_core::NetError;
+
+use super::DelayTask;
+use crate::outbox::{
+    io,
+    sql::{numbered, Dialect, Versions},
+};
+
+/// The statements, with the table's name in them (built once when the store opens).
+#[derive(Debug, Clone)]
+pub(crate) struct DelaySql {
+    pub(crate) insert: String,
+    pub(crate) claim: String,
+    pub(crate) extend: String,
+    pub(crate) ack_claimed: String,
+    pub(crate) ack_any: String,
+    pub(crate) retry: String,
+    pub(crate) next_due: String,
+    pub(crate) get: String,
+    pub(crate) pending: String,
+    pub(crate) versions: Versions,
+}
+
+impl DelaySql {
+    pub(crate) fn new(t: &str, dialect: Dialect) -> Self {
+        let now = dialect.now();
+        let (routes, lock, greatest) = match dialect {
+            // A JSON array of the routes, bound as one text.
+            Dialect::Sqlite => ("route_key IN (SELECT value FROM json_each(?))", "", "MAX"),
+            // A text[] of the routes; rows another server is claiming are skipped.
+            Dialect::Postgres => ("route_key = ANY(?)", "FOR UPDATE SKIP LOCKED", "GREATEST"),
+        };
+        let int = dialect.int();
+        let place = |sql: String| match dialect {
+            Dialect::Sqlite => sql,
+            Dialect::Postgres => numbered(&sql),
+        };
+        Self {
+            insert: place(format!(
+                "INSERT INTO {t} (id, route_key, fire_at, next_at, compression, payload, attempts,
+                    created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, 0, {now}) ON CONFLICT (id) DO NOTHING"
+            )),
+            claim: place(format!(
+                "UPDATE {t} SET lease_until = {now} + ?, claim_id = ?
+                 WHERE id IN (SELECT id FROM {t}
+                              WHERE next_at <= {now}
+                                AND (lease_until IS NULL OR lease_until <= {now})
+                                AND {routes}
+                              ORDER BY next_at LIMIT ? {lock})
+                 RETURNING *"
+            )),
+            extend: place(format!(
+                "UPDATE {t} SET lease_until = {now} + ? WHERE id = ? AND claim_id = ?"
+            )),
+            ack_claimed: place(format!("DELETE FROM {t} WHERE id = ? AND claim_id = ?")),
+            ack_any: place(format!("DELETE FROM {t} WHERE id = ?")),
+            retry: place(format!(
+                "UPDATE {t} SET next_at = {now} + ?, attempts = attempts + 1, lease_until = NULL,
+                    claim_id = NULL
+                 WHERE id = ? AND claim_id = ?"
+            )),
+            next_due: place(format!(
+                "SELECT CAST(MIN({greatest}(next_at, COALESCE(lease_until, 0))) - {now} AS {int})
+                 FROM {t} WHERE {routes}"
+            )),
+            get: place(format!("SELECT * FROM {t} WHERE id = ?")),
+            pending: format!("SELECT COUNT(*) FROM {t}"),
+            versions: Versions::new(t, dialect),
+        }
+    }
+}
+
+/// Reads a [`DelayTask`] from a row of either engine (the same column names).
+pub(crate) fn task_from<'r, R>(row: &'r R) -> Result<DelayTask, NetError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'n> &'n str: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let get = |e: sqlx::Error| io("reading a delay task", e);
+    let attempts: i64 = row.try_get("attempts").map_err(get)?;
+    Ok(DelayTask {
+        id: row.try_get("id").map_err(get)?,
+        route_key: row.try_get("route_key").map_err(get)?,
+        fire_at: row.try_get("fire_at").map_err(get)?,
+        compression: row.try_get("compression").map_err(get)?,
+        payload: bytes::Bytes::from(row.try_get::<Vec<u8>, _>("payload").map_err(get)?),
+        attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+        claim: row
+            .try_get::<Option<i64>, _>("claim_id")
+            .map_err(get)?
+            .unwrap_or(0),
+    })
+}
+
+/// Implements [`DelayStore`](super::DelayStore) for `$store`, a type with fields `pool`,
+/// `options` and `sql` (a [`DelaySql`]) and an associated `fn routes(&[String]) -> impl
+/// Encode` that binds a list of routes the way its engine's statements read it.
+macro_rules! delay_store {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::delay::DelayStore for $store {
+            async fn schedule(
+                &self,
+                tasks: &[$crate::delay::DelayTask],
+            ) -> Result<Vec<$crate::delay::Scheduled>, soulbase_net_core::NetError> {
+                let what = "storing delay tasks";
+                let fail = |e| $crate::outbox::io(what, e);
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let mut tx = self.pool.begin_with(self.begin()).await.map_err(fail)?;
+                    let mut done = Vec::with_capacity(tasks.len());
+                    for task in tasks {
+                        let hit = sqlx::query(&self.sql.insert)
+                            .bind(&task.id)
+                            .bind(&task.route_key)
+                            .bind(task.fire_at)
+                            .bind(task.fire_at)
+                            .bind(&task.compression)
+                            .bind(task.payload.as_ref())
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(fail)?;
+                        done.push(if hit.rows_affected() > 0 {
+                            $crate::delay::Scheduled::New
+                        } else {
+                            $crate::delay::Scheduled::Duplicate
+                        });
+                    }
+                    tx.commit().await.map_err(fail)?;
+                    Ok(done)
+                })
+                .await
+            }
+
+            async fn claim_due(
+                &self,
+                routes: &[String],
+                limit: u32,
+                lease: std::time::Duration,
+            ) -> Result<Vec<$crate::delay::DelayTask>, soulbase_net_core::NetError> {
+                if routes.is_empty() || limit == 0 {
+                    return Ok(Vec::new());
+                }
+                let what = "claiming due delay tasks";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    // A token of this claim: what fences its holder (a positive i64).
+                    let token = fastrand::i64(1..i64::MAX);
+                    let rows = sqlx::query(&self.sql.claim)
+                        .bind($crate::outbox::millis(lease))
+                        .bind(token)
+                        .bind(Self::routes(routes))
+                        .bind(i64::from(limit))
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    rows.iter().map($crate::delay::sql::task_from).collect()
+                })
+                .await
+            }
+
+            async fn extend(
+                &self,
+                tasks: &[(String, i64)],
+                lease: std::time::Duration,
+            ) -> Result<(), soulbase_net_core::NetError> {
+                if tasks.is_empty() {
+                    return Ok(());
+                }
+                let what = "extending delay task leases";
+                let fail = |e| $crate::outbox::io(what, e);
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let mut tx = self.pool.begin_with(self.begin()).await.map_err(fail)?;
+                    // In id order: two transactions locking the same rows never wait for each
+                    // other in a cycle.
+                    let mut order: Vec<&(String, i64)> = tasks.iter().collect();
+                    order.sort_unstable();
+                    for (id, claim) in order {
+                        sqlx::query(&self.sql.extend)
+                            .bind($crate::outbox::millis(lease))
+                            .bind(id)
+                            .bind(claim)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(fail)?;
+                    }
+                    tx.commit().await.map_err(fail)
+                })
+                .await
+            }
+
+            async fn ack(&self, id: &str, claim: i64) -> Result<bool, soulbase_net_core::NetError> {
+                let what = "deleting an acknowledged delay task";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let q = if claim == 0 {
+                        sqlx::query(&self.sql.ack_any).bind(id)
+                    } else {
+                        sqlx::query(&self.sql.ack_claimed).bind(id).bind(claim)
+                    };
+                    let done = q
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    Ok(done.rows_affected() > 0)
+                })
+                .await
+            }
+
+            async fn retry(
+                &self,
+                id: &str,
+                claim: i64,
+                after: std::time::Duration,
+            ) -> Result<bool, soulbase_net_core::NetError> {
+                let what = "rescheduling a delay task";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let done = sqlx::query(&self.sql.retry)
+                        .bind($crate::outbox::millis(after))
+                        .bind(id)
+                        .bind(claim)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    Ok(done.rows_affected() > 0)
+                })
+                .await
+            }
+
+            async fn next_due(
+                &self,
+                routes: &[String],
+            ) -> Result<Option<std::time::Duration>, soulbase_net_core::NetError> {
+                if routes.is_empty() {
+                    return Ok(None);
+                }
+                let what = "finding the next due delay task";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let (wait,): (Option<i64>,) = sqlx::query_as(&self.sql.next_due)
+                        .bind(Self::routes(routes))
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    Ok(wait
+                        .map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+                })
+                .await
+            }
+
+            async fn get(
+                &self,
+                id: &str,
+            ) -> Result<Option<$crate::delay::DelayTask>, soulbase_net_core::NetError> {
+                let what = "reading a delay task";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let row = sqlx::query(&self.sql.get)
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    row.as_ref().map($crate::delay::sql::task_from).transpose()
+                })
+                .await
+            }
+
+            async fn pending(&self) -> Result<u64, soulbase_net_core::NetError> {
+                let what = "counting delay tasks";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let (n,): (i64,) = sqlx::query_as(&self.sql.pending)
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    Ok(u64::try_from(n).unwrap_or(0))
+                })
+                .await
+            }
+        }
+    };
+}
+
+pub(crate) use delay_store;

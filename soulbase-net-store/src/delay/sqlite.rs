@@ -1,0 +1,89 @@
+//! [`SqliteDelayStore`]: the delay server's embedded store — one SQLite file in WAL mode.
+
+use std::path::Path;
+
+use soulbase_net_core::NetError;
+use sqlx::{
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+    SqlitePool,
+};
+
+use super::{
+    sql::{delay_store, DelaySql},
+    DelayStoreOptions,
+};
+use crate::outbox::{
+    io,
+    sql::{migrate_sqlite, Dialect, Migration},
+};
+
+/// The schema's versions, oldest first (`{t}` is the table), recorded in `{t}_migrations`.
+const MIGRATIONS: &[Migration] = &[(
+    1,
+    "delay tasks, due by next_at",
+    &[
+        "CREATE TABLE IF NOT EXISTS {t} (
+            id TEXT PRIMARY KEY,
+            route_key TEXT NOT NULL,
+            fire_at INTEGER NOT NULL,
+            next_at INTEGER NOT NULL,
+            compression TEXT NOT NULL,
+            payload BLOB NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            lease_until INTEGER,
+            claim_id INTEGER,
+            created_at INTEGER NOT NULL
+        )",
+        "CREATE INDEX IF NOT EXISTS {t}_due ON {t} (route_key, next_at)",
+        "CREATE INDEX IF NOT EXISTS {t}_next ON {t} (next_at)",
+    ],
+)];
+
+/// The delay tasks in one SQLite file (WAL, `synchronous = FULL`: a task is on disk before
+/// the server acknowledges it), four connections, one writer at a time.
+#[derive(Debug, Clone)]
+pub struct SqliteDelayStore {
+    pool: SqlitePool,
+    options: DelayStoreOptions,
+    sql: DelaySql,
+}
+
+impl SqliteDelayStore {
+    /// Opens (creating if missing) the file at `path` and migrates its schema.
+    ///
+    /// # Errors
+    /// `Io` when the file cannot be opened or migrated.
+    pub async fn open(
+        path: impl AsRef<Path>,
+        options: DelayStoreOptions,
+    ) -> Result<Self, NetError> {
+        let path = path.as_ref();
+        let connect = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(options.op_timeout);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(options.op_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|e| io(&format!("opening {}", path.display()), e))?;
+        let sql = DelaySql::new(&options.table, Dialect::Sqlite);
+        migrate_sqlite(&pool, &sql.versions, &options.table, MIGRATIONS, i64::MAX).await?;
+        Ok(Self { pool, options, sql })
+    }
+
+    /// How a write transaction begins: taking the file's write lock at once.
+    fn begin(&self) -> &'static str {
+        "BEGIN IMMEDIATE"
+    }
+
+    /// Routes as the statements read them: a JSON array.
+    fn routes(routes: &[String]) -> String {
+        serde_json::to_string(routes).unwrap_or_else(|_| "[]".to_owned())
+    }
+}
+
+delay_store!(SqliteDelayStore);
