@@ -54,6 +54,7 @@ const STEPS: &[Step] = &[
         env: &[
             ("SOULBASE_REQUIRE_REDIS", "1"),
             ("SOULBASE_REQUIRE_POSTGRES", "1"),
+            ("SOULBASE_REQUIRE_GO", "1"),
         ],
     },
     Step {
@@ -72,13 +73,16 @@ const FEATURES_ALONE_AFTER: &str = "clippy";
 /// `docs/bench-budget.json`), so it needs no build of its own.
 const INSTRUCTIONS_AFTER: &str = "tests";
 
-/// Servers the tests start throwaway instances of (Debian package, program).
+/// Servers the tests start throwaway instances of, and the tools they build with (Debian
+/// package, program).
 const SERVERS: &[(&str, &str)] = &[
     ("redis-server", "redis-server"),
     // Debian keeps PostgreSQL's programs out of PATH, in a directory per major version.
     ("postgresql", "/usr/lib/postgresql/*/bin/initdb"),
     // The instruction budget's counts (callgrind).
     ("valgrind", "valgrind"),
+    // The delay server's interop with seed 003's own Go client.
+    ("golang-go", "go"),
 ];
 
 /// The chaos run of CI: short, with the default seed.

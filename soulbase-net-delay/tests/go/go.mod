@@ -1,0 +1,3 @@
+module soulbase.dev/delayinterop
+
+go 1.19
