@@ -2,6 +2,10 @@
 //! to a connection registered for their route.
 //!
 //! - A `schedule` is answered `ack` only once the task is in the store (its commit returned).
+//!   Schedules and acknowledgements from every connection go through one writer that commits
+//!   whatever arrived meanwhile in one transaction (group commit: one `fsync` for many), and a
+//!   connection's answers are written in the order of its lines while later lines are already
+//!   being read (pipelined).
 //! - The dispatcher claims due tasks for the routes that have a connection, under a lease
 //!   longer than the acknowledgement timeout (the delivery's deadline), so a server that dies
 //!   mid-delivery leaves its tasks to be claimed again within that lease, and a live one never
@@ -28,7 +32,7 @@ use soulbase_net_store::delay::{DelayStore, DelayTask, Scheduled};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    sync::{mpsc, watch, Notify},
+    sync::{mpsc, oneshot, watch, Notify},
     task::JoinSet,
     time::Instant,
 };
@@ -44,6 +48,9 @@ const LEASE_MARGIN: Duration = Duration::from_secs(2);
 /// The longest the dispatcher sleeps when nothing is due (a schedule or a registration wakes
 /// it sooner).
 const IDLE: Duration = Duration::from_secs(1);
+
+/// Schedules and acknowledgements committed together at most.
+const WRITE_BATCH: usize = 1024;
 
 /// A running server; dropping it stops it (as [`shutdown`](Self::shutdown) does, without
 /// waiting).
@@ -71,16 +78,24 @@ impl DelayServer {
                 .with_source(e)
         })?;
         let (stop, stopped) = watch::channel(false);
+        let wake = Arc::new(Notify::new());
+        let (writes, queued) = mpsc::channel(WRITE_BATCH * 4);
+        let writer = tokio::spawn(write_batches(store.clone(), wake.clone(), queued));
         let inner = Arc::new(Inner {
             config,
             store,
+            writes,
             routes: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
             connections: AtomicU64::new(0),
             turn: AtomicU64::new(0),
-            wake: Notify::new(),
+            wake,
         });
-        let task = tokio::spawn(serve(inner, listener, stopped));
+        let task = tokio::spawn(async move {
+            serve(inner, listener, stopped).await;
+            // The last sender went with the server's tasks: what was queued is committed.
+            let _ = writer.await;
+        });
         Ok(Self {
             addr,
             stop,
@@ -114,6 +129,8 @@ impl Drop for DelayServer {
 struct Inner {
     config: Config,
     store: Arc<dyn DelayStore>,
+    /// To the writer: schedules and acknowledgements, committed in batches.
+    writes: mpsc::Sender<Write>,
     /// Route → the connections registered for it.
     routes: Mutex<HashMap<String, Vec<Conn>>>,
     /// Task id → the delivery waiting for its `ack`.
@@ -122,7 +139,66 @@ struct Inner {
     /// Whose turn it is among a route's connections.
     turn: AtomicU64,
     /// A schedule, a registration or a freed connection: the dispatcher looks again.
-    wake: Notify,
+    wake: Arc<Notify>,
+}
+
+/// What the writer commits.
+enum Write {
+    /// A task to store; the answer goes back to its connection.
+    Schedule(
+        DelayTask,
+        oneshot::Sender<Result<Scheduled, (&'static str, String)>>,
+    ),
+    /// A delivery the client acknowledged (`claim` 0: whoever holds it).
+    Ack(String, i64),
+}
+
+/// Commits what arrives, a batch at a time: one transaction for every schedule and
+/// acknowledgement queued meanwhile.
+async fn write_batches(
+    store: Arc<dyn DelayStore>,
+    wake: Arc<Notify>,
+    mut queued: mpsc::Receiver<Write>,
+) {
+    while let Some(first) = queued.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < WRITE_BATCH {
+            match queued.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let mut tasks = Vec::new();
+        let mut answers = Vec::new();
+        let mut acks = Vec::new();
+        for w in batch {
+            match w {
+                Write::Schedule(task, answer) => {
+                    tasks.push(task);
+                    answers.push(answer);
+                }
+                Write::Ack(id, claim) => acks.push((id, claim)),
+            }
+        }
+        match store.write(&tasks, &acks).await {
+            Ok((stored, _)) => {
+                if stored.contains(&Scheduled::New) {
+                    wake.notify_one();
+                }
+                for (answer, done) in answers.into_iter().zip(stored) {
+                    let _ = answer.send(Ok(done));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, tasks = tasks.len(), acks = acks.len(), "delay server: a write failed");
+                let code = e.code().as_str();
+                let message = format!("not stored: {e}");
+                for answer in answers {
+                    let _ = answer.send(Err((code, message.clone())));
+                }
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -296,6 +372,36 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
         }
         let _ = write.shutdown().await;
     });
+    // The answers, in the order of the lines, each once it is known.
+    let (answers, mut pending) = mpsc::channel::<Answer>(inner.config.connection_write_channel);
+    let answering = {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(answer) = pending.recv().await {
+                let line = match answer {
+                    Answer::Now(out) => out.line(),
+                    Answer::Stored { id, fire_at, done } => match done.await {
+                        Ok(Ok(_)) => Outbound::Ack { id, fire_at }.line(),
+                        Ok(Err((code, message))) => Outbound::Error {
+                            id: Some(id),
+                            code,
+                            message,
+                        }
+                        .line(),
+                        Err(_) => Outbound::Error {
+                            id: Some(id),
+                            code: soulbase_net_core::ErrorKind::Io.code().as_str(),
+                            message: "not stored: the server is stopping".to_owned(),
+                        }
+                        .line(),
+                    },
+                };
+                if tx.send(line).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
     let mut lines = LineReader::new(read);
     let mut registered: Vec<String> = Vec::new();
     loop {
@@ -305,13 +411,13 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
         };
         let reply = match line {
             Ok(None) | Err(_) => break,
-            Ok(Some(Err(TooLong))) => Some(Outbound::Error {
+            Ok(Some(Err(TooLong))) => Some(Answer::Now(Outbound::Error {
                 id: None,
                 code: soulbase_net_core::ErrorKind::InvalidRequest.code().as_str(),
                 message: format!("line over {MAX_LINE} bytes, skipped"),
-            }),
+            })),
             Ok(Some(Ok(line))) => match protocol::parse(&line) {
-                Err(bad) => Some(bad.reply()),
+                Err(bad) => Some(Answer::Now(bad.reply())),
                 Ok(Inbound::Register { route_key, .. }) => {
                     if !registered.contains(&route_key) {
                         inner
@@ -326,29 +432,25 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
                         registered.push(route_key.clone());
                     }
                     inner.wake.notify_one();
-                    Some(Outbound::Registered { route_key })
+                    Some(Answer::Now(Outbound::Registered { route_key }))
                 }
                 Ok(Inbound::Schedule(s)) => Some(schedule(&inner, s, &own_route).await),
                 Ok(Inbound::Ack { id }) => {
                     let claim = inner.in_flight.lock().remove(&id).map_or(0, |f| f.claim);
-                    if let Err(e) = inner.store.ack(&id, claim).await {
-                        Some(Outbound::Error {
-                            id: Some(id),
-                            code: e.code().as_str(),
-                            message: e.to_string(),
-                        })
-                    } else {
-                        None
-                    }
+                    // Committed with the next batch; a failure leaves the task to come again.
+                    let _ = inner.writes.send(Write::Ack(id, claim)).await;
+                    None
                 }
             },
         };
         if let Some(reply) = reply {
-            if tx.send(reply.line()).await.is_err() {
+            if answers.send(reply).await.is_err() {
                 break;
             }
         }
     }
+    drop(answers);
+    let _ = answering.await;
     // Gone: its routes lose it, and what it had not acknowledged is due again later.
     {
         let mut routes = inner.routes.lock();
@@ -382,18 +484,28 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
     let _ = writer.await;
 }
 
-/// Stores a scheduled task and says so — or why not.
-async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Outbound {
+/// An answer to a line: known now, or once the task's batch is committed.
+enum Answer {
+    Now(Outbound),
+    Stored {
+        id: String,
+        fire_at: i64,
+        done: oneshot::Receiver<Result<Scheduled, (&'static str, String)>>,
+    },
+}
+
+/// Queues a scheduled task for the writer; its answer comes once it is committed.
+async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Answer {
     let id = match s.id {
         Some(id) => id,
         None => match soulbase_net_core::new_idempotency_key() {
             Ok(id) => id,
             Err(e) => {
-                return Outbound::Error {
+                return Answer::Now(Outbound::Error {
                     id: None,
                     code: e.code().as_str(),
                     message: e.to_string(),
-                }
+                })
             }
         },
     };
@@ -406,22 +518,21 @@ async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Outb
         attempts: 0,
         claim: 0,
     };
-    match inner.store.schedule(std::slice::from_ref(&task)).await {
-        Ok(done) => {
-            if done.first() == Some(&Scheduled::New) {
-                inner.wake.notify_one();
-            }
-            Outbound::Ack {
-                id,
-                fire_at: task.fire_at,
-            }
-        }
-        Err(e) => Outbound::Error {
+    let fire_at = task.fire_at;
+    let (answer, done) = oneshot::channel();
+    if inner
+        .writes
+        .send(Write::Schedule(task, answer))
+        .await
+        .is_err()
+    {
+        return Answer::Now(Outbound::Error {
             id: Some(id),
-            code: e.code().as_str(),
-            message: format!("not stored: {e}"),
-        },
+            code: soulbase_net_core::ErrorKind::Io.code().as_str(),
+            message: "not stored: the server is stopping".to_owned(),
+        });
     }
+    Answer::Stored { id, fire_at, done }
 }
 
 /// A line longer than [`MAX_LINE`]: skipped up to its newline.

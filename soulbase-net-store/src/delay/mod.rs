@@ -56,9 +56,21 @@ pub enum Scheduled {
 /// `NetError` saying what failed (kind `Io`, or `Timeout` past `op_timeout`).
 #[async_trait::async_trait]
 pub trait DelayStore: Send + Sync + std::fmt::Debug {
+    /// Stores `tasks` and deletes the acknowledged `acks` (`(id, claim)` pairs, as
+    /// [`ack`](Self::ack) does) in one transaction — one commit for what many connections
+    /// sent meanwhile (group commit) — and returns after it: one result per task and per
+    /// acknowledgement, in order.
+    async fn write(
+        &self,
+        tasks: &[DelayTask],
+        acks: &[(String, i64)],
+    ) -> Result<(Vec<Scheduled>, Vec<bool>), NetError>;
+
     /// Stores `tasks` durably in one transaction (returns after the commit): one result per
     /// task, in order.
-    async fn schedule(&self, tasks: &[DelayTask]) -> Result<Vec<Scheduled>, NetError>;
+    async fn schedule(&self, tasks: &[DelayTask]) -> Result<Vec<Scheduled>, NetError> {
+        Ok(self.write(tasks, &[]).await?.0)
+    }
 
     /// Claims up to `limit` tasks due now (the store's clock) whose route is one of `routes`,
     /// oldest due first, for `lease`.
@@ -76,7 +88,10 @@ pub trait DelayStore: Send + Sync + std::fmt::Debug {
     /// Deletes the task `id` if `claim` still holds it — or, with `claim` 0, whoever holds
     /// it (a client's acknowledgement of a delivery it received counts whatever the lease).
     /// Whether it was deleted.
-    async fn ack(&self, id: &str, claim: i64) -> Result<bool, NetError>;
+    async fn ack(&self, id: &str, claim: i64) -> Result<bool, NetError> {
+        let done = self.write(&[], &[(id.to_owned(), claim)]).await?.1;
+        Ok(done.first().copied().unwrap_or(false))
+    }
 
     /// A delivery of the task failed: it is due again `after` from now, its attempts counted,
     /// its lease released — if `claim` still holds it.

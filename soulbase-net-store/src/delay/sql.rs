@@ -109,15 +109,17 @@ macro_rules! delay_store {
     ($store:ty) => {
         #[async_trait::async_trait]
         impl $crate::delay::DelayStore for $store {
-            async fn schedule(
+            async fn write(
                 &self,
                 tasks: &[$crate::delay::DelayTask],
-            ) -> Result<Vec<$crate::delay::Scheduled>, soulbase_net_core::NetError> {
-                let what = "storing delay tasks";
+                acks: &[(String, i64)],
+            ) -> Result<(Vec<$crate::delay::Scheduled>, Vec<bool>), soulbase_net_core::NetError>
+            {
+                let what = "storing delay tasks and acknowledgements";
                 let fail = |e| $crate::outbox::io(what, e);
                 $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.begin()).await.map_err(fail)?;
-                    let mut done = Vec::with_capacity(tasks.len());
+                    let mut stored = Vec::with_capacity(tasks.len());
                     for task in tasks {
                         let hit = sqlx::query(&self.sql.insert)
                             .bind(&task.id)
@@ -129,14 +131,24 @@ macro_rules! delay_store {
                             .execute(&mut *tx)
                             .await
                             .map_err(fail)?;
-                        done.push(if hit.rows_affected() > 0 {
+                        stored.push(if hit.rows_affected() > 0 {
                             $crate::delay::Scheduled::New
                         } else {
                             $crate::delay::Scheduled::Duplicate
                         });
                     }
+                    let mut deleted = Vec::with_capacity(acks.len());
+                    for (id, claim) in acks {
+                        let q = if *claim == 0 {
+                            sqlx::query(&self.sql.ack_any).bind(id)
+                        } else {
+                            sqlx::query(&self.sql.ack_claimed).bind(id).bind(claim)
+                        };
+                        let hit = q.execute(&mut *tx).await.map_err(fail)?;
+                        deleted.push(hit.rows_affected() > 0);
+                    }
                     tx.commit().await.map_err(fail)?;
-                    Ok(done)
+                    Ok((stored, deleted))
                 })
                 .await
             }
@@ -193,23 +205,6 @@ macro_rules! delay_store {
                             .map_err(fail)?;
                     }
                     tx.commit().await.map_err(fail)
-                })
-                .await
-            }
-
-            async fn ack(&self, id: &str, claim: i64) -> Result<bool, soulbase_net_core::NetError> {
-                let what = "deleting an acknowledged delay task";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let q = if claim == 0 {
-                        sqlx::query(&self.sql.ack_any).bind(id)
-                    } else {
-                        sqlx::query(&self.sql.ack_claimed).bind(id).bind(claim)
-                    };
-                    let done = q
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    Ok(done.rows_affected() > 0)
                 })
                 .await
             }
