@@ -49,6 +49,10 @@ pub struct Config {
     /// The store: a SQLite path or `postgres://…` (feature `postgres`). Default: `delay.db` in
     /// `data_dir`.
     pub store: Option<String>,
+    /// Per-route tokens (the seed's 鉴权): a `register` or `schedule` for a route named here must
+    /// carry its `token`, else it gets an `AUTH.FORBIDDEN` error line and the connection is
+    /// closed. Routes not named need none. Default: none.
+    pub tokens: std::collections::HashMap<String, String>,
 }
 
 impl Default for Config {
@@ -63,6 +67,7 @@ impl Default for Config {
             ack_timeout_ms: 5000,
             allowed_hosts: Vec::new(),
             store: None,
+            tokens: std::collections::HashMap::new(),
         }
     }
 }
@@ -135,6 +140,23 @@ impl Config {
                 || peer == IpAddr::V6(Ipv6Addr::LOCALHOST);
         }
         self.allowed_hosts.contains(&peer)
+    }
+
+    /// Whether `token` may use `route`: any for a route without a token, else the route's
+    /// (compared in constant time).
+    pub fn admits(&self, route: &str, token: Option<&str>) -> bool {
+        match (self.tokens.get(route), token) {
+            (None, _) => true,
+            (Some(want), Some(given)) => {
+                want.len() == given.len()
+                    && want
+                        .bytes()
+                        .zip(given.bytes())
+                        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                        == 0
+            }
+            (Some(_), None) => false,
+        }
     }
 
     /// The store's URL: `store`, or the SQLite file in `data_dir`.

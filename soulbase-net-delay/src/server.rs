@@ -418,7 +418,11 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
             })),
             Ok(Some(Ok(line))) => match protocol::parse(&line) {
                 Err(bad) => Some(Answer::Now(bad.reply())),
-                Ok(Inbound::Register { route_key, .. }) => {
+                Ok(Inbound::Register { route_key, token }) => {
+                    if !inner.config.admits(&route_key, token.as_deref()) {
+                        let _ = answers.send(Answer::Now(forbidden(None, &route_key))).await;
+                        break;
+                    }
                     if !registered.contains(&route_key) {
                         inner
                             .routes
@@ -434,7 +438,16 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
                     inner.wake.notify_one();
                     Some(Answer::Now(Outbound::Registered { route_key }))
                 }
-                Ok(Inbound::Schedule(s)) => Some(schedule(&inner, s, &own_route).await),
+                Ok(Inbound::Schedule(s)) => {
+                    let route = s.route_key.as_deref().unwrap_or(&own_route);
+                    if !inner.config.admits(route, s.token.as_deref()) {
+                        let _ = answers
+                            .send(Answer::Now(forbidden(s.id.clone(), route)))
+                            .await;
+                        break;
+                    }
+                    Some(schedule(&inner, s, &own_route).await)
+                }
                 Ok(Inbound::Ack { id }) => {
                     let claim = inner.in_flight.lock().remove(&id).map_or(0, |f| f.claim);
                     // Committed with the next batch; a failure leaves the task to come again.
@@ -482,6 +495,15 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// The answer to a line whose route needs a token it did not carry (the connection closes).
+fn forbidden(id: Option<String>, route: &str) -> Outbound {
+    Outbound::Error {
+        id,
+        code: soulbase_net_core::ErrorKind::Blocked.code().as_str(),
+        message: format!("route `{route}` needs its token; the connection is closed"),
+    }
 }
 
 /// An answer to a line: known now, or once the task's batch is committed.

@@ -321,6 +321,50 @@ async fn a_peer_outside_allowed_hosts_is_refused_at_accept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_with_a_token_refuses_lines_without_it_and_closes() {
+    let dir = TempDir::new("tokens");
+    let store = store(&dir).await;
+    let mut cfg = config();
+    cfg.tokens.insert("payments".into(), "s3cret".into());
+    let srv = server(cfg, store.clone()).await;
+    // Registering without the token (or with another): an error line, then the close.
+    for token in [None, Some("guess")] {
+        let mut c = Client::connect(srv.local_addr()).await;
+        c.send(json!({"kind": "register", "route_key": "payments", "token": token}))
+            .await;
+        let e = c.recv().await.unwrap();
+        assert_eq!(
+            (e["kind"].as_str(), e["code"].as_str()),
+            (Some("error"), Some("AUTH.FORBIDDEN"))
+        );
+        assert!(c.recv().await.is_none(), "closed after the refusal");
+    }
+    // Scheduling for it without the token: refused, nothing stored.
+    let mut c = Client::connect(srv.local_addr()).await;
+    let e = c.schedule("p-1", "payments", now_ms(), "x").await;
+    assert_eq!(
+        (e["id"].as_str(), e["code"].as_str()),
+        (Some("p-1"), Some("AUTH.FORBIDDEN"))
+    );
+    assert!(c.recv().await.is_none());
+    assert_eq!(store.pending().await.unwrap(), 0);
+    // With it: served; and a route without a token needs none.
+    let mut c = Client::connect(srv.local_addr()).await;
+    c.send(json!({"kind": "register", "route_key": "payments", "token": "s3cret"}))
+        .await;
+    assert_eq!(c.recv().await.unwrap()["kind"], "registered");
+    c.send(
+        json!({"kind": "schedule", "id": "p-2", "route_key": "payments", "token": "s3cret",
+                  "fire_at": now_ms(), "payload_base64": ""}),
+    )
+    .await;
+    assert_eq!(c.recv().await.unwrap()["kind"], "ack");
+    assert_eq!(c.recv().await.unwrap()["id"], "p-2", "delivered");
+    c.register("open").await;
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_with_two_connections_shares_its_tasks() {
     const TASKS: usize = 20;
     let dir = TempDir::new("shared");
