@@ -49,6 +49,9 @@ pub struct Config {
     /// The store: a SQLite path or `postgres://…` (feature `postgres`). Default: `delay.db` in
     /// `data_dir`.
     pub store: Option<String>,
+    /// The largest payload accepted, once decompressed (`lz4`, `zstd`): larger ones, and
+    /// payloads that do not decompress, get an error line. Default 1 MiB.
+    pub max_payload_bytes: usize,
     /// Per-route tokens (the seed's 鉴权): a `register` or `schedule` for a route named here must
     /// carry its `token`, else it gets an `AUTH.FORBIDDEN` error line and the connection is
     /// closed. Routes not named need none. Default: none.
@@ -67,6 +70,7 @@ impl Default for Config {
             ack_timeout_ms: 5000,
             allowed_hosts: Vec::new(),
             store: None,
+            max_payload_bytes: 1 << 20,
             tokens: std::collections::HashMap::new(),
         }
     }

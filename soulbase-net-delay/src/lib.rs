@@ -24,6 +24,7 @@
 //! The binary (`cargo run -p soulbase-net-delay`) reads the seed's `config.json` (or the file
 //! `HYPER_DELAY_CONFIG` names) and runs until interrupted.
 
+pub mod compress;
 mod config;
 pub mod protocol;
 mod server;

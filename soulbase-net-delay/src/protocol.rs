@@ -45,7 +45,7 @@ pub struct Schedule {
     pub route_key: Option<String>,
     /// When it fires, ms since the epoch.
     pub fire_at: i64,
-    /// The payload's compression, as named.
+    /// The payload's compression, as named: `none`, `lz4` (frame format) or `zstd`.
     pub compression: String,
     /// The payload, decoded from base64 (still compressed, if it was).
     pub payload: Bytes,
@@ -222,10 +222,13 @@ pub fn parse(line: &[u8]) -> Result<Inbound, BadLine> {
             })?;
             let compression =
                 text("compression", &raw.compression)?.unwrap_or_else(|| "none".into());
-            if !matches!(compression.as_str(), "none") {
+            if !crate::compress::COMPRESSIONS.contains(&compression.as_str()) {
                 return Err(BadLine::new(
                     id,
-                    format!("compression `{compression}` is not supported (none)"),
+                    format!(
+                        "compression `{compression}` is not supported ({})",
+                        crate::compress::COMPRESSIONS.join(", ")
+                    ),
                 ));
             }
             let encoded = text("payload_base64", &raw.payload_base64)?.unwrap_or_default();

@@ -518,6 +518,15 @@ enum Answer {
 
 /// Queues a scheduled task for the writer; its answer comes once it is committed.
 async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Answer {
+    if let Err(message) =
+        crate::compress::check(&s.compression, &s.payload, inner.config.max_payload_bytes)
+    {
+        return Answer::Now(Outbound::Error {
+            id: s.id,
+            code: soulbase_net_core::ErrorKind::InvalidRequest.code().as_str(),
+            message,
+        });
+    }
     let id = match s.id {
         Some(id) => id,
         None => match soulbase_net_core::new_idempotency_key() {

@@ -321,6 +321,55 @@ async fn a_peer_outside_allowed_hosts_is_refused_at_accept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_payloads_are_delivered_as_sent_and_bombs_refused() {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let dir = TempDir::new("compress");
+    let store = store(&dir).await;
+    let srv = server(config(), store.clone()).await;
+    let mut c = Client::connect(srv.local_addr()).await;
+    c.register("z").await;
+    let text = b"the same words again and again ".repeat(50);
+    let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
+    enc.write_all(&text).unwrap();
+    let lz4 = enc.finish().unwrap();
+    c.send(
+        json!({"kind": "schedule", "id": "lz", "route_key": "z", "fire_at": now_ms(),
+                  "compression": "lz4", "payload_base64": b64(&lz4)}),
+    )
+    .await;
+    assert_eq!(c.recv().await.unwrap()["kind"], "ack");
+    let d = c.recv().await.unwrap();
+    assert_eq!(
+        (d["compression"].as_str(), d["payload_base64"].as_str()),
+        (Some("lz4"), Some(b64(&lz4).as_str())),
+        "delivered as sent"
+    );
+    // 64 MiB of zeros in a few kilobytes of zstd: over the 1 MiB limit, refused, not stored.
+    let bomb = zstd::encode_all(&vec![0u8; 64 << 20][..], 19).unwrap();
+    c.send(
+        json!({"kind": "schedule", "id": "bomb", "route_key": "z", "fire_at": now_ms(),
+                  "compression": "zstd", "payload_base64": b64(&bomb)}),
+    )
+    .await;
+    let e = c.recv().await.unwrap();
+    assert_eq!(
+        (e["kind"].as_str(), e["id"].as_str()),
+        (Some("error"), Some("bomb"))
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than the limit"),
+        "{e}"
+    );
+    assert!(store.get("bomb").await.unwrap().is_none());
+    srv.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_with_a_token_refuses_lines_without_it_and_closes() {
     let dir = TempDir::new("tokens");
     let store = store(&dir).await;
