@@ -32,6 +32,7 @@
 
 mod budget;
 mod clients;
+mod delay;
 mod failing;
 pub(crate) mod instructions;
 mod measure;
@@ -152,6 +153,7 @@ fn parse_clients(list: &str) -> Result<Vec<Kind>, String> {
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("--outbox") => return outbox::run(&args[1..]),
+        Some("--delay") => return delay::run(&args[1..]),
         _ if args.iter().any(|a| a == "--instructions") => return instructions::run(args),
         _ => {}
     }

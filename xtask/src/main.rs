@@ -47,6 +47,9 @@ commands:
   bench --outbox [--items N]
           the outbox on SQLite and PostgreSQL: enqueue/s (one caller, batched), deliveries/s,
           enqueue-to-delivered latency
+  bench --delay [--pending N]
+          the delay server in its own process on SQLite and PostgreSQL: schedules/s, fire
+          lateness at 5000/s, RSS with N pending (default 1000000), restart to first delivery
   ci      repository rules, fmt check, clippy -D warnings, features alone, tests, docs,
           contracts, chaos, interop (what CI runs)
   features
