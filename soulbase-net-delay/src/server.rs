@@ -6,10 +6,13 @@
 //!   whatever arrived meanwhile in one transaction (group commit: one `fsync` for many), and a
 //!   connection's answers are written in the order of its lines while later lines are already
 //!   being read (pipelined).
-//! - The dispatcher claims due tasks for the routes that have a connection, under a lease
-//!   longer than the acknowledgement timeout (the delivery's deadline), so a server that dies
-//!   mid-delivery leaves its tasks to be claimed again within that lease, and a live one never
-//!   needs to extend it: a delivery ends — acknowledged, failed or timed out — before its lease.
+//! - The dispatcher claims, for the routes that have a connection, the tasks due within the
+//!   next [`AHEAD`], and keeps them in memory ordered by due time (a time wheel of the near
+//!   term: what is due later stays only in the store, so memory does not grow with it) until
+//!   each fires, on time rather than one claim's round trip late. The lease covers the wait,
+//!   the write and the acknowledgement timeout (the delivery's deadline), so a server that dies
+//!   leaves its tasks to be claimed again within that lease, and a live one never needs to
+//!   extend it: a delivery ends — acknowledged, failed or timed out — before its lease does.
 //! - A delivery whose connection is gone, whose write queue is full (`connection_write_channel`:
 //!   a slow client's deliveries wait in the store, other clients are not slowed), or whose `ack`
 //!   does not come within `ack_timeout_ms`, is due again after `retry_delay_ms`, with the same
@@ -49,6 +52,10 @@ const LEASE_MARGIN: Duration = Duration::from_secs(2);
 /// it sooner).
 const IDLE: Duration = Duration::from_secs(1);
 
+/// How far ahead the dispatcher claims: tasks due within this are held in memory and fired
+/// on time.
+const AHEAD: Duration = Duration::from_millis(500);
+
 /// Schedules and acknowledgements committed together at most.
 const WRITE_BATCH: usize = 1024;
 
@@ -80,7 +87,13 @@ impl DelayServer {
         let (stop, stopped) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let (writes, queued) = mpsc::channel(WRITE_BATCH * 4);
-        let writer = tokio::spawn(write_batches(store.clone(), wake.clone(), queued));
+        let soonest = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+        let writer = tokio::spawn(write_batches(
+            store.clone(),
+            wake.clone(),
+            soonest.clone(),
+            queued,
+        ));
         let inner = Arc::new(Inner {
             config,
             store,
@@ -89,6 +102,7 @@ impl DelayServer {
             in_flight: Mutex::new(HashMap::new()),
             connections: AtomicU64::new(0),
             turn: AtomicU64::new(0),
+            soonest,
             wake,
         });
         let task = tokio::spawn(async move {
@@ -138,6 +152,9 @@ struct Inner {
     connections: AtomicU64,
     /// Whose turn it is among a route's connections.
     turn: AtomicU64,
+    /// The earliest `fire_at` stored since the dispatcher last looked (epoch ms; `i64::MAX`:
+    /// none, 0: a registration), so that a schedule for tomorrow costs it no claim.
+    soonest: Arc<std::sync::atomic::AtomicI64>,
     /// A schedule, a registration or a freed connection: the dispatcher looks again.
     wake: Arc<Notify>,
 }
@@ -158,6 +175,7 @@ enum Write {
 async fn write_batches(
     store: Arc<dyn DelayStore>,
     wake: Arc<Notify>,
+    soonest: Arc<std::sync::atomic::AtomicI64>,
     mut queued: mpsc::Receiver<Write>,
 ) {
     while let Some(first) = queued.recv().await {
@@ -182,7 +200,14 @@ async fn write_batches(
         }
         match store.write(&tasks, &acks).await {
             Ok((stored, _)) => {
-                if stored.contains(&Scheduled::New) {
+                let first = tasks
+                    .iter()
+                    .zip(&stored)
+                    .filter(|(_, s)| **s == Scheduled::New)
+                    .map(|(t, _)| t.fire_at)
+                    .min();
+                if let Some(first) = first {
+                    soonest.fetch_min(first, Ordering::AcqRel);
                     wake.notify_one();
                 }
                 for (answer, done) in answers.into_iter().zip(stored) {
@@ -248,47 +273,81 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener, mut stopped: watch::Rec
     }
 }
 
-/// Claims due tasks for the routes that have a connection, and writes them out.
+/// Claims the tasks due soon for the routes that have a connection, and writes each out when
+/// it is due.
 async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
     let limit = u32::try_from(inner.config.ready_channel_capacity).unwrap_or(u32::MAX);
-    let lease = inner.config.ack_timeout() + LEASE_MARGIN;
+    let lease = AHEAD + inner.config.ack_timeout() + LEASE_MARGIN;
+    // Claimed, not yet due: by due time (and a sequence number, for ties).
+    let mut wheel: std::collections::BTreeMap<(Instant, u64), DelayTask> =
+        std::collections::BTreeMap::new();
+    let mut seq = 0u64;
+    let mut next_claim = Instant::now();
     loop {
         if *stopped.borrow() {
-            return;
+            break;
         }
-        let routes: Vec<String> = inner.routes.lock().keys().cloned().collect();
-        let mut wait = IDLE;
-        if !routes.is_empty() {
-            match inner.store.claim_due(&routes, limit, lease).await {
-                Ok(tasks) => {
-                    let full = tasks.len() as u64 >= u64::from(limit);
-                    for task in tasks {
-                        deliver(&inner, task).await;
-                    }
-                    if full {
-                        continue;
-                    }
-                    wait = match inner.store.next_due(&routes).await {
-                        Ok(Some(due)) => due.clamp(inner.config.tick().min(IDLE), IDLE),
-                        Ok(None) => IDLE,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "delay server: reading the next due time failed");
-                            inner.config.tick()
+        let now = Instant::now();
+        while let Some(entry) = wheel.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            deliver(&inner, entry.remove()).await;
+        }
+        if now >= next_claim {
+            let routes: Vec<String> = inner.routes.lock().keys().cloned().collect();
+            next_claim = now + AHEAD / 2;
+            if routes.is_empty() {
+                next_claim = now + IDLE;
+            } else {
+                match inner.store.claim_due(&routes, limit, lease, AHEAD).await {
+                    Ok(tasks) => {
+                        if tasks.len() as u64 >= u64::from(limit) {
+                            next_claim = Instant::now();
                         }
-                    };
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "delay server: claiming due tasks failed");
-                    wait = inner.config.tick().max(Duration::from_millis(100));
+                        let claimed = Instant::now();
+                        for task in tasks {
+                            if task.due_in.is_zero() {
+                                deliver(&inner, task).await;
+                            } else {
+                                seq += 1;
+                                wheel.insert((claimed + task.due_in, seq), task);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "delay server: claiming due tasks failed");
+                        next_claim = now + inner.config.tick().max(Duration::from_millis(100));
+                    }
                 }
             }
         }
+        let until = wheel
+            .first_key_value()
+            .map_or(next_claim, |((at, _), _)| (*at).min(next_claim));
         tokio::select! {
-            _ = stopped.changed() => return,
-            () = inner.wake.notified() => {}
-            () = tokio::time::sleep(wait) => {}
+            _ = stopped.changed() => break,
+            // A registration, or a task stored that is due within the horizon: claim now.
+            () = inner.wake.notified() => {
+                let soonest = inner.soonest.swap(i64::MAX, Ordering::AcqRel);
+                if soonest <= epoch_ms() + i64::try_from(AHEAD.as_millis()).unwrap_or(0) {
+                    next_claim = Instant::now();
+                }
+            }
+            () = tokio::time::sleep_until(until) => {}
         }
     }
+    // Stopping: what was claimed ahead goes back to the store, due as it was.
+    for (_, task) in wheel {
+        let _ = inner.store.release(&task.id, task.claim).await;
+    }
+}
+
+/// Now, in ms since the epoch (the clock `fire_at` is on).
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Writes `task` to a connection of its route, or gives it back to the store for later.
@@ -435,6 +494,7 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
                             });
                         registered.push(route_key.clone());
                     }
+                    inner.soonest.fetch_min(0, Ordering::AcqRel);
                     inner.wake.notify_one();
                     Some(Answer::Now(Outbound::Registered { route_key }))
                 }
@@ -548,6 +608,7 @@ async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Answ
         payload: s.payload,
         attempts: 0,
         claim: 0,
+        due_in: Duration::ZERO,
     };
     let fire_at = task.fire_at;
     let (answer, done) = oneshot::channel();

@@ -41,6 +41,9 @@ pub struct DelayTask {
     pub attempts: u32,
     /// The claim this copy was handed out under (0 when not claimed): it fences the holder.
     pub claim: i64,
+    /// How long until it is due, as of the read, on the store's clock (zero when due or
+    /// late): a server that claimed it ahead fires it then.
+    pub due_in: Duration,
 }
 
 /// What [`DelayStore::schedule`] did.
@@ -72,14 +75,20 @@ pub trait DelayStore: Send + Sync + std::fmt::Debug {
         Ok(self.write(tasks, &[]).await?.0)
     }
 
-    /// Claims up to `limit` tasks due now (the store's clock) whose route is one of `routes`,
-    /// oldest due first, for `lease`.
+    /// Claims up to `limit` tasks due within `ahead` of now (the store's clock) whose route
+    /// is one of `routes`, soonest due first, for `lease` (which should cover `ahead`); each
+    /// says how long until it is due ([`DelayTask::due_in`]).
     async fn claim_due(
         &self,
         routes: &[String],
         limit: u32,
         lease: Duration,
+        ahead: Duration,
     ) -> Result<Vec<DelayTask>, NetError>;
+
+    /// Gives the task `id` back, due as it was and without counting an attempt, if `claim`
+    /// still holds it (a server stopping with tasks it had claimed ahead).
+    async fn release(&self, id: &str, claim: i64) -> Result<bool, NetError>;
 
     /// Extends the leases of `tasks` (`(id, claim)` pairs) to `lease` from now, each only while
     /// its claim holds it.

@@ -19,6 +19,7 @@ pub(crate) struct DelaySql {
     pub(crate) ack_claimed: String,
     pub(crate) ack_any: String,
     pub(crate) retry: String,
+    pub(crate) release: String,
     pub(crate) next_due: String,
     pub(crate) get: String,
     pub(crate) pending: String,
@@ -48,11 +49,11 @@ impl DelaySql {
             claim: place(format!(
                 "UPDATE {t} SET lease_until = {now} + ?, claim_id = ?
                  WHERE id IN (SELECT id FROM {t}
-                              WHERE next_at <= {now}
+                              WHERE next_at <= {now} + ?
                                 AND (lease_until IS NULL OR lease_until <= {now})
                                 AND {routes}
                               ORDER BY next_at LIMIT ? {lock})
-                 RETURNING *"
+                 RETURNING *, next_at - {now} AS due_in_ms"
             )),
             extend: place(format!(
                 "UPDATE {t} SET lease_until = {now} + ? WHERE id = ? AND claim_id = ?"
@@ -68,7 +69,12 @@ impl DelaySql {
                 "SELECT CAST(MIN({greatest}(next_at, COALESCE(lease_until, 0))) - {now} AS {int})
                  FROM {t} WHERE {routes}"
             )),
-            get: place(format!("SELECT * FROM {t} WHERE id = ?")),
+            release: place(format!(
+                "UPDATE {t} SET lease_until = NULL, claim_id = NULL WHERE id = ? AND claim_id = ?"
+            )),
+            get: place(format!(
+                "SELECT *, next_at - {now} AS due_in_ms FROM {t} WHERE id = ?"
+            )),
             pending: format!("SELECT COUNT(*) FROM {t}"),
             versions: Versions::new(t, dialect),
         }
@@ -88,6 +94,7 @@ where
 {
     let get = |e: sqlx::Error| io("reading a delay task", e);
     let attempts: i64 = row.try_get("attempts").map_err(get)?;
+    let due_in: i64 = row.try_get("due_in_ms").map_err(get)?;
     Ok(DelayTask {
         id: row.try_get("id").map_err(get)?,
         route_key: row.try_get("route_key").map_err(get)?,
@@ -99,6 +106,7 @@ where
             .try_get::<Option<i64>, _>("claim_id")
             .map_err(get)?
             .unwrap_or(0),
+        due_in: std::time::Duration::from_millis(u64::try_from(due_in).unwrap_or(0)),
     })
 }
 
@@ -158,6 +166,7 @@ macro_rules! delay_store {
                 routes: &[String],
                 limit: u32,
                 lease: std::time::Duration,
+                ahead: std::time::Duration,
             ) -> Result<Vec<$crate::delay::DelayTask>, soulbase_net_core::NetError> {
                 if routes.is_empty() || limit == 0 {
                     return Ok(Vec::new());
@@ -169,6 +178,7 @@ macro_rules! delay_store {
                     let rows = sqlx::query(&self.sql.claim)
                         .bind($crate::outbox::millis(lease))
                         .bind(token)
+                        .bind($crate::outbox::millis(ahead))
                         .bind(Self::routes(routes))
                         .bind(i64::from(limit))
                         .fetch_all(&self.pool)
@@ -219,6 +229,24 @@ macro_rules! delay_store {
                 $crate::outbox::timed(self.options.op_timeout, what, async {
                     let done = sqlx::query(&self.sql.retry)
                         .bind($crate::outbox::millis(after))
+                        .bind(id)
+                        .bind(claim)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    Ok(done.rows_affected() > 0)
+                })
+                .await
+            }
+
+            async fn release(
+                &self,
+                id: &str,
+                claim: i64,
+            ) -> Result<bool, soulbase_net_core::NetError> {
+                let what = "releasing a delay task";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let done = sqlx::query(&self.sql.release)
                         .bind(id)
                         .bind(claim)
                         .execute(&self.pool)
