@@ -32,6 +32,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Where the server listens. Default `127.0.0.1:7000`.
     pub bind_addr: SocketAddr,
+    /// Where its HTTP face listens (health, metrics, tasks over HTTP), if anywhere; the
+    /// same `allowed_hosts` apply. Default: none.
+    pub http_addr: Option<SocketAddr>,
     /// The scheduler's tick: the longest it sleeps before looking for due tasks. Default 10.
     pub tick_ms: u64,
     /// Due tasks claimed at most per look. Default 2048.
@@ -63,6 +66,7 @@ impl Default for Config {
         Self {
             data_dir: PathBuf::from("data"),
             bind_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 7000)),
+            http_addr: None,
             tick_ms: 10,
             ready_channel_capacity: 2048,
             connection_write_channel: 256,

@@ -26,6 +26,7 @@
 
 pub mod compress;
 mod config;
+mod metrics;
 pub mod protocol;
 mod server;
 

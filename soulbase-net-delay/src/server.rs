@@ -41,9 +41,12 @@ use tokio::{
 };
 
 use crate::{
+    metrics::{Gauges, Metrics},
     protocol::{self, Inbound, Outbound, MAX_LINE},
     Config,
 };
+
+mod http;
 
 /// How much longer than the acknowledgement timeout a claim's lease runs.
 const LEASE_MARGIN: Duration = Duration::from_secs(2);
@@ -64,6 +67,7 @@ const WRITE_BATCH: usize = 1024;
 #[derive(Debug)]
 pub struct DelayServer {
     addr: SocketAddr,
+    http: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -84,14 +88,28 @@ impl DelayServer {
                 .with_message("delay server: reading the bound address")
                 .with_source(e)
         })?;
+        let http = match config.http_addr {
+            Some(at) => {
+                let l = TcpListener::bind(at).await.map_err(|e| {
+                    NetError::new(soulbase_net_core::ErrorKind::Io)
+                        .with_message(format!("delay server: binding the HTTP face {at}"))
+                        .with_source(e)
+                })?;
+                let bound = l.local_addr().ok();
+                Some((l, bound))
+            }
+            None => None,
+        };
         let (stop, stopped) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let (writes, queued) = mpsc::channel(WRITE_BATCH * 4);
         let soonest = Arc::new(std::sync::atomic::AtomicI64::new(i64::MAX));
+        let metrics = Arc::new(Metrics::default());
         let writer = tokio::spawn(write_batches(
             store.clone(),
             wake.clone(),
             soonest.clone(),
+            metrics.clone(),
             queued,
         ));
         let inner = Arc::new(Inner {
@@ -104,14 +122,18 @@ impl DelayServer {
             turn: AtomicU64::new(0),
             soonest,
             wake,
+            metrics,
+            ready: AtomicU64::new(0),
         });
+        let http_addr = http.as_ref().and_then(|(_, a)| *a);
         let task = tokio::spawn(async move {
-            serve(inner, listener, stopped).await;
+            serve(inner, listener, http.map(|(l, _)| l), stopped).await;
             // The last sender went with the server's tasks: what was queued is committed.
             let _ = writer.await;
         });
         Ok(Self {
             addr,
+            http: http_addr,
             stop,
             task: Some(task),
         })
@@ -120,6 +142,11 @@ impl DelayServer {
     /// Where it listens.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where its HTTP face listens, when `http_addr` is set.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
     }
 
     /// Stops accepting, stops delivering, gives the tasks it was delivering back to the store
@@ -157,6 +184,30 @@ struct Inner {
     soonest: Arc<std::sync::atomic::AtomicI64>,
     /// A schedule, a registration or a freed connection: the dispatcher looks again.
     wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    /// Tasks claimed ahead, waiting in memory to fire.
+    ready: AtomicU64,
+}
+
+impl Inner {
+    /// The gauges, read now.
+    async fn gauges(&self) -> Gauges {
+        let connections = {
+            let routes = self.routes.lock();
+            let mut c: Vec<(String, usize)> = routes
+                .iter()
+                .map(|(r, conns)| (r.clone(), conns.len()))
+                .collect();
+            c.sort();
+            c
+        };
+        Gauges {
+            pending: self.store.pending().await.ok(),
+            in_flight: self.in_flight.lock().len(),
+            ready: self.ready.load(Ordering::Relaxed),
+            connections,
+        }
+    }
 }
 
 /// What the writer commits.
@@ -176,6 +227,7 @@ async fn write_batches(
     store: Arc<dyn DelayStore>,
     wake: Arc<Notify>,
     soonest: Arc<std::sync::atomic::AtomicI64>,
+    metrics: Arc<Metrics>,
     mut queued: mpsc::Receiver<Write>,
 ) {
     while let Some(first) = queued.recv().await {
@@ -210,6 +262,12 @@ async fn write_batches(
                     soonest.fetch_min(first, Ordering::AcqRel);
                     wake.notify_one();
                 }
+                for done in &stored {
+                    Metrics::add(match done {
+                        Scheduled::New => &metrics.scheduled,
+                        Scheduled::Duplicate => &metrics.duplicates,
+                    });
+                }
                 for (answer, done) in answers.into_iter().zip(stored) {
                     let _ = answer.send(Ok(done));
                 }
@@ -239,8 +297,16 @@ struct InFlight {
 }
 
 /// Accepts connections and runs the dispatcher until told to stop.
-async fn serve(inner: Arc<Inner>, listener: TcpListener, mut stopped: watch::Receiver<bool>) {
+async fn serve(
+    inner: Arc<Inner>,
+    listener: TcpListener,
+    http: Option<TcpListener>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let mut tasks = JoinSet::new();
+    if let Some(http) = http {
+        tasks.spawn(http::serve(inner.clone(), http, stopped.clone()));
+    }
     tasks.spawn(dispatch(inner.clone(), stopped.clone()));
     tasks.spawn(expire(inner.clone(), stopped.clone()));
     loop {
@@ -322,6 +388,7 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
                 }
             }
         }
+        inner.ready.store(wheel.len() as u64, Ordering::Relaxed);
         let until = wheel
             .first_key_value()
             .map_or(next_claim, |((at, _), _)| (*at).min(next_claim));
@@ -365,6 +432,13 @@ async fn deliver(inner: &Inner, task: DelayTask) {
     let sent = conn.as_ref().map(|c| c.tx.try_send(line));
     match (conn, sent) {
         (Some(conn), Some(Ok(()))) => {
+            Metrics::add(&inner.metrics.delivered);
+            if task.attempts == 0 {
+                let late = epoch_ms().saturating_sub(task.fire_at).max(0);
+                inner
+                    .metrics
+                    .observe_lateness(u64::try_from(late).unwrap_or(0));
+            }
             inner.in_flight.lock().insert(
                 task.id,
                 InFlight {
@@ -376,6 +450,7 @@ async fn deliver(inner: &Inner, task: DelayTask) {
         }
         _ => {
             // No connection for the route any more, or its queue is full: due again later.
+            Metrics::add(&inner.metrics.redelivered);
             if let Err(e) = inner
                 .store
                 .retry(&task.id, task.claim, inner.config.retry_delay())
@@ -408,6 +483,7 @@ async fn expire(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
                 .collect()
         };
         for (id, claim) in late {
+            Metrics::add(&inner.metrics.redelivered);
             tracing::debug!(%id, "delay server: no ack in time; due again after the retry delay");
             let _ = inner
                 .store
@@ -509,6 +585,7 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
                     Some(schedule(&inner, s, &own_route).await)
                 }
                 Ok(Inbound::Ack { id }) => {
+                    Metrics::add(&inner.metrics.acked);
                     let claim = inner.in_flight.lock().remove(&id).map_or(0, |f| f.claim);
                     // Committed with the next batch; a failure leaves the task to come again.
                     let _ = inner.writes.send(Write::Ack(id, claim)).await;
@@ -517,6 +594,9 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
             },
         };
         if let Some(reply) = reply {
+            if matches!(reply, Answer::Now(Outbound::Error { .. })) {
+                Metrics::add(&inner.metrics.refused);
+            }
             if answers.send(reply).await.is_err() {
                 break;
             }
@@ -548,6 +628,7 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
             .collect()
     };
     for (id, claim) in orphaned {
+        Metrics::add(&inner.metrics.redelivered);
         let _ = inner
             .store
             .retry(&id, claim, inner.config.retry_delay())

@@ -515,3 +515,95 @@ async fn two_servers_on_one_postgres_deliver_each_others_tasks() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// One HTTP/1.1 request on a fresh connection: the status and the body.
+async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    use tokio::io::AsyncReadExt as _;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: delay\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = raw[9..12].parse().unwrap();
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_face_schedules_looks_up_cancels_and_reports_metrics() {
+    let dir = TempDir::new("http");
+    let store = store(&dir).await;
+    let cfg = Config {
+        http_addr: Some("127.0.0.1:0".parse().unwrap()),
+        ..config()
+    };
+    let srv = server(cfg, store.clone()).await;
+    let web = srv.http_addr().expect("an HTTP face");
+    let mut worker = Client::connect(srv.local_addr()).await;
+    worker.register("h").await;
+    let (status, body) = http(web, "GET", "/health", "").await;
+    assert_eq!(
+        (status, body.contains("\"status\":\"ok\"")),
+        (200, true),
+        "{body}"
+    );
+
+    // Scheduled over HTTP, delivered over TCP.
+    let line = json!({"kind": "schedule", "id": "web-1", "route_key": "h", "fire_at": now_ms(),
+                      "payload_base64": "aGk="});
+    let (status, body) = http(web, "POST", "/tasks", &line.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["kind"], "ack");
+    let d = worker.recv().await.unwrap();
+    assert_eq!(d["id"], "web-1");
+    worker.send(json!({"kind": "ack", "id": "web-1"})).await;
+    pending_becomes(&store, 0).await;
+
+    // Looked up and cancelled.
+    let later = json!({"kind": "schedule", "id": "web-2", "route_key": "h",
+                       "fire_at": now_ms() + 3_600_000, "payload_base64": ""});
+    assert_eq!(http(web, "POST", "/tasks", &later.to_string()).await.0, 200);
+    let (status, body) = http(web, "GET", "/tasks/web-2", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["route_key"],
+        "h"
+    );
+    assert_eq!(http(web, "DELETE", "/tasks/web-2", "").await.0, 200);
+    assert_eq!(http(web, "GET", "/tasks/web-2", "").await.0, 404);
+    assert_eq!(http(web, "DELETE", "/tasks/web-2", "").await.0, 404);
+
+    // Refused: no route over HTTP, not a schedule, bad JSON.
+    let no_route = json!({"kind": "schedule", "fire_at": 1, "payload_base64": ""});
+    assert_eq!(
+        http(web, "POST", "/tasks", &no_route.to_string()).await.0,
+        400
+    );
+    assert_eq!(
+        http(web, "POST", "/tasks", "{\"kind\":\"ack\",\"id\":\"x\"}")
+            .await
+            .0,
+        400
+    );
+    assert_eq!(http(web, "POST", "/tasks", "{nope").await.0, 400);
+
+    let (status, text) = http(web, "GET", "/metrics", "").await;
+    assert_eq!(status, 200);
+    for expected in [
+        "delay_scheduled_total 2\n",
+        "delay_delivered_total 1\n",
+        "delay_acked_total 1\n",
+        "delay_route_connections{route=\"h\"} 1\n",
+        "delay_fire_lateness_ms_count 1\n",
+        "delay_pending 0\n",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+    srv.shutdown().await;
+}

@@ -1,0 +1,216 @@
+//! The HTTP face (`http_addr`): a health check, the Prometheus metrics, and tasks scheduled,
+//! looked up and cancelled by services that cannot hold a connection.
+//!
+//! - `GET /health` → `{"status":"ok","pending":N}` (503 when the store does not answer);
+//! - `GET /metrics` → the Prometheus text exposition;
+//! - `POST /tasks` with a `schedule` line as the body (its `route_key` required) → the `ack`
+//!   once stored, or the `error` (400; 403 for a missing token; 503 when not stored);
+//! - `GET /tasks/{id}` → the task (404 when none); `DELETE /tasks/{id}` → cancels it.
+
+use std::{convert::Infallible, sync::Arc};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{body::Incoming, Method, Request, Response, StatusCode};
+use tokio::{net::TcpListener, sync::watch, task::JoinSet};
+
+use super::{schedule, Answer, Inner};
+use crate::protocol::{self, Inbound, Outbound, MAX_LINE};
+
+/// Serves HTTP on `listener` until told to stop.
+pub(super) async fn serve(
+    inner: Arc<Inner>,
+    listener: TcpListener,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => break,
+            accepted = listener.accept() => {
+                let Ok((stream, peer)) = accepted else { continue };
+                if !inner.config.allows(peer.ip()) {
+                    continue;
+                }
+                let inner = inner.clone();
+                conns.spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let inner = inner.clone();
+                        async move { Ok::<_, Infallible>(handle(&inner, req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        }
+    }
+    conns.abort_all();
+}
+
+fn json(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(Bytes::from(body.to_string())));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+fn error(
+    status: StatusCode,
+    id: Option<String>,
+    code: &str,
+    message: String,
+) -> Response<Full<Bytes>> {
+    json(
+        status,
+        &serde_json::json!({"kind": "error", "id": id, "code": code, "message": message}),
+    )
+}
+
+async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    let id = path
+        .strip_prefix("/tasks/")
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned);
+    match (req.method().clone(), path.as_str(), id) {
+        (Method::GET, "/health", _) => match inner.store.pending().await {
+            Ok(n) => json(
+                StatusCode::OK,
+                &serde_json::json!({"status": "ok", "pending": n}),
+            ),
+            Err(e) => json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({"status": "store unavailable", "message": e.to_string()}),
+            ),
+        },
+        (Method::GET, "/metrics", _) => {
+            let text = inner.metrics.render(&inner.gauges().await);
+            let mut res = Response::new(Full::new(Bytes::from(text)));
+            res.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            res
+        }
+        (Method::POST, "/tasks", _) => post_task(inner, req).await,
+        (Method::GET, _, Some(id)) => match inner.store.get(&id).await {
+            Ok(Some(t)) => json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "id": t.id, "route_key": t.route_key, "fire_at": t.fire_at,
+                    "attempts": t.attempts, "compression": t.compression,
+                    "payload_base64": base64::engine::general_purpose::STANDARD.encode(&t.payload),
+                }),
+            ),
+            Ok(None) => error(
+                StatusCode::NOT_FOUND,
+                Some(id),
+                "SCHEMA.VALIDATION_FAILED",
+                "no such task".into(),
+            ),
+            Err(e) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(id),
+                e.code().as_str(),
+                e.to_string(),
+            ),
+        },
+        (Method::DELETE, _, Some(id)) => match inner.store.ack(&id, 0).await {
+            Ok(true) => json(
+                StatusCode::OK,
+                &serde_json::json!({"id": id, "deleted": true}),
+            ),
+            Ok(false) => error(
+                StatusCode::NOT_FOUND,
+                Some(id),
+                "SCHEMA.VALIDATION_FAILED",
+                "no such task".into(),
+            ),
+            Err(e) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(id),
+                e.code().as_str(),
+                e.to_string(),
+            ),
+        },
+        _ => error(
+            StatusCode::NOT_FOUND,
+            None,
+            "SCHEMA.VALIDATION_FAILED",
+            format!(
+                "no route {path} (GET /health, GET /metrics, POST /tasks, GET|DELETE /tasks/ID)"
+            ),
+        ),
+    }
+}
+
+async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let body = match Limited::new(req.into_body(), MAX_LINE).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                "SCHEMA.VALIDATION_FAILED",
+                format!("the body is over {MAX_LINE} bytes"),
+            )
+        }
+    };
+    let s = match protocol::parse(&body) {
+        Ok(Inbound::Schedule(s)) => s,
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                None,
+                "SCHEMA.VALIDATION_FAILED",
+                "the body must be a `schedule` line".into(),
+            )
+        }
+        Err(bad) => return error(StatusCode::BAD_REQUEST, bad.id, bad.code, bad.message),
+    };
+    let Some(route) = s.route_key.clone() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            s.id,
+            "SCHEMA.VALIDATION_FAILED",
+            "`route_key` is required over HTTP".into(),
+        );
+    };
+    if !inner.config.admits(&route, s.token.as_deref()) {
+        return error(
+            StatusCode::FORBIDDEN,
+            s.id,
+            "AUTH.FORBIDDEN",
+            format!("route `{route}` needs its token"),
+        );
+    }
+    match schedule(inner, s, &route).await {
+        Answer::Now(Outbound::Error { id, code, message }) => {
+            error(StatusCode::BAD_REQUEST, id, code, message)
+        }
+        Answer::Now(other) => json(
+            StatusCode::OK,
+            &serde_json::to_value(&other).unwrap_or_default(),
+        ),
+        Answer::Stored { id, fire_at, done } => match done.await {
+            Ok(Ok(_)) => json(
+                StatusCode::OK,
+                &serde_json::json!({"kind": "ack", "id": id, "fire_at": fire_at}),
+            ),
+            Ok(Err((code, message))) => {
+                error(StatusCode::SERVICE_UNAVAILABLE, Some(id), code, message)
+            }
+            Err(_) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(id),
+                "PROVIDER.UNAVAILABLE",
+                "the server is stopping".into(),
+            ),
+        },
+    }
+}
