@@ -607,3 +607,127 @@ async fn the_http_face_schedules_looks_up_cancels_and_reports_metrics() {
     }
     srv.shutdown().await;
 }
+
+/// A server process killed (SIGKILL) with a task delivered but not acknowledged: another
+/// server on the same PostgreSQL table delivers it once the dead one's lease runs out.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_s_task_is_delivered_by_another_on_the_same_postgres() {
+    use soulbase_net_store::delay::PostgresDelayStore;
+    let Some(pg) = soulbase_net_testkit::PostgresServer::start_or_skip(
+        "a_killed_server_s_task_is_delivered_by_another_on_the_same_postgres",
+    ) else {
+        return;
+    };
+    let url = pg.create_database("killed").unwrap();
+    let dir = TempDir::new("killed");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config_file = dir.0.join("config.json");
+    std::fs::write(
+        &config_file,
+        json!({"bind_addr": format!("127.0.0.1:{port}"), "store": url, "ack_timeout_ms": 500,
+               "retry_delay_ms": 100})
+        .to_string(),
+    )
+    .unwrap();
+    let mut a = std::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-delay"))
+        .env("HYPER_DELAY_CONFIG", &config_file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(a.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert!(first.contains("listening on"), "{first:?}");
+    let mut on_a = Client::connect(format!("127.0.0.1:{port}").parse().unwrap()).await;
+    on_a.register("r").await;
+    assert_eq!(
+        on_a.schedule("orphan", "r", now_ms(), "x").await["kind"],
+        "ack"
+    );
+    assert_eq!(
+        on_a.recv().await.unwrap()["id"],
+        "orphan",
+        "delivered by A, not acked"
+    );
+    a.kill().unwrap(); // SIGKILL: A's claim stays in the table until its lease runs out
+    a.wait().unwrap();
+    let killed = tokio::time::Instant::now();
+    let store = Arc::new(
+        PostgresDelayStore::connect(&url, DelayStoreOptions::default())
+            .await
+            .unwrap(),
+    );
+    let b = DelayServer::start(config(), store.clone()).await.unwrap();
+    let mut on_b = Client::connect(b.local_addr()).await;
+    on_b.register("r").await;
+    let d = on_b.recv().await.unwrap();
+    assert_eq!(d["id"], "orphan", "delivered by B");
+    let after = killed.elapsed();
+    // A's lease: the claim-ahead horizon (500 ms) + its ack timeout (500 ms) + 2 s.
+    assert!(after < Duration::from_secs(5), "{after:?}");
+    on_b.send(json!({"kind": "ack", "id": "orphan"})).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store.pending().await.unwrap() > 0 {
+        assert!(tokio::time::Instant::now() < until);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("a killed server's task delivered by another {after:?} after the kill");
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_slows_no_other() {
+    let dir = TempDir::new("slow");
+    let store = store(&dir).await;
+    let cfg = Config {
+        connection_write_channel: 4,
+        ..config()
+    };
+    let srv = server(cfg, store.clone()).await;
+    // A client that registers and then reads nothing: its queue (and socket) fill up.
+    let mut stuck = Client::connect(srv.local_addr()).await;
+    stuck.register("stuck").await;
+    let mut fast = Client::connect(srv.local_addr()).await;
+    fast.register("fast").await;
+    let mut scheduler = Client::connect(srv.local_addr()).await;
+    let payload = "y".repeat(30_000);
+    for i in 0..200 {
+        scheduler
+            .schedule(&format!("s-{i}"), "stuck", now_ms(), &payload)
+            .await;
+    }
+    for i in 0..20 {
+        scheduler
+            .schedule(&format!("f-{i}"), "fast", now_ms(), "x")
+            .await;
+    }
+    // The fast client gets all of its tasks, at once, whatever the stuck one does.
+    let started = tokio::time::Instant::now();
+    let mut got = 0;
+    while got < 20 {
+        let d = fast.recv().await.unwrap();
+        fast.send(json!({"kind": "ack", "id": d["id"]})).await;
+        got += 1;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // The stuck client's tasks wait in the store (none lost), due again later.
+    assert!(
+        store.pending().await.unwrap() >= 190,
+        "the stuck route's tasks are kept"
+    );
+    drop(stuck);
+    srv.shutdown().await;
+}
