@@ -55,10 +55,26 @@ pub struct Config {
     /// The largest payload accepted, once decompressed (`lz4`, `zstd`): larger ones, and
     /// payloads that do not decompress, get an error line. Default 1 MiB.
     pub max_payload_bytes: usize,
+    /// HTTP tasks: a `schedule` with a `target` becomes an HTTP call made through the
+    /// soulbase-net client when due (the outbox's delivery path). Default: off.
+    pub http_tasks: Option<HttpTasks>,
     /// Per-route tokens (the seed's 鉴权): a `register` or `schedule` for a route named here must
     /// carry its `token`, else it gets an `AUTH.FORBIDDEN` error line and the connection is
     /// closed. Routes not named need none. Default: none.
     pub tokens: std::collections::HashMap<String, String>,
+}
+
+/// Where HTTP tasks wait and with what policy they are made.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpTasks {
+    /// The outbox's store: a SQLite path or `postgres://…`. Default: `outbox.db` in
+    /// `data_dir`.
+    pub outbox: Option<String>,
+    /// A policy document (TOML or JSON) for the client that makes the calls: timeouts,
+    /// retries, the address guard (private addresses are refused unless it grants them).
+    /// Default: the policy's defaults.
+    pub policy: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -75,6 +91,7 @@ impl Default for Config {
             allowed_hosts: Vec::new(),
             store: None,
             max_payload_bytes: 1 << 20,
+            http_tasks: None,
             tokens: std::collections::HashMap::new(),
         }
     }

@@ -30,5 +30,5 @@ mod metrics;
 pub mod protocol;
 mod server;
 
-pub use crate::config::{Config, CONFIG_ENV};
+pub use crate::config::{Config, HttpTasks, CONFIG_ENV};
 pub use crate::server::DelayServer;

@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use soulbase_net_delay::{Config, DelayServer};
+use soulbase_net_delay::{Config, DelayServer, HttpTasks};
 use soulbase_net_store::delay::{open_delay_store, DelayStoreOptions};
 
 fn main() -> ExitCode {
@@ -55,7 +55,11 @@ fn run() -> Result<(), String> {
         let store = open_delay_store(&url, DelayStoreOptions::default())
             .await
             .map_err(|e| e.to_string())?;
-        let server = DelayServer::start(config, store)
+        let outbox = match &config.http_tasks {
+            Some(h) => Some(http_outbox(&config, h).await?),
+            None => None,
+        };
+        let server = DelayServer::start_with_http_tasks(config, store, outbox)
             .await
             .map_err(|e| e.to_string())?;
         let shown = if url.starts_with("postgres") {
@@ -77,6 +81,34 @@ fn run() -> Result<(), String> {
         server.shutdown().await;
         Ok(())
     })
+}
+
+/// The outbox HTTP tasks go to, with a client on the configured policy.
+async fn http_outbox(
+    config: &Config,
+    h: &HttpTasks,
+) -> Result<std::sync::Arc<soulbase_net_outbox::Outbox>, String> {
+    use std::sync::Arc;
+    let url = h
+        .outbox
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("outbox.db").display().to_string());
+    let store = soulbase_net_outbox::open_store(&url, soulbase_net_outbox::StoreOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client = soulbase_net_runtime::Client::builder();
+    if let Some(path) = &h.policy {
+        let resolver = soulbase_net_policy::SnapshotResolver::from_path(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        client = client.policy_resolver(Arc::new(resolver));
+    }
+    let client = client.build().map_err(|e| e.to_string())?;
+    let outbox = soulbase_net_outbox::Outbox::builder()
+        .store(store)
+        .client(Arc::new(client))
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(outbox))
 }
 
 /// SIGINT or SIGTERM.

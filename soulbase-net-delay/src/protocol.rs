@@ -51,6 +51,28 @@ pub struct Schedule {
     pub payload: Bytes,
     /// The route's token, when the server asks for one.
     pub token: Option<String>,
+    /// An HTTP call to make when it fires, instead of a delivery to a connection (a server
+    /// with HTTP tasks enabled only): the payload is the request's body.
+    pub target: Option<Target>,
+}
+
+/// The HTTP call an HTTP task makes when it fires: `{"method":"POST","url":"https://…",
+/// "headers":{"content-type":"application/json"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    /// The method (default `POST`).
+    #[serde(default = "post")]
+    pub method: String,
+    /// The absolute http(s) URL.
+    pub url: String,
+    /// Headers to send.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+fn post() -> String {
+    "POST".to_owned()
 }
 
 /// A line the server sends.
@@ -157,6 +179,7 @@ struct Raw {
     compression: Option<serde_json::Value>,
     payload_base64: Option<serde_json::Value>,
     token: Option<serde_json::Value>,
+    target: Option<serde_json::Value>,
 }
 
 /// Reads one line (without its newline).
@@ -237,6 +260,12 @@ pub fn parse(line: &[u8]) -> Result<Inbound, BadLine> {
                 .map_err(|e| {
                     BadLine::new(id.clone(), format!("`payload_base64` is not base64: {e}"))
                 })?;
+            let target = match raw.target {
+                None | Some(serde_json::Value::Null) => None,
+                Some(v) => Some(serde_json::from_value::<Target>(v).map_err(|e| {
+                    BadLine::new(id.clone(), format!("`target` is not an HTTP call: {e}"))
+                })?),
+            };
             Ok(Inbound::Schedule(Schedule {
                 id,
                 route_key,
@@ -244,6 +273,7 @@ pub fn parse(line: &[u8]) -> Result<Inbound, BadLine> {
                 compression,
                 payload: Bytes::from(payload),
                 token,
+                target,
             }))
         }
         other => Err(BadLine::new(

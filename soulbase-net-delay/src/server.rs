@@ -78,6 +78,22 @@ impl DelayServer {
     /// # Errors
     /// `Io` when the address cannot be bound.
     pub async fn start(config: Config, store: Arc<dyn DelayStore>) -> Result<Self, NetError> {
+        Self::start_with_http_tasks(config, store, None).await
+    }
+
+    /// Like [`start`](Self::start), with HTTP tasks: a `schedule` carrying a `target` (an HTTP
+    /// call) is enqueued in `outbox`, due at its `fire_at`, with the task's id as the outbox
+    /// item's id, and made when due through the outbox's client — its policy, address guard,
+    /// retries and dead letters — for services that cannot hold a connection. The outbox runs
+    /// until the server stops. Without an outbox, such a schedule gets an error line.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn start_with_http_tasks(
+        config: Config,
+        store: Arc<dyn DelayStore>,
+        outbox: Option<Arc<soulbase_net_outbox::Outbox>>,
+    ) -> Result<Self, NetError> {
         let listener = TcpListener::bind(config.bind_addr).await.map_err(|e| {
             NetError::new(soulbase_net_core::ErrorKind::Io)
                 .with_message(format!("delay server: binding {}", config.bind_addr))
@@ -124,6 +140,7 @@ impl DelayServer {
             wake,
             metrics,
             ready: AtomicU64::new(0),
+            outbox,
         });
         let http_addr = http.as_ref().and_then(|(_, a)| *a);
         let task = tokio::spawn(async move {
@@ -187,6 +204,8 @@ struct Inner {
     metrics: Arc<Metrics>,
     /// Tasks claimed ahead, waiting in memory to fire.
     ready: AtomicU64,
+    /// Where HTTP tasks go, when enabled.
+    outbox: Option<Arc<soulbase_net_outbox::Outbox>>,
 }
 
 impl Inner {
@@ -304,6 +323,16 @@ async fn serve(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut tasks = JoinSet::new();
+    if let Some(outbox) = inner.outbox.clone() {
+        let mut stop = stopped.clone();
+        tasks.spawn(async move {
+            let running = outbox.clone();
+            let run = tokio::spawn(async move { running.run().await });
+            let _ = stop.changed().await;
+            outbox.shutdown();
+            let _ = run.await;
+        });
+    }
     if let Some(http) = http {
         tasks.spawn(http::serve(inner.clone(), http, stopped.clone()));
     }
@@ -659,15 +688,6 @@ enum Answer {
 
 /// Queues a scheduled task for the writer; its answer comes once it is committed.
 async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Answer {
-    if let Err(message) =
-        crate::compress::check(&s.compression, &s.payload, inner.config.max_payload_bytes)
-    {
-        return Answer::Now(Outbound::Error {
-            id: s.id,
-            code: soulbase_net_core::ErrorKind::InvalidRequest.code().as_str(),
-            message,
-        });
-    }
     let id = match s.id {
         Some(id) => id,
         None => match soulbase_net_core::new_idempotency_key() {
@@ -681,6 +701,18 @@ async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Answ
             }
         },
     };
+    if let Some(target) = s.target {
+        return http_task(inner, id, s.fire_at, &s.compression, s.payload, target).await;
+    }
+    if let Err(message) =
+        crate::compress::check(&s.compression, &s.payload, inner.config.max_payload_bytes)
+    {
+        return Answer::Now(Outbound::Error {
+            id: Some(id),
+            code: soulbase_net_core::ErrorKind::InvalidRequest.code().as_str(),
+            message,
+        });
+    }
     let task = DelayTask {
         id: id.clone(),
         route_key: s.route_key.unwrap_or_else(|| own_route.to_owned()),
@@ -706,6 +738,48 @@ async fn schedule(inner: &Inner, s: protocol::Schedule, own_route: &str) -> Answ
         });
     }
     Answer::Stored { id, fire_at, done }
+}
+
+/// Enqueues an HTTP task in the outbox (committed before the answer).
+async fn http_task(
+    inner: &Inner,
+    id: String,
+    fire_at: i64,
+    compression: &str,
+    payload: bytes::Bytes,
+    target: protocol::Target,
+) -> Answer {
+    let refuse = |message: String| {
+        Answer::Now(Outbound::Error {
+            id: Some(id.clone()),
+            code: soulbase_net_core::ErrorKind::InvalidRequest.code().as_str(),
+            message,
+        })
+    };
+    let Some(outbox) = &inner.outbox else {
+        return refuse("HTTP tasks are not enabled on this server".to_owned());
+    };
+    if compression != "none" {
+        return refuse("an HTTP task's payload is its body: compression must be `none`".to_owned());
+    }
+    let Ok(method) = ::http::Method::from_bytes(target.method.as_bytes()) else {
+        return refuse(format!("`{}` is not an HTTP method", target.method));
+    };
+    let due = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(fire_at).unwrap_or(0));
+    let mut item = soulbase_net_outbox::OutboxItem::new(method, target.url, payload)
+        .id(id.clone())
+        .deliver_at(due);
+    for (name, value) in &target.headers {
+        item = item.header(name, value);
+    }
+    match outbox.enqueue(item).await {
+        Ok(_) => Answer::Now(Outbound::Ack { id, fire_at }),
+        Err(e) => Answer::Now(Outbound::Error {
+            id: Some(id),
+            code: e.code().as_str(),
+            message: format!("not stored: {e}"),
+        }),
+    }
 }
 
 /// A line longer than [`MAX_LINE`]: skipped up to its newline.

@@ -731,3 +731,91 @@ async fn a_client_that_does_not_read_slows_no_other() {
     drop(stuck);
     srv.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_task_is_made_through_the_outbox_when_due() {
+    use soulbase_net_testkit::{FaultServer, Reply};
+    let upstream = FaultServer::http1()
+        .route("/hook", Reply::ok("done"))
+        .start()
+        .await
+        .unwrap();
+    let dir = TempDir::new("http-task");
+    let store = store(&dir).await;
+    // A client allowed to reach loopback only, and an outbox of its own next to the tasks.
+    let mut policy = soulbase_net_policy::NetPolicy::default();
+    policy.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    let client = soulbase_net_runtime::Client::builder()
+        .policy(policy)
+        .build()
+        .unwrap();
+    let outbox_store = soulbase_net_outbox::SqliteStore::open(dir.0.join("outbox.db"))
+        .await
+        .unwrap();
+    let outbox = Arc::new(
+        soulbase_net_outbox::Outbox::builder()
+            .store(Arc::new(outbox_store))
+            .client(Arc::new(client))
+            .poll(Duration::from_millis(20))
+            .build()
+            .unwrap(),
+    );
+    let srv = DelayServer::start_with_http_tasks(config(), store.clone(), Some(outbox.clone()))
+        .await
+        .unwrap();
+    let mut c = Client::connect(srv.local_addr()).await;
+    let fire_at = now_ms() + 300;
+    c.send(
+        json!({"kind": "schedule", "id": "call-1", "fire_at": fire_at,
+                  "payload_base64": "eyJvcmRlciI6N30=",
+                  "target": {"method": "POST", "url": upstream.url("/hook"),
+                             "headers": {"content-type": "application/json"}}}),
+    )
+    .await;
+    assert_eq!(
+        c.recv().await.unwrap(),
+        json!({"kind": "ack", "id": "call-1", "fire_at": fire_at})
+    );
+    tokio::time::timeout(Duration::from_secs(5), upstream.wait_for_hits("/hook", 1))
+        .await
+        .expect("the call is made");
+    let arrived = now_ms();
+    assert!(arrived >= fire_at, "made {} ms early", fire_at - arrived);
+    let req = &upstream.requests("/hook")[0];
+    assert_eq!(req.body, b"{\"order\":7}".to_vec());
+    assert_eq!(req.header("content-type"), Some("application/json"));
+    assert!(
+        req.header("idempotency-key").is_some(),
+        "one key on every attempt"
+    );
+    assert_eq!(
+        store.pending().await.unwrap(),
+        0,
+        "not a delivery to a connection"
+    );
+
+    // Without an outbox, or with a compressed body: an error line.
+    c.send(
+        json!({"kind": "schedule", "id": "call-2", "fire_at": fire_at, "compression": "zstd",
+                  "payload_base64": "", "target": {"url": upstream.url("/hook")}}),
+    )
+    .await;
+    assert!(c.recv().await.unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("compression must be"));
+    let plain = server(config(), store.clone()).await;
+    let mut p = Client::connect(plain.local_addr()).await;
+    p.send(
+        json!({"kind": "schedule", "id": "call-3", "fire_at": fire_at, "payload_base64": "",
+                  "target": {"url": upstream.url("/hook")}}),
+    )
+    .await;
+    assert!(p.recv().await.unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("not enabled"));
+    plain.shutdown().await;
+    srv.shutdown().await;
+    upstream.join().await;
+}

@@ -45,7 +45,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "soulbase-net-delay",
-        &["soulbase-net-core", "soulbase-net-store"],
+        &[
+            "soulbase-net-core",
+            "soulbase-net-policy",
+            "soulbase-net-store",
+            "soulbase-net-runtime",
+            "soulbase-net-outbox",
+        ],
     ),
 ];
 
