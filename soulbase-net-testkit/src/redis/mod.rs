@@ -221,6 +221,14 @@ impl RedisServer {
                 .arg(path)
                 .args(["--unixsocketperm", "700"]);
         }
+        if !matches!(self.role, Role::ClusterNode { .. }) {
+            // Nothing is saved (`--save ""`), but a replica's full sync writes an RDB file:
+            // into the temp directory, named by port, never into the test's working directory.
+            cmd.arg("--dir")
+                .arg(std::env::temp_dir())
+                .arg("--dbfilename")
+                .arg(format!("soulbase-redis-{}.rdb", self.addr.port()));
+        }
         if let Role::ClusterNode { bus, dir } = &self.role {
             cmd.args(["--cluster-enabled", "yes", "--cluster-port"])
                 .arg(bus.port().to_string())
@@ -284,6 +292,10 @@ impl Drop for RedisServer {
         if let Some(path) = &self.unix {
             let _ = std::fs::remove_file(path);
         }
+        // A replica's full sync may have written one.
+        let _ = std::fs::remove_file(
+            std::env::temp_dir().join(format!("soulbase-redis-{}.rdb", self.addr.port())),
+        );
     }
 }
 
