@@ -13,6 +13,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{body::Incoming, Method, Request, Response, StatusCode};
+use soulbase_net_core::ErrorKind;
 use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 
 use super::{schedule, Answer, Inner};
@@ -59,16 +60,20 @@ fn json(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
     res
 }
 
+/// The stable codes the HTTP face answers with (the project's, as on the wire's error lines).
+const INVALID: &str = ErrorKind::InvalidRequest.code().as_str();
+const FORBIDDEN: &str = ErrorKind::Blocked.code().as_str();
+const UNAVAILABLE: &str = ErrorKind::Io.code().as_str();
+
+/// An error, with the same body as the protocol's error line.
 fn error(
     status: StatusCode,
     id: Option<String>,
-    code: &str,
+    code: &'static str,
     message: String,
 ) -> Response<Full<Bytes>> {
-    json(
-        status,
-        &serde_json::json!({"kind": "error", "id": id, "code": code, "message": message}),
-    )
+    let line = Outbound::Error { id, code, message };
+    json(status, &serde_json::to_value(&line).unwrap_or_default())
 }
 
 async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -110,7 +115,7 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
             Ok(None) => error(
                 StatusCode::NOT_FOUND,
                 Some(id),
-                "SCHEMA.VALIDATION_FAILED",
+                INVALID,
                 "no such task".into(),
             ),
             Err(e) => error(
@@ -128,7 +133,7 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
             Ok(false) => error(
                 StatusCode::NOT_FOUND,
                 Some(id),
-                "SCHEMA.VALIDATION_FAILED",
+                INVALID,
                 "no such task".into(),
             ),
             Err(e) => error(
@@ -141,7 +146,7 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
         _ => error(
             StatusCode::NOT_FOUND,
             None,
-            "SCHEMA.VALIDATION_FAILED",
+            INVALID,
             format!(
                 "no route {path} (GET /health, GET /metrics, POST /tasks, GET|DELETE /tasks/ID)"
             ),
@@ -156,7 +161,7 @@ async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 None,
-                "SCHEMA.VALIDATION_FAILED",
+                INVALID,
                 format!("the body is over {MAX_LINE} bytes"),
             )
         }
@@ -167,7 +172,7 @@ async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes
             return error(
                 StatusCode::BAD_REQUEST,
                 None,
-                "SCHEMA.VALIDATION_FAILED",
+                INVALID,
                 "the body must be a `schedule` line".into(),
             )
         }
@@ -177,7 +182,7 @@ async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes
         return error(
             StatusCode::BAD_REQUEST,
             s.id,
-            "SCHEMA.VALIDATION_FAILED",
+            INVALID,
             "`route_key` is required over HTTP".into(),
         );
     };
@@ -185,7 +190,7 @@ async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes
         return error(
             StatusCode::FORBIDDEN,
             s.id,
-            "AUTH.FORBIDDEN",
+            FORBIDDEN,
             format!("route `{route}` needs its token"),
         );
     }
@@ -208,7 +213,7 @@ async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes
             Err(_) => error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Some(id),
-                "PROVIDER.UNAVAILABLE",
+                UNAVAILABLE,
                 "the server is stopping".into(),
             ),
         },
