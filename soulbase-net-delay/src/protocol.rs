@@ -8,6 +8,10 @@
 //! deliveries are `{"kind":"delivery",…}` (the Java example reads `"ready"`), and `fire_at` is
 //! a number everywhere the server writes it (the protocol's delivery sample shows a string;
 //! the Go example reads an `int64`).
+//!
+//! Order: a connection's answers (`registered`, `ack`, `error`) come in the order of its lines;
+//! a delivery may come between them — a task due at once can be delivered to a connection of
+//! its route before its schedule's `ack` reaches the client that sent it.
 
 use base64::Engine as _;
 use bytes::Bytes;

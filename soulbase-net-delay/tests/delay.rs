@@ -89,6 +89,9 @@ async fn server(config: Config, store: Arc<SqliteDelayStore>) -> DelayServer {
 struct Client {
     lines: tokio::io::Lines<BufReader<OwnedReadHalf>>,
     write: OwnedWriteHalf,
+    /// Deliveries read while waiting for an answer: a task due at once may be delivered
+    /// before its schedule's `ack` arrives (the protocol promises no order between them).
+    early: std::collections::VecDeque<Value>,
 }
 
 impl Client {
@@ -97,6 +100,7 @@ impl Client {
         Self {
             lines: BufReader::new(read).lines(),
             write,
+            early: std::collections::VecDeque::new(),
         }
     }
 
@@ -112,11 +116,31 @@ impl Client {
 
     /// The next line, within 5 s; `None` when the server closed the connection.
     async fn recv(&mut self) -> Option<Value> {
+        if let Some(v) = self.early.pop_front() {
+            return Some(v);
+        }
+        self.read().await
+    }
+
+    /// The next line from the socket itself.
+    async fn read(&mut self) -> Option<Value> {
         let line = tokio::time::timeout(Duration::from_secs(5), self.lines.next_line())
             .await
             .expect("a line within 5 s")
             .ok()??;
         Some(serde_json::from_str(&line).unwrap())
+    }
+
+    /// The answer to the last line (anything but a delivery), keeping deliveries for later.
+    async fn answer(&mut self) -> Option<Value> {
+        loop {
+            let v = self.read().await?;
+            if v["kind"] == "delivery" {
+                self.early.push_back(v);
+            } else {
+                return Some(v);
+            }
+        }
     }
 
     async fn register(&mut self, route: &str) {
@@ -136,7 +160,7 @@ impl Client {
             "payload_base64": base64::engine::general_purpose::STANDARD.encode(payload),
         }))
         .await;
-        self.recv().await.expect("an answer")
+        self.answer().await.expect("an answer")
     }
 }
 
@@ -339,7 +363,7 @@ async fn compressed_payloads_are_delivered_as_sent_and_bombs_refused() {
                   "compression": "lz4", "payload_base64": b64(&lz4)}),
     )
     .await;
-    assert_eq!(c.recv().await.unwrap()["kind"], "ack");
+    assert_eq!(c.answer().await.unwrap()["kind"], "ack");
     let d = c.recv().await.unwrap();
     assert_eq!(
         (d["compression"].as_str(), d["payload_base64"].as_str()),
@@ -407,7 +431,7 @@ async fn a_route_with_a_token_refuses_lines_without_it_and_closes() {
                   "fire_at": now_ms(), "payload_base64": ""}),
     )
     .await;
-    assert_eq!(c.recv().await.unwrap()["kind"], "ack");
+    assert_eq!(c.answer().await.unwrap()["kind"], "ack");
     assert_eq!(c.recv().await.unwrap()["id"], "p-2", "delivered");
     c.register("open").await;
     srv.shutdown().await;
