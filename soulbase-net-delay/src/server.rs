@@ -6,10 +6,12 @@
 //!   whatever arrived meanwhile in one transaction (group commit: one `fsync` for many), and a
 //!   connection's answers are written in the order of its lines while later lines are already
 //!   being read (pipelined).
-//! - The dispatcher claims, for the routes that have a connection, the tasks due within the
-//!   next [`AHEAD`], and keeps them in memory ordered by due time (a time wheel of the near
-//!   term: what is due later stays only in the store, so memory does not grow with it) until
-//!   each fires, on time rather than one claim's round trip late. The lease covers the wait,
+//! - A claimer claims, for the routes that have a connection, the tasks due within the next
+//!   [`AHEAD`], and the dispatcher keeps them in memory ordered by due time (a time wheel of
+//!   the near term: what is due later stays only in the store, so memory does not grow with
+//!   it) until each fires, on time rather than one claim's round trip late. The dispatcher
+//!   never waits on the store: claims, and the rescheduling of deliveries that could not be
+//!   written, run in tasks of their own. The lease covers the wait,
 //!   the write and the acknowledgement timeout (the delivery's deadline), so a server that dies
 //!   leaves its tasks to be claimed again within that lease, and a live one never needs to
 //!   extend it: a delivery ends — acknowledged, failed or timed out — before its lease does.
@@ -368,46 +370,103 @@ async fn serve(
     }
 }
 
-/// Claims the tasks due soon for the routes that have a connection, and writes each out when
-/// it is due.
+/// Fires the tasks claimed ahead, each when it is due. Claims run in a task of their own
+/// ([`claim_ahead`]) and hand their tasks over, so a slow store never holds up a delivery
+/// that is due; a delivery that cannot be written goes back to the store from another task
+/// ([`retry_later`]) for the same reason.
 async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
-    let limit = u32::try_from(inner.config.ready_channel_capacity).unwrap_or(u32::MAX);
-    let lease = AHEAD + inner.config.ack_timeout() + LEASE_MARGIN;
+    let (claimed_tx, mut claimed) = mpsc::channel::<(Instant, Vec<DelayTask>)>(2);
+    let (retry_tx, retry_rx) = mpsc::unbounded_channel::<(String, i64)>();
+    let claimer = tokio::spawn(claim_ahead(inner.clone(), stopped.clone(), claimed_tx));
+    let retrier = tokio::spawn(retry_later(inner.clone(), retry_rx));
     // Claimed, not yet due: by due time (and a sequence number, for ties).
     let mut wheel: std::collections::BTreeMap<(Instant, u64), DelayTask> =
         std::collections::BTreeMap::new();
     let mut seq = 0u64;
-    let mut next_claim = Instant::now();
-    loop {
-        if *stopped.borrow() {
-            break;
+    let mut add = |wheel: &mut std::collections::BTreeMap<(Instant, u64), DelayTask>,
+                   at: Instant,
+                   tasks: Vec<DelayTask>| {
+        for task in tasks {
+            seq += 1;
+            wheel.insert((at + task.due_in, seq), task);
         }
+    };
+    loop {
         let now = Instant::now();
         while let Some(entry) = wheel.first_entry() {
             if entry.key().0 > now {
                 break;
             }
-            deliver(&inner, entry.remove()).await;
+            if let Some(failed) = deliver(&inner, entry.remove()) {
+                let _ = retry_tx.send(failed);
+            }
         }
+        inner.ready.store(wheel.len() as u64, Ordering::Relaxed);
+        let first = wheel.first_key_value().map(|((at, _), _)| *at);
+        tokio::select! {
+            _ = stopped.changed() => break,
+            batch = claimed.recv() => match batch {
+                Some((at, tasks)) => add(&mut wheel, at, tasks),
+                None => break,
+            },
+            () = sleep_until_some(first) => {}
+        }
+    }
+    // Stopping: what was claimed ahead — held here or still on its way — goes back to the
+    // store, due as it was.
+    let _ = claimer.await;
+    while let Ok((at, tasks)) = claimed.try_recv() {
+        add(&mut wheel, at, tasks);
+    }
+    inner.ready.store(0, Ordering::Relaxed);
+    for (_, task) in wheel {
+        let _ = inner.store.release(&task.id, task.claim).await;
+    }
+    drop(retry_tx);
+    let _ = retrier.await;
+}
+
+/// Sleeps until `at`, or for ever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Claims, for the routes that have a connection, the tasks due within [`AHEAD`], and hands
+/// them to the dispatcher: every half of that, at once when a claim came back full, and
+/// sooner when a registration or a schedule due within the horizon wakes it. It claims no
+/// more while the dispatcher holds a full batch.
+async fn claim_ahead(
+    inner: Arc<Inner>,
+    mut stopped: watch::Receiver<bool>,
+    to: mpsc::Sender<(Instant, Vec<DelayTask>)>,
+) {
+    let limit = u32::try_from(inner.config.ready_channel_capacity).unwrap_or(u32::MAX);
+    let lease = AHEAD + inner.config.ack_timeout() + LEASE_MARGIN;
+    let mut next_claim = Instant::now();
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        let now = Instant::now();
         if now >= next_claim {
             let routes: Vec<String> = inner.routes.lock().keys().cloned().collect();
             next_claim = now + AHEAD / 2;
             if routes.is_empty() {
                 next_claim = now + IDLE;
+            } else if inner.ready.load(Ordering::Relaxed) >= u64::from(limit) {
+                // The dispatcher holds a full batch already: look again in a tick.
+                next_claim = now + inner.config.tick();
             } else {
                 match inner.store.claim_due(&routes, limit, lease, AHEAD).await {
                     Ok(tasks) => {
                         if tasks.len() as u64 >= u64::from(limit) {
                             next_claim = Instant::now();
                         }
-                        let claimed = Instant::now();
-                        for task in tasks {
-                            if task.due_in.is_zero() {
-                                deliver(&inner, task).await;
-                            } else {
-                                seq += 1;
-                                wheel.insert((claimed + task.due_in, seq), task);
-                            }
+                        if !tasks.is_empty() && to.send((Instant::now(), tasks)).await.is_err() {
+                            return;
                         }
                     }
                     Err(e) => {
@@ -417,12 +476,8 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
                 }
             }
         }
-        inner.ready.store(wheel.len() as u64, Ordering::Relaxed);
-        let until = wheel
-            .first_key_value()
-            .map_or(next_claim, |((at, _), _)| (*at).min(next_claim));
         tokio::select! {
-            _ = stopped.changed() => break,
+            _ = stopped.changed() => return,
             // A registration, or a task stored that is due within the horizon: claim now.
             () = inner.wake.notified() => {
                 let soonest = inner.soonest.swap(i64::MAX, Ordering::AcqRel);
@@ -430,13 +485,32 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
                     next_claim = Instant::now();
                 }
             }
-            () = tokio::time::sleep_until(until) => {}
+            () = tokio::time::sleep_until(next_claim) => {}
         }
     }
-    // Stopping: what was claimed ahead goes back to the store, due as it was.
-    for (_, task) in wheel {
-        let _ = inner.store.release(&task.id, task.claim).await;
+}
+
+/// Gives deliveries that could not be written back to the store, due again after the retry
+/// delay, a few at a time; returns once the dispatcher has stopped and every one is done.
+async fn retry_later(inner: Arc<Inner>, mut failed: mpsc::UnboundedReceiver<(String, i64)>) {
+    const AT_ONCE: usize = 8;
+    let mut running = JoinSet::new();
+    while let Some((id, claim)) = failed.recv().await {
+        while running.len() >= AT_ONCE {
+            let _ = running.join_next().await;
+        }
+        let inner = inner.clone();
+        running.spawn(async move {
+            if let Err(e) = inner
+                .store
+                .retry(&id, claim, inner.config.retry_delay())
+                .await
+            {
+                tracing::warn!(error = %e, %id, "delay server: rescheduling failed");
+            }
+        });
     }
+    while running.join_next().await.is_some() {}
 }
 
 /// Now, in ms since the epoch (the clock `fire_at` is on).
@@ -446,8 +520,9 @@ fn epoch_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Writes `task` to a connection of its route, or gives it back to the store for later.
-async fn deliver(inner: &Inner, task: DelayTask) {
+/// Writes `task` to a connection of its route; when it cannot, returns its id and claim, to
+/// be given back to the store for later.
+fn deliver(inner: &Inner, task: DelayTask) -> Option<(String, i64)> {
     let conn = {
         let routes = inner.routes.lock();
         routes.get(&task.route_key).and_then(|conns| {
@@ -476,17 +551,12 @@ async fn deliver(inner: &Inner, task: DelayTask) {
                     deadline: Instant::now() + inner.config.ack_timeout(),
                 },
             );
+            None
         }
         _ => {
             // No connection for the route any more, or its queue is full: due again later.
             Metrics::add(&inner.metrics.redelivered);
-            if let Err(e) = inner
-                .store
-                .retry(&task.id, task.claim, inner.config.retry_delay())
-                .await
-            {
-                tracing::warn!(error = %e, id = %task.id, "delay server: rescheduling failed");
-            }
+            Some((task.id, task.claim))
         }
     }
 }

@@ -370,6 +370,8 @@ async fn compressed_payloads_are_delivered_as_sent_and_bombs_refused() {
         (Some("lz4"), Some(b64(&lz4).as_str())),
         "delivered as sent"
     );
+    // Acknowledged, so that no redelivery comes between the next line and its answer.
+    c.send(json!({"kind": "ack", "id": "lz"})).await;
     // 64 MiB of zeros in a few kilobytes of zstd: over the 1 MiB limit, refused, not stored.
     let bomb = zstd::encode_all(&vec![0u8; 64 << 20][..], 19).unwrap();
     c.send(
@@ -842,4 +844,80 @@ async fn an_http_task_is_made_through_the_outbox_when_due() {
     plain.shutdown().await;
     srv.shutdown().await;
     upstream.join().await;
+}
+
+/// One batch of writes, as group commit makes them: a task new in the batch, the same id again
+/// in the batch, an id stored before; acknowledgements under the right claim, under a wrong
+/// one, and by whoever holds the task (claim 0). Each answer says what happened to its line.
+async fn a_batch_tells_new_from_duplicate_and_acks_only_under_its_claim(store: &dyn DelayStore) {
+    let task = |id: &str| soulbase_net_store::delay::DelayTask {
+        id: id.to_owned(),
+        route_key: "batch".to_owned(),
+        fire_at: now_ms() - 1,
+        compression: "none".to_owned(),
+        payload: bytes::Bytes::from_static(b"x"),
+        attempts: 0,
+        claim: 0,
+        due_in: Duration::ZERO,
+    };
+    use soulbase_net_store::delay::Scheduled::{Duplicate, New};
+    let (stored, _) = store.write(&[task("old")], &[]).await.unwrap();
+    assert_eq!(stored, vec![New]);
+    let (stored, deleted) = store
+        .write(&[task("a"), task("old"), task("b"), task("a")], &[])
+        .await
+        .unwrap();
+    assert_eq!(stored, vec![New, Duplicate, New, Duplicate]);
+    assert!(deleted.is_empty());
+    assert_eq!(store.pending().await.unwrap(), 3);
+
+    let claimed = store
+        .claim_due(
+            &["batch".to_owned()],
+            10,
+            Duration::from_secs(30),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let claim_of = |id: &str| claimed.iter().find(|t| t.id == id).unwrap().claim;
+    let (stored, deleted) = store
+        .write(
+            &[],
+            &[
+                ("a".to_owned(), claim_of("a")),
+                ("b".to_owned(), claim_of("b") ^ 1),
+                ("old".to_owned(), 0),
+                ("missing".to_owned(), 0),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(stored.is_empty());
+    assert_eq!(deleted, vec![true, false, true, false]);
+    assert_eq!(store.pending().await.unwrap(), 1, "only `b` is left");
+    assert_eq!(store.get("b").await.unwrap().unwrap().id, "b");
+}
+
+#[tokio::test]
+async fn a_batch_of_writes_on_sqlite_answers_line_by_line() {
+    let dir = TempDir::new("batch");
+    a_batch_tells_new_from_duplicate_and_acks_only_under_its_claim(&*store(&dir).await).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_batch_of_writes_on_postgres_answers_line_by_line() {
+    use soulbase_net_store::delay::PostgresDelayStore;
+    let Some(pg) = soulbase_net_testkit::PostgresServer::start_or_skip(
+        "a_batch_of_writes_on_postgres_answers_line_by_line",
+    ) else {
+        return;
+    };
+    let url = pg.create_database("delay").unwrap();
+    let store = PostgresDelayStore::connect(&url, DelayStoreOptions::default())
+        .await
+        .unwrap();
+    a_batch_tells_new_from_duplicate_and_acks_only_under_its_claim(&store).await;
 }

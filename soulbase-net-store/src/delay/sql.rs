@@ -111,8 +111,10 @@ where
 }
 
 /// Implements [`DelayStore`](super::DelayStore) for `$store`, a type with fields `pool`,
-/// `options` and `sql` (a [`DelaySql`]) and an associated `fn routes(&[String]) -> impl
-/// Encode` that binds a list of routes the way its engine's statements read it.
+/// `options` and `sql` (a [`DelaySql`]), an associated `fn routes(&[String]) -> impl
+/// Encode` that binds a list of routes the way its engine's statements read it, and a
+/// `write_rows` that stores a batch inside a transaction (a statement a row where a
+/// statement is cheap, one statement for the batch where each costs a round trip).
 macro_rules! delay_store {
     ($store:ty) => {
         #[async_trait::async_trait]
@@ -127,34 +129,8 @@ macro_rules! delay_store {
                 let fail = |e| $crate::outbox::io(what, e);
                 $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.begin()).await.map_err(fail)?;
-                    let mut stored = Vec::with_capacity(tasks.len());
-                    for task in tasks {
-                        let hit = sqlx::query(&self.sql.insert)
-                            .bind(&task.id)
-                            .bind(&task.route_key)
-                            .bind(task.fire_at)
-                            .bind(task.fire_at)
-                            .bind(&task.compression)
-                            .bind(task.payload.as_ref())
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(fail)?;
-                        stored.push(if hit.rows_affected() > 0 {
-                            $crate::delay::Scheduled::New
-                        } else {
-                            $crate::delay::Scheduled::Duplicate
-                        });
-                    }
-                    let mut deleted = Vec::with_capacity(acks.len());
-                    for (id, claim) in acks {
-                        let q = if *claim == 0 {
-                            sqlx::query(&self.sql.ack_any).bind(id)
-                        } else {
-                            sqlx::query(&self.sql.ack_claimed).bind(id).bind(claim)
-                        };
-                        let hit = q.execute(&mut *tx).await.map_err(fail)?;
-                        deleted.push(hit.rows_affected() > 0);
-                    }
+                    let (stored, deleted) =
+                        self.write_rows(&mut tx, tasks, acks).await.map_err(fail)?;
                     tx.commit().await.map_err(fail)?;
                     Ok((stored, deleted))
                 })
