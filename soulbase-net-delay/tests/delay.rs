@@ -758,6 +758,27 @@ async fn a_client_that_does_not_read_slows_no_other() {
     srv.shutdown().await;
 }
 
+/// An outbox of its own next to the tasks, with a client allowed to reach loopback only.
+async fn outbox(dir: &TempDir) -> Arc<soulbase_net_outbox::Outbox> {
+    let mut policy = soulbase_net_policy::NetPolicy::default();
+    policy.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    let client = soulbase_net_runtime::Client::builder()
+        .policy(policy)
+        .build()
+        .unwrap();
+    let outbox_store = soulbase_net_outbox::SqliteStore::open(dir.0.join("outbox.db"))
+        .await
+        .unwrap();
+    Arc::new(
+        soulbase_net_outbox::Outbox::builder()
+            .store(Arc::new(outbox_store))
+            .client(Arc::new(client))
+            .poll(Duration::from_millis(20))
+            .build()
+            .unwrap(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_task_is_made_through_the_outbox_when_due() {
     use soulbase_net_testkit::{FaultServer, Reply};
@@ -768,24 +789,7 @@ async fn an_http_task_is_made_through_the_outbox_when_due() {
         .unwrap();
     let dir = TempDir::new("http-task");
     let store = store(&dir).await;
-    // A client allowed to reach loopback only, and an outbox of its own next to the tasks.
-    let mut policy = soulbase_net_policy::NetPolicy::default();
-    policy.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    let client = soulbase_net_runtime::Client::builder()
-        .policy(policy)
-        .build()
-        .unwrap();
-    let outbox_store = soulbase_net_outbox::SqliteStore::open(dir.0.join("outbox.db"))
-        .await
-        .unwrap();
-    let outbox = Arc::new(
-        soulbase_net_outbox::Outbox::builder()
-            .store(Arc::new(outbox_store))
-            .client(Arc::new(client))
-            .poll(Duration::from_millis(20))
-            .build()
-            .unwrap(),
-    );
+    let outbox = outbox(&dir).await;
     let srv = DelayServer::start_with_http_tasks(config(), store.clone(), Some(outbox.clone()))
         .await
         .unwrap();
@@ -920,4 +924,72 @@ async fn a_batch_of_writes_on_postgres_answers_line_by_line() {
         .await
         .unwrap();
     a_batch_tells_new_from_duplicate_and_acks_only_under_its_claim(&store).await;
+}
+
+/// The HTTP face sees HTTP tasks as it sees connection tasks: one is looked up with its target
+/// and cancelled before it is due, and is never made; the next one is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_task_is_looked_up_and_cancelled_over_the_http_face() {
+    use soulbase_net_testkit::{FaultServer, Reply};
+    let upstream = FaultServer::http1()
+        .route("/hook", Reply::ok("done"))
+        .start()
+        .await
+        .unwrap();
+    let dir = TempDir::new("http-task-cancel");
+    let srv = DelayServer::start_with_http_tasks(
+        Config {
+            http_addr: Some("127.0.0.1:0".parse().unwrap()),
+            ..config()
+        },
+        store(&dir).await,
+        Some(outbox(&dir).await),
+    )
+    .await
+    .unwrap();
+    let face = srv.http_addr().unwrap();
+    let mut c = Client::connect(srv.local_addr()).await;
+    let first = now_ms() + 600;
+    for (id, at, body) in [("cancelled", first, "b25l"), ("made", first + 200, "dHdv")] {
+        c.send(
+            json!({"kind": "schedule", "id": id, "fire_at": at, "payload_base64": body,
+                      "target": {"method": "PUT", "url": upstream.url("/hook"),
+                                 "headers": {"x-order": id}}}),
+        )
+        .await;
+        assert_eq!(c.recv().await.unwrap()["kind"], "ack");
+    }
+    let (status, body) = http(face, "GET", "/tasks/cancelled", "").await;
+    assert_eq!(status, 200, "{body}");
+    let found: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            found["fire_at"].as_i64(),
+            found["payload_base64"].as_str(),
+            found["target"]["method"].as_str(),
+            found["target"]["url"].as_str(),
+            found["target"]["headers"]["x-order"].as_str(),
+        ),
+        (
+            Some(first),
+            Some("b25l"),
+            Some("PUT"),
+            Some(upstream.url("/hook").as_str()),
+            Some("cancelled")
+        ),
+        "{found}"
+    );
+    assert_eq!(http(face, "DELETE", "/tasks/cancelled", "").await.0, 200);
+    assert_eq!(http(face, "GET", "/tasks/cancelled", "").await.0, 404);
+    assert_eq!(http(face, "DELETE", "/tasks/cancelled", "").await.0, 404);
+
+    tokio::time::timeout(Duration::from_secs(5), upstream.wait_for_hits("/hook", 1))
+        .await
+        .expect("the other call is made");
+    let made = upstream.requests("/hook");
+    assert_eq!(made.len(), 1, "the cancelled call is not made");
+    assert_eq!(made[0].header("x-order"), Some("made"));
+    assert_eq!(made[0].body, b"two".to_vec());
+    srv.shutdown().await;
+    upstream.join().await;
 }

@@ -5,7 +5,9 @@
 //! - `GET /metrics` → the Prometheus text exposition;
 //! - `POST /tasks` with a `schedule` line as the body (its `route_key` required) → the `ack`
 //!   once stored, or the `error` (400; 403 for a missing token; 503 when not stored);
-//! - `GET /tasks/{id}` → the task (404 when none); `DELETE /tasks/{id}` → cancels it.
+//! - `GET /tasks/{id}` → the task (404 when none); `DELETE /tasks/{id}` → cancels it. Both
+//!   see HTTP tasks too (a `schedule` with a `target`, waiting in the outbox): looked up with
+//!   their `target`, cancelled unless a delivery of it is already under way.
 
 use std::{convert::Infallible, sync::Arc};
 
@@ -13,7 +15,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{body::Incoming, Method, Request, Response, StatusCode};
-use soulbase_net_core::ErrorKind;
+use soulbase_net_core::{ErrorKind, NetError};
 use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 
 use super::{schedule, Answer, Inner};
@@ -103,15 +105,8 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
             res
         }
         (Method::POST, "/tasks", _) => post_task(inner, req).await,
-        (Method::GET, _, Some(id)) => match inner.store.get(&id).await {
-            Ok(Some(t)) => json(
-                StatusCode::OK,
-                &serde_json::json!({
-                    "id": t.id, "route_key": t.route_key, "fire_at": t.fire_at,
-                    "attempts": t.attempts, "compression": t.compression,
-                    "payload_base64": base64::engine::general_purpose::STANDARD.encode(&t.payload),
-                }),
-            ),
+        (Method::GET, _, Some(id)) => match lookup(inner, &id).await {
+            Ok(Some(found)) => json(StatusCode::OK, &found),
             Ok(None) => error(
                 StatusCode::NOT_FOUND,
                 Some(id),
@@ -125,7 +120,7 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
                 e.to_string(),
             ),
         },
-        (Method::DELETE, _, Some(id)) => match inner.store.ack(&id, 0).await {
+        (Method::DELETE, _, Some(id)) => match cancel(inner, &id).await {
             Ok(true) => json(
                 StatusCode::OK,
                 &serde_json::json!({"id": id, "deleted": true}),
@@ -151,6 +146,55 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
                 "no route {path} (GET /health, GET /metrics, POST /tasks, GET|DELETE /tasks/ID)"
             ),
         ),
+    }
+}
+
+/// The task `id` as JSON: a connection task from the delay store, or else an HTTP task from
+/// the outbox (with its `target` instead of a route).
+async fn lookup(inner: &Inner, id: &str) -> Result<Option<serde_json::Value>, NetError> {
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    if let Some(t) = inner.store.get(id).await? {
+        return Ok(Some(serde_json::json!({
+            "id": t.id, "route_key": t.route_key, "fire_at": t.fire_at,
+            "attempts": t.attempts, "compression": t.compression,
+            "payload_base64": b64(&t.payload),
+        })));
+    }
+    let Some(outbox) = &inner.outbox else {
+        return Ok(None);
+    };
+    let Some(item) = outbox.store().find(id).await? else {
+        return Ok(None);
+    };
+    let fire_at = item
+        .deliver_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let headers: serde_json::Map<String, serde_json::Value> = item
+        .headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                serde_json::Value::from(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+            )
+        })
+        .collect();
+    Ok(Some(serde_json::json!({
+        "id": id, "fire_at": fire_at, "attempts": item.attempts, "compression": "none",
+        "payload_base64": b64(&item.body),
+        "target": {"method": item.method.as_str(), "url": item.url, "headers": headers},
+    })))
+}
+
+/// Cancels the task `id`, a connection task or an HTTP task; whether there was one.
+async fn cancel(inner: &Inner, id: &str) -> Result<bool, NetError> {
+    if inner.store.ack(id, 0).await? {
+        return Ok(true);
+    }
+    match &inner.outbox {
+        Some(outbox) => outbox.store().cancel(id).await,
+        None => Ok(false),
     }
 }
 

@@ -158,6 +158,12 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     async fn purge_dead(&self) -> Result<u64, NetError>;
     /// Items waiting (claimed or not; not the acknowledged ones kept for retention).
     async fn pending(&self) -> Result<u64, NetError>;
+    /// The waiting item enqueued with the caller id `dedup_id` (claimed or not), if any.
+    async fn find(&self, dedup_id: &str) -> Result<Option<StoredItem>, NetError>;
+    /// Forgets the waiting item enqueued with the caller id `dedup_id`; whether there was one.
+    /// A delivery of it already under way is not stopped: its worker's outcome then changes
+    /// nothing (as for a claim taken over).
+    async fn cancel(&self, dedup_id: &str) -> Result<bool, NetError>;
     /// Forgets acknowledged items kept longer than the retention (at `now`, or on the store's
     /// clock); returns how many. The
     /// outbox calls it now and then; a store that forgets at once has nothing to do.

@@ -88,6 +88,8 @@ pub(crate) struct Sql {
     pub(crate) delete_dead: String,
     pub(crate) purge: String,
     pub(crate) pending: String,
+    pub(crate) find: String,
+    pub(crate) cancel: String,
     pub(crate) sweep: String,
     pub(crate) versions: Versions,
 }
@@ -160,6 +162,12 @@ impl Sql {
             delete_dead: place(format!("DELETE FROM {t}_dead WHERE id = ?")),
             purge: format!("DELETE FROM {t}_dead"),
             pending: format!("SELECT COUNT(*) FROM {t} WHERE done_at IS NULL"),
+            find: place(format!(
+                "SELECT * FROM {t} WHERE dedup_id = ? AND done_at IS NULL"
+            )),
+            cancel: place(format!(
+                "DELETE FROM {t} WHERE dedup_id = ? AND done_at IS NULL"
+            )),
             sweep: place(format!(
                 "DELETE FROM {t} WHERE done_at IS NOT NULL AND done_at <= {now} - ?"
             )),
@@ -615,6 +623,35 @@ macro_rules! sql_store {
                         .await
                         .map_err(|e| $crate::outbox::io("counting items", e))?;
                     Ok(u64::try_from(n).unwrap_or(0))
+                })
+                .await
+            }
+
+            async fn find(
+                &self,
+                dedup_id: &str,
+            ) -> Result<Option<$crate::outbox::StoredItem>, soulbase_net_core::NetError> {
+                let what = "looking an item up";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let row = sqlx::query(&self.sql.find)
+                        .bind(dedup_id)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    row.as_ref().map($crate::outbox::item_from).transpose()
+                })
+                .await
+            }
+
+            async fn cancel(&self, dedup_id: &str) -> Result<bool, soulbase_net_core::NetError> {
+                let what = "cancelling an item";
+                $crate::outbox::timed(self.options.op_timeout, what, async {
+                    let done = sqlx::query(&self.sql.cancel)
+                        .bind(dedup_id)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(|e| $crate::outbox::io(what, e))?;
+                    Ok(done.rows_affected() > 0)
                 })
                 .await
             }
