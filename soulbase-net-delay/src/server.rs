@@ -379,34 +379,29 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
     let (retry_tx, retry_rx) = mpsc::unbounded_channel::<(String, i64)>();
     let claimer = tokio::spawn(claim_ahead(inner.clone(), stopped.clone(), claimed_tx));
     let retrier = tokio::spawn(retry_later(inner.clone(), retry_rx));
-    // Claimed, not yet due: by due time (and a sequence number, for ties).
-    let mut wheel: std::collections::BTreeMap<(Instant, u64), DelayTask> =
-        std::collections::BTreeMap::new();
-    let mut seq = 0u64;
-    let mut add = |wheel: &mut std::collections::BTreeMap<(Instant, u64), DelayTask>,
-                   at: Instant,
-                   tasks: Vec<DelayTask>| {
-        for task in tasks {
-            seq += 1;
-            wheel.insert((at + task.due_in, seq), task);
-        }
-    };
+    let mut wheel = Wheel::default();
     loop {
         let now = Instant::now();
-        while let Some(entry) = wheel.first_entry() {
-            if entry.key().0 > now {
-                break;
+        while let Some(task) = wheel.pop_due(now) {
+            // The store's clock put it here; never before its `fire_at` on this server's own
+            // clock either (the claim's time is taken before the claim is sent, so a task can
+            // come up to a round trip early).
+            let early = task.fire_at - epoch_ms();
+            if task.attempts == 0 && early > 0 {
+                let at = now + Duration::from_millis(u64::try_from(early).unwrap_or(0));
+                wheel.insert(at, task);
+                continue;
             }
-            if let Some(failed) = deliver(&inner, entry.remove()) {
+            if let Some(failed) = deliver(&inner, task) {
                 let _ = retry_tx.send(failed);
             }
         }
         inner.ready.store(wheel.len() as u64, Ordering::Relaxed);
-        let first = wheel.first_key_value().map(|((at, _), _)| *at);
+        let first = wheel.first();
         tokio::select! {
             _ = stopped.changed() => break,
             batch = claimed.recv() => match batch {
-                Some((at, tasks)) => add(&mut wheel, at, tasks),
+                Some((at, tasks)) => wheel.add(at, tasks),
                 None => break,
             },
             () = sleep_until_some(first) => {}
@@ -416,14 +411,50 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
     // store, due as it was.
     let _ = claimer.await;
     while let Ok((at, tasks)) = claimed.try_recv() {
-        add(&mut wheel, at, tasks);
+        wheel.add(at, tasks);
     }
     inner.ready.store(0, Ordering::Relaxed);
-    for (_, task) in wheel {
+    for task in wheel.tasks.into_values() {
         let _ = inner.store.release(&task.id, task.claim).await;
     }
     drop(retry_tx);
     let _ = retrier.await;
+}
+
+/// Tasks claimed, not yet due: by due time (and a sequence number, for ties).
+#[derive(Default)]
+struct Wheel {
+    tasks: std::collections::BTreeMap<(Instant, u64), DelayTask>,
+    seq: u64,
+}
+
+impl Wheel {
+    fn insert(&mut self, at: Instant, task: DelayTask) {
+        self.seq += 1;
+        self.tasks.insert((at, self.seq), task);
+    }
+
+    /// A claim's tasks, each due `due_in` after `at`.
+    fn add(&mut self, at: Instant, tasks: Vec<DelayTask>) {
+        for task in tasks {
+            self.insert(at + task.due_in, task);
+        }
+    }
+
+    /// The first task due at `now`, taken out.
+    fn pop_due(&mut self, now: Instant) -> Option<DelayTask> {
+        let entry = self.tasks.first_entry()?;
+        (entry.key().0 <= now).then(|| entry.remove())
+    }
+
+    /// When the next task is due.
+    fn first(&self) -> Option<Instant> {
+        self.tasks.first_key_value().map(|((at, _), _)| *at)
+    }
+
+    fn len(&self) -> usize {
+        self.tasks.len()
+    }
 }
 
 /// Sleeps until `at`, or for ever when there is nothing to wait for.
@@ -460,12 +491,16 @@ async fn claim_ahead(
                 // The dispatcher holds a full batch already: look again in a tick.
                 next_claim = now + inner.config.tick();
             } else {
+                // A task's `due_in` is read on the store's clock while the claim runs: counted
+                // from when the claim was sent, not from its answer (a claim of a full batch
+                // takes milliseconds, which every task would otherwise be late by).
+                let asked = Instant::now();
                 match inner.store.claim_due(&routes, limit, lease, AHEAD).await {
                     Ok(tasks) => {
                         if tasks.len() as u64 >= u64::from(limit) {
                             next_claim = Instant::now();
                         }
-                        if !tasks.is_empty() && to.send((Instant::now(), tasks)).await.is_err() {
+                        if !tasks.is_empty() && to.send((asked, tasks)).await.is_err() {
                             return;
                         }
                     }
