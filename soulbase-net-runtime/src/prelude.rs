@@ -13,7 +13,15 @@
 //!   `post_json`, `get_bytes`, and `for_tenant`, which gives a [`ForTenant`] handle);
 //! - policy: [`NetPolicy`], [`PolicyDocument`], [`SnapshotResolver`] and the
 //!   [`PolicyResolver`] trait its `resolve` comes from;
-//! - [`CancellationToken`], put in a request's extensions to cancel the call from elsewhere.
+//! - [`CancellationToken`], put in a request's extensions to cancel the call from elsewhere;
+//! - timeouts and their phases: [`TimeoutCfg`], and [`Phase`] to match `NetError`s of kind
+//!   `Timeout`;
+//! - extension points: [`Interceptor`] (with its [`Hooks`]), [`Observer`] and the
+//!   [`NetEvent`]s it receives;
+//! - the policy's sections a service sets in code most often: [`ProxyPolicy`],
+//!   [`HttpVersionPolicy`];
+//! - the `http` crate (as reqwest re-exports it): [`http`], with [`Method`], [`StatusCode`],
+//!   [`HeaderMap`], [`HeaderValue`] and the [`header`] names at hand.
 //!
 //! # Examples
 //! ```
@@ -34,13 +42,23 @@
 //! let err: NetError = client.send(NetRequest::get("http://u:p@api.example.com/")).await.unwrap_err();
 //! assert_eq!(err.kind(), ErrorKind::InvalidRequest);
 //! assert_eq!(err.code(), ErrorCode::SchemaValidationFailed);
+//!
+//! // The `http` types a handler matches on come with it.
+//! let timeout_kind = matches!(err.kind(), ErrorKind::Timeout(Phase::Ttfb));
+//! assert!(!timeout_kind);
+//! assert_eq!(Method::GET, http::Method::GET);
+//! assert_eq!(header::ACCEPT, "accept");
+//! # let _: Option<(StatusCode, HeaderMap, HeaderValue, TimeoutCfg)> = None;
 //! # Ok(()) }
 //! ```
 
 pub use crate::client::{Client, ClientBuilder};
+pub use soulbase_net_core::http::{self, header, HeaderMap, HeaderValue, Method, StatusCode};
 pub use soulbase_net_core::{
-    Body, ErrorCode, ErrorKind, ForTenant, NetClient, NetClientExt, NetError, NetRequest,
-    NetResponse, RespBody,
+    Body, ErrorCode, ErrorKind, ForTenant, Hooks, Interceptor, NetClient, NetClientExt, NetError,
+    NetEvent, NetRequest, NetResponse, Observer, Phase, RespBody, TimeoutCfg,
 };
-pub use soulbase_net_policy::{NetPolicy, PolicyDocument, PolicyResolver, SnapshotResolver};
+pub use soulbase_net_policy::{
+    HttpVersionPolicy, NetPolicy, PolicyDocument, PolicyResolver, ProxyPolicy, SnapshotResolver,
+};
 pub use tokio_util::sync::CancellationToken;

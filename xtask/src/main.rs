@@ -13,7 +13,6 @@ mod interop;
 mod loopback;
 mod outbox;
 mod outbox_kit;
-mod policy;
 mod table;
 mod tidy;
 
@@ -97,7 +96,7 @@ fn main() -> ExitCode {
         Some("fleet-client") => fleet::run(&args[1..]),
         Some("outbox-worker") => outbox::worker(&args[1..]),
         Some("outbox") => outbox::admin(&args[1..]),
-        Some("policy") => policy::run(&args[1..]),
+        Some("policy") => policy(&args[1..]),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");
@@ -112,6 +111,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask policy ARGS`: the `soulbase-net policy` command, from this repository;
+/// `schema --write` writes the checked-in `docs/policy.schema.json`.
+fn policy(args: &[String]) -> Result<(), String> {
+    let mut all = vec!["policy".to_owned()];
+    all.extend_from_slice(args);
+    if args.len() == 2 && args[0] == "schema" && args[1] == "--write" {
+        all.push(schema_path().display().to_string());
+    }
+    cli(&all)
+}
+
+/// Where the checked-in schema of policy documents lives.
+fn schema_path() -> PathBuf {
+    project_root().join("docs/policy.schema.json")
+}
+
+/// Runs the `soulbase-net` command-line tool with `args` and prints what it prints.
+pub(crate) fn cli(args: &[String]) -> Result<(), String> {
+    let out = soulbase_net_cli::run(args)?;
+    #[allow(clippy::print_stdout, reason = "the command's output")]
+    {
+        print!("{out}");
+    }
+    Ok(())
 }
 
 /// The workspace root: the parent of this crate's manifest directory.

@@ -119,18 +119,10 @@ async fn outbox(db: &str, observer: Arc<dyn Observer>) -> Result<Outbox, String>
         .map_err(|e| e.to_string())
 }
 
-/// `cargo xtask outbox --db STORE [--table NAME] list | requeue ID | purge`: the outbox
-/// crate's own `soulbase-outbox` command ([`soulbase_net_outbox::admin`]), from this repository.
+/// `cargo xtask outbox --db STORE [--table NAME] list | requeue ID | purge`: the
+/// `soulbase-net outbox` command, from this repository.
 pub(crate) fn admin(args: &[String]) -> Result<(), String> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let lines = rt.block_on(soulbase_net_outbox::admin::run(&args))?;
-    #[allow(clippy::print_stdout, reason = "the command's output")]
-    for line in lines {
-        println!("{line}");
-    }
-    Ok(())
+    let mut all = vec!["outbox".to_owned()];
+    all.extend_from_slice(args);
+    crate::cli(&all)
 }

@@ -53,6 +53,16 @@ const LAYERS: &[(&str, &[&str])] = &[
             "soulbase-net-outbox",
         ],
     ),
+    (
+        "soulbase-net-cli",
+        &[
+            "soulbase-net-core",
+            "soulbase-net-policy",
+            "soulbase-net-runtime",
+            "soulbase-net-store",
+            "soulbase-net-outbox",
+        ],
+    ),
 ];
 
 /// The example services, each a workspace member in `examples/<name>/` written as a

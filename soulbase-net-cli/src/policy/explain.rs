@@ -1,4 +1,4 @@
-//! `cargo xtask policy explain`: the effective policy of one request, field by field with the
+//! `soulbase-net policy explain`: the effective policy of one request, field by field with the
 //! layer each value comes from; the addresses its host resolves to and the guard's verdict on
 //! each; and whether its deadline closes.
 
@@ -16,18 +16,18 @@ use soulbase_net_runtime::DnsResolver;
 
 /// What `explain` was asked.
 #[derive(Debug, Default)]
-pub(crate) struct Options {
-    pub(crate) policy: String,
-    pub(crate) tenant: Option<String>,
-    pub(crate) key: Option<String>,
-    pub(crate) timeouts: TimeoutCfg,
-    pub(crate) dns: Option<SocketAddr>,
-    pub(crate) changed_only: bool,
-    pub(crate) url: String,
+pub(super) struct Options {
+    pub(super) policy: String,
+    pub(super) tenant: Option<String>,
+    pub(super) key: Option<String>,
+    pub(super) timeouts: TimeoutCfg,
+    pub(super) dns: Option<SocketAddr>,
+    pub(super) changed_only: bool,
+    pub(super) url: String,
 }
 
 impl Options {
-    pub(crate) fn parse(args: &[String]) -> Result<Self, String> {
+    pub(super) fn parse(args: &[String]) -> Result<Self, String> {
         let mut o = Options::default();
         let mut url = None;
         let mut it = args.iter();
@@ -103,7 +103,7 @@ fn dns_addr(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// The whole report.
-pub(crate) fn run(o: &Options) -> Result<String, String> {
+pub(super) fn run(o: &Options) -> Result<String, String> {
     let resolver = PolicyDocument::from_path(&o.policy)
         .and_then(SnapshotResolver::new)
         .map_err(|e| format!("{}:\n{e}", o.policy))?;

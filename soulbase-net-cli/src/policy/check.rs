@@ -1,9 +1,9 @@
-//! `cargo xtask policy check FILE...`: every problem of each document, with its path.
+//! `soulbase-net policy check FILE...`: every problem of each document, with its path.
 
 use soulbase_net_policy::{PolicyDocument, SnapshotResolver};
 
 /// Checks each file; the report when all are valid, every problem of every file otherwise.
-pub(crate) fn run(files: &[String]) -> Result<String, String> {
+pub(super) fn run(files: &[String]) -> Result<String, String> {
     if files.is_empty() {
         return Err("policy check needs at least one FILE".to_owned());
     }
