@@ -15,6 +15,7 @@ use soulbase_net_core::TimeoutCfg;
 use crate::document::{quote_key, PolicyDocument};
 use crate::host::{HostPattern, HostPatternSet};
 use crate::policy::NetPolicy;
+use crate::redact;
 use crate::resolver::Snapshot;
 use crate::validate::PolicyError;
 
@@ -61,7 +62,10 @@ pub struct ExplainedField {
     /// The field's path in the document's shape, e.g. `retry.backoff.cap` or
     /// `dns.static_hosts."db.internal"`.
     pub path: String,
-    /// The effective value, as the policy serialises it (`"2s"`, `3`, `["10.0.0.0/8"]`).
+    /// The effective value, as the policy serialises it (`"2s"`, `3`, `["10.0.0.0/8"]`), with
+    /// credentials masked: a proxy or endpoint URL's password as `***`
+    /// (`"http://user:***@proxy.internal:3128/"`), the mTLS key as `"<redacted>"`. The value
+    /// the client uses is in [`Explanation::policy`].
     pub value: Value,
     /// The layer that decided it: the last one that states it.
     pub layer: PolicyLayer,
@@ -187,7 +191,7 @@ impl Snapshot {
                     .map(|k| quote_key(k))
                     .collect::<Vec<_>>()
                     .join("."),
-                value: value.clone(),
+                value: redact::leaf(path, value),
                 layer,
                 overrides,
             });

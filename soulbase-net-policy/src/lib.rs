@@ -51,12 +51,20 @@
 //!
 //! A document's `[store]` section ([`StoreConfig`]) names where a fleet's shared state lives;
 //! this crate only describes and checks it — `soulbase-net-store` connects to it.
+//!
+//! Credentials a policy holds — the passwords of proxy URLs (`proxy.http_proxy`,
+//! `proxy.https_proxy`) and of alternate endpoint URLs (`endpoints.urls`), the mTLS private key
+//! (`tls.mtls.client_key_pem`), the `[store]`'s URLs and passwords — are never shown: `Debug`,
+//! [`Snapshot::explain`] and validation problems mask them (`http://user:***@proxy:3128/`,
+//! `<redacted>`), while the fields keep them for the client and the documents' TOML and JSON
+//! forms keep them as written.
 
 mod document;
 mod explain;
 mod guard;
 mod host;
 mod policy;
+mod redact;
 mod resolver;
 mod serde_opt;
 mod size;

@@ -15,6 +15,7 @@ use super::tree::{join_path, merge, quote_key, remove_at};
 use super::PolicyDocument;
 use crate::host::{HostPattern, HostPatternSet};
 use crate::policy::NetPolicy;
+use crate::redact;
 use crate::validate::{PolicyError, Problem};
 
 /// Which layers make a policy: (host override, tenant, tenant+host override).
@@ -327,7 +328,7 @@ impl Builder {
                 Ok(policy) => return (policy, merged),
                 Err(e) => {
                     let rel = join_path("", e.path());
-                    self.push(Self::at(name, combo, &rel), e.inner().to_string());
+                    self.push(Self::at(name, combo, &rel), reason(&e));
                     if !remove_at(section, e.path()) {
                         break;
                     }
@@ -357,5 +358,25 @@ impl Builder {
             set.insert(key);
         }
         set
+    }
+}
+
+/// Why a field failed to deserialise, in serde's words — except the value serde quotes, when
+/// the field holds or is above a credential (`invalid type: string "http://u:pw@h", expected
+/// struct ProxyPolicy`).
+fn reason(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let message = e.inner().to_string();
+    let keys: Vec<&str> = e
+        .path()
+        .iter()
+        .map_while(|seg| match seg {
+            serde_path_to_error::Segment::Map { key } => Some(key.as_str()),
+            _ => None,
+        })
+        .collect();
+    if redact::concerns_secret(&keys) {
+        redact::quoted(&message)
+    } else {
+        message
     }
 }

@@ -2,11 +2,13 @@
 //! read from and written to TOML or JSON.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
 use crate::policy::NetPolicy;
+use crate::redact;
 use crate::store::StoreConfig;
 use crate::validate::PolicyError;
 
@@ -50,7 +52,11 @@ pub(crate) use self::tree::quote_key;
 ///
 /// Reading a document ([`from_toml_str`](Self::from_toml_str) and friends) checks everything
 /// [`validate`](Self::validate) checks and reports every problem at once.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// `Debug` shows the sections with their credentials masked (proxy and endpoint URLs'
+/// passwords, the mTLS key, the `[store]`'s credentials); the document itself, its
+/// [`to_value`](Self::to_value) and its TOML and JSON forms keep them as written.
+#[derive(Clone, PartialEq)]
 pub struct PolicyDocument {
     default: Value,
     overrides: BTreeMap<String, Value>,
@@ -60,7 +66,7 @@ pub struct PolicyDocument {
 }
 
 /// A tenant's section: its own override plus its host overrides.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 struct TenantSection {
     policy: Value,
     overrides: BTreeMap<String, Value>,
@@ -284,6 +290,29 @@ impl PolicyDocument {
     }
 }
 
+impl fmt::Debug for PolicyDocument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyDocument")
+            .field("default", &redact::section(&self.default))
+            .field("overrides", &shown_sections(&self.overrides))
+            .field("tenants", &self.tenants)
+            .field("keys", &shown_sections(&self.keys))
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+// === impl TenantSection ===
+
+impl fmt::Debug for TenantSection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TenantSection")
+            .field("policy", &redact::section(&self.policy))
+            .field("overrides", &shown_sections(&self.overrides))
+            .finish()
+    }
+}
+
 impl TenantSection {
     fn to_value(&self) -> Value {
         let mut out = match &self.policy {
@@ -295,6 +324,13 @@ impl TenantSection {
         }
         Value::Object(out)
     }
+}
+
+/// Sections by name, as `Debug` shows them (credentials masked).
+fn shown_sections(m: &BTreeMap<String, Value>) -> BTreeMap<&str, Value> {
+    m.iter()
+        .map(|(k, v)| (k.as_str(), redact::section(v)))
+        .collect()
 }
 
 fn to_object(m: &BTreeMap<String, Value>) -> Value {

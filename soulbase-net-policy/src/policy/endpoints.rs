@@ -1,9 +1,11 @@
 //! Endpoint policy: alternate base URLs and freezing of failed ones.
 
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::redact;
 use crate::validate::Checker;
 
 /// Alternate endpoints and endpoint freezing: a base URL that failed is skipped for a while.
@@ -15,9 +17,12 @@ use crate::validate::Checker;
 /// `frozen_duration` among the name's other addresses (when all are frozen, the one that thaws
 /// first is dialled).
 ///
+/// A URL's password (`https://user:password@eu.api.example.com`) is kept for the client and
+/// masked wherever the policy is shown (`Debug`, `Snapshot::explain`, validation problems).
+///
 /// Default: freezing on for 10m on every failure kind, per
 /// address too, no alternate URLs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct EndpointPolicy {
@@ -86,8 +91,23 @@ impl EndpointPolicy {
             let ok = url::Url::parse(u)
                 .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.has_host());
             c.when(!ok, &format!("urls[{i}]"), || {
-                format!("`{u}` is not an absolute http:// or https:// URL")
+                format!(
+                    "`{}` is not an absolute http:// or https:// URL",
+                    redact::url(u)
+                )
             });
         }
+    }
+}
+
+impl fmt::Debug for EndpointPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointPolicy")
+            .field("freeze", &self.freeze)
+            .field("frozen_duration", &self.frozen_duration)
+            .field("urls", &redact::urls(&self.urls))
+            .field("freeze_on", &self.freeze_on)
+            .field("freeze_addresses", &self.freeze_addresses)
+            .finish()
     }
 }

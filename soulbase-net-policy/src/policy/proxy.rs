@@ -1,7 +1,10 @@
 //! Proxy policy: forward proxies for http and https targets and the no-proxy list.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
+use crate::redact;
 use crate::validate::Checker;
 
 /// Outbound proxies.
@@ -14,8 +17,23 @@ use crate::validate::Checker;
 /// host allow-list are always checked locally; who resolves names, and so who checks the
 /// addresses they resolve to, is [`resolve`](Self::resolve).
 ///
+/// A proxy URL may hold credentials (`http://user:password@proxy.internal:3128`): the fields
+/// keep them for the client, while `Debug`, `Snapshot::explain` and validation problems show
+/// the URL with its password masked (`http://user:***@proxy.internal:3128/`).
+///
 /// Default: no proxy, environment ignored (`NetPolicy::proxy` is `None` by default).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// # Examples
+/// ```
+/// use soulbase_net_policy::ProxyPolicy;
+///
+/// let mut p = ProxyPolicy::default();
+/// p.https_proxy = Some("http://app:s3cret@proxy.internal:3128".to_owned());
+/// let shown = format!("{p:?}");
+/// assert!(shown.contains("app:***@proxy.internal:3128") && !shown.contains("s3cret"));
+/// assert_eq!(p.https_proxy.as_deref(), Some("http://app:s3cret@proxy.internal:3128"));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ProxyPolicy {
@@ -77,20 +95,34 @@ impl ProxyPolicy {
     }
 }
 
+/// Whether `u` is a proxy URL the client can use; the reason never holds its password.
 fn check_proxy_url(u: &str) -> Result<(), String> {
-    let url = url::Url::parse(u).map_err(|e| format!("`{u}` is not an absolute URL: {e}"))?;
+    let shown = redact::url(u);
+    let url = url::Url::parse(u).map_err(|e| format!("`{shown}` is not an absolute URL: {e}"))?;
     match url.scheme() {
         "http" | "https" => {}
         other => {
             return Err(format!(
-                "`{u}` must be an http:// or https:// URL, not {other}://"
+                "`{shown}` must be an http:// or https:// URL, not {other}://"
             ))
         }
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("`{u}` has no host"));
+        return Err(format!("`{shown}` has no host"));
     }
     Ok(())
+}
+
+impl fmt::Debug for ProxyPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyPolicy")
+            .field("http_proxy", &self.http_proxy.as_deref().map(redact::url))
+            .field("https_proxy", &self.https_proxy.as_deref().map(redact::url))
+            .field("no_proxy", &self.no_proxy)
+            .field("from_env", &self.from_env)
+            .field("resolve", &self.resolve)
+            .finish()
+    }
 }
 
 #[cfg(test)]
@@ -113,5 +145,26 @@ mod tests {
         }
         let err = check_proxy_url("socks5://proxy:1080").unwrap_err();
         assert!(err.contains("http:// or https://"), "{err}");
+    }
+
+    #[test]
+    fn reasons_and_debug_never_hold_the_password() {
+        for bad in [
+            "socks5://u:pw-x@proxy:1080",
+            "u:pw-x@proxy:3128",
+            "http://u:pw-x@",
+            "http://u:pw-x@pro xy",
+        ] {
+            let err = check_proxy_url(bad).unwrap_err();
+            assert!(!err.contains("pw-x") && err.contains("u:***@"), "{err}");
+        }
+        let p = ProxyPolicy {
+            http_proxy: Some("http://u:pw-x@proxy:3128".into()),
+            https_proxy: Some("https://u:pw-x@proxy:3129".into()),
+            ..ProxyPolicy::default()
+        };
+        let shown = format!("{p:?}");
+        assert!(!shown.contains("pw-x"), "{shown}");
+        assert!(shown.contains("u:***@proxy:3128") && shown.contains("u:***@proxy:3129"));
     }
 }

@@ -12,4 +12,5 @@ mod patch;
 mod reference;
 mod resolution;
 mod roundtrip;
+mod secrets;
 mod validation;
