@@ -1,8 +1,17 @@
 //! The special-purpose address table: every address the address guard refuses by default.
 //!
 //! Built from the IANA IPv4 and IPv6 Special-Purpose Address Registries (RFC 6890 and
-//! successors), plus the addresses of cloud metadata services, some of which are public
-//! unicast addresses (Azure's `168.63.129.16`) and so can only be refused by name.
+//! successors), every entry of them, plus multicast, the addresses of cloud metadata services
+//! (some are public unicast addresses, Azure's `168.63.129.16`, and so can only be refused by
+//! name), and, for IPv6, the IANA IPv6 Address Space registry: only `2000::/3` is allocated for
+//! global unicast, so every address outside it that no entry names (the rest of `::/8`,
+//! `100::/8`, `4000::/3`, `fe00::/9`, …) is [`SpecialRange::Reserved`].
+//!
+//! Entries IANA marks globally reachable are refused too (`192.0.0.9`, `192.0.0.10`, AS112,
+//! AMT, `2001:1::1`–`::3`, ORCHIDv2, DETs): they are anycast or protocol infrastructure, never
+//! an ordinary HTTP destination, and an anycast address reaches whichever instance is nearest,
+//! which may be inside the caller's network (the PCP anycast address is answered by the local
+//! NAT gateway). A policy that needs one grants it (`security.grants.cidrs`).
 //!
 //! Why bit masks and not a CIDR crate: this runs on every dialled address; a linear scan of
 //! ~20 `(network, prefix)` pairs over integers costs a few nanoseconds.
@@ -29,7 +38,11 @@ pub enum SpecialRange {
     Loopback,
     /// `169.254/16`, `fe80::/10`.
     LinkLocal,
-    /// `192.0.0.0/24`, `2001::/23` (IETF protocol assignments).
+    /// `192.0.0.0/24`, `2001::/23` (IETF protocol assignments), with every sub-entry the
+    /// registries list and no other range names: `192.0.0.0/29` (DS-Lite), the PCP and TURN
+    /// anycast addresses `192.0.0.9`, `192.0.0.10`, `2001:1::1`, `2001:1::2`, the DNS-SD SRP
+    /// anycast `2001:1::3`, NAT64 discovery `192.0.0.170`, `192.0.0.171`, ORCHID
+    /// `2001:10::/28`, ORCHIDv2 `2001:20::/28`, DRIP entity tags `2001:30::/28`.
     IetfProtocol,
     /// `192.0.2/24`, `198.51.100/24`, `203.0.113/24`, `2001:db8::/32`, `3fff::/20`.
     Documentation,
@@ -37,7 +50,9 @@ pub enum SpecialRange {
     Relay6to4,
     /// `198.18/15`, `2001:2::/48` (benchmarking).
     Benchmarking,
-    /// `240/4` (reserved for future use).
+    /// `240/4` (reserved for future use); IPv6 outside `2000::/3` that no other range names
+    /// (reserved by the IETF in the IANA IPv6 Address Space registry: the rest of `::/8`,
+    /// `100::/8`, `200::/7` … `1000::/4`, `4000::/3` … `f800::/6`, `fe00::/9`).
     Reserved,
     /// `255.255.255.255`.
     Broadcast,
@@ -63,6 +78,14 @@ pub enum SpecialRange {
     Teredo,
     /// `5f00::/16`: SRv6 segment identifiers.
     Srv6,
+    /// `192.31.196/24`, `192.175.48/24`, `2001:4:112::/48`, `2620:4f:8000::/48`: AS112 DNS
+    /// sinks (RFC 7534, RFC 7535).
+    As112,
+    /// `192.52.193/24`, `2001:3::/32`: AMT relay anycast (RFC 7450).
+    Amt,
+    /// `192.0.0.8`, `100:0:0:1::/64`: dummy addresses of hosts that have no address of their
+    /// own (RFC 7600, RFC 9780).
+    Dummy,
 }
 
 impl SpecialRange {
@@ -92,6 +115,9 @@ impl SpecialRange {
             SpecialRange::SixToFour => "6to4",
             SpecialRange::Teredo => "teredo",
             SpecialRange::Srv6 => "srv6",
+            SpecialRange::As112 => "as112",
+            SpecialRange::Amt => "amt",
+            SpecialRange::Dummy => "dummy",
         }
     }
 }
@@ -117,18 +143,24 @@ const METADATA_V6: [u128; 2] = [
 ];
 
 /// `(network, prefix length, range)`, most specific first where ranges nest. IPv4-mapped
-/// addresses (`::ffff:0:0/96`) never reach the IPv6 table: [`canonical`] turns them into IPv4.
-const TABLE_V4: [(u32, u8, SpecialRange); 16] = [
+/// addresses (`::ffff:0:0/96`) never reach the IPv6 tables: [`canonical`] turns them into IPv4.
+const TABLE_V4: [(u32, u8, SpecialRange); 20] = [
     (0x0000_0000, 8, SpecialRange::ThisNetwork),
     (0x0a00_0000, 8, SpecialRange::Private),
     (0x6440_0000, 10, SpecialRange::SharedAddressSpace),
     (0x7f00_0000, 8, SpecialRange::Loopback),
     (0xa9fe_0000, 16, SpecialRange::LinkLocal),
     (0xac10_0000, 12, SpecialRange::Private),
+    (0xc000_0008, 32, SpecialRange::Dummy),
+    // The rest of 192.0.0.0/24: 192.0.0.0/29, .9, .10, .170, .171 and the unassigned.
     (0xc000_0000, 24, SpecialRange::IetfProtocol),
     (0xc000_0200, 24, SpecialRange::Documentation),
+    (0xc01f_c400, 24, SpecialRange::As112),
+    (0xc034_c100, 24, SpecialRange::Amt),
+    // With the 6a44 relay anycast 192.88.99.2 (RFC 6751).
     (0xc058_6300, 24, SpecialRange::Relay6to4),
     (0xc0a8_0000, 16, SpecialRange::Private),
+    (0xc0af_3000, 24, SpecialRange::As112),
     (0xc612_0000, 15, SpecialRange::Benchmarking),
     (0xc633_6400, 24, SpecialRange::Documentation),
     (0xcb00_7100, 24, SpecialRange::Documentation),
@@ -137,7 +169,63 @@ const TABLE_V4: [(u32, u8, SpecialRange); 16] = [
     (0xf000_0000, 4, SpecialRange::Reserved),
 ];
 
-const TABLE_V6: [(u128, u8, SpecialRange); 18] = [
+/// `2000::/3`, the only IPv6 space IANA has allocated for global unicast.
+const GLOBAL_UNICAST_V6: (u128, u8) = (0x2000_0000_0000_0000_0000_0000_0000_0000, 3);
+
+/// The special ranges inside [`GLOBAL_UNICAST_V6`]; the rest of it is public.
+const TABLE_V6_GLOBAL: [(u128, u8, SpecialRange); 9] = [
+    (
+        0x2001_0000_0000_0000_0000_0000_0000_0000,
+        32,
+        SpecialRange::Teredo,
+    ),
+    (
+        0x2001_0002_0000_0000_0000_0000_0000_0000,
+        48,
+        SpecialRange::Benchmarking,
+    ),
+    (
+        0x2001_0003_0000_0000_0000_0000_0000_0000,
+        32,
+        SpecialRange::Amt,
+    ),
+    (
+        0x2001_0004_0112_0000_0000_0000_0000_0000,
+        48,
+        SpecialRange::As112,
+    ),
+    // The rest of 2001::/23: 2001:1::1, ::2, ::3, 2001:10::/28, 2001:20::/28, 2001:30::/28
+    // and the unassigned.
+    (
+        0x2001_0000_0000_0000_0000_0000_0000_0000,
+        23,
+        SpecialRange::IetfProtocol,
+    ),
+    (
+        0x2001_0db8_0000_0000_0000_0000_0000_0000,
+        32,
+        SpecialRange::Documentation,
+    ),
+    (
+        0x2002_0000_0000_0000_0000_0000_0000_0000,
+        16,
+        SpecialRange::SixToFour,
+    ),
+    (
+        0x2620_004f_8000_0000_0000_0000_0000_0000,
+        48,
+        SpecialRange::As112,
+    ),
+    (
+        0x3fff_0000_0000_0000_0000_0000_0000_0000,
+        20,
+        SpecialRange::Documentation,
+    ),
+];
+
+/// The named ranges outside [`GLOBAL_UNICAST_V6`]; the rest of it is
+/// [`SpecialRange::Reserved`].
+const TABLE_V6_OTHER: [(u128, u8, SpecialRange); 13] = [
     (0, 128, SpecialRange::Unspecified),
     (1, 128, SpecialRange::Loopback),
     (
@@ -162,34 +250,9 @@ const TABLE_V6: [(u128, u8, SpecialRange); 18] = [
         SpecialRange::Discard,
     ),
     (
-        0x2001_0000_0000_0000_0000_0000_0000_0000,
-        32,
-        SpecialRange::Teredo,
-    ),
-    (
-        0x2001_0002_0000_0000_0000_0000_0000_0000,
-        48,
-        SpecialRange::Benchmarking,
-    ),
-    (
-        0x2001_0db8_0000_0000_0000_0000_0000_0000,
-        32,
-        SpecialRange::Documentation,
-    ),
-    (
-        0x2001_0000_0000_0000_0000_0000_0000_0000,
-        23,
-        SpecialRange::IetfProtocol,
-    ),
-    (
-        0x2002_0000_0000_0000_0000_0000_0000_0000,
-        16,
-        SpecialRange::SixToFour,
-    ),
-    (
-        0x3fff_0000_0000_0000_0000_0000_0000_0000,
-        20,
-        SpecialRange::Documentation,
+        0x0100_0000_0000_0001_0000_0000_0000_0000,
+        64,
+        SpecialRange::Dummy,
     ),
     (
         0x5f00_0000_0000_0000_0000_0000_0000_0000,
@@ -247,6 +310,7 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 /// assert_eq!(classify(ip("169.254.169.254")), Some(SpecialRange::CloudMetadata));
 /// assert_eq!(classify(ip("::ffff:192.168.1.1")), Some(SpecialRange::Private));
 /// assert_eq!(classify(ip("2002:7f00:1::")), Some(SpecialRange::SixToFour));
+/// assert_eq!(classify(ip("::1:0:a9fe:a9fe")), Some(SpecialRange::Reserved));
 /// assert_eq!(classify(ip("93.184.215.14")), None);
 /// ```
 pub fn classify(ip: IpAddr) -> Option<SpecialRange> {
@@ -272,10 +336,19 @@ fn classify_v6(ip: Ipv6Addr) -> Option<SpecialRange> {
     if METADATA_V6.contains(&bits) {
         return Some(SpecialRange::CloudMetadata);
     }
-    TABLE_V6
-        .iter()
-        .find(|(net, len, _)| bits & mask_v6(*len) == *net)
-        .map(|(_, _, range)| *range)
+    let (global, len) = GLOBAL_UNICAST_V6;
+    let find = |table: &[(u128, u8, SpecialRange)]| {
+        table
+            .iter()
+            .find(|(net, len, _)| bits & mask_v6(*len) == *net)
+            .map(|(_, _, range)| *range)
+    };
+    if bits & mask_v6(len) == global {
+        find(&TABLE_V6_GLOBAL)
+    } else {
+        // IANA has allocated nothing else for global unicast: what no entry names is reserved.
+        Some(find(&TABLE_V6_OTHER).unwrap_or(SpecialRange::Reserved))
+    }
 }
 
 const fn mask_v4(len: u8) -> u32 {

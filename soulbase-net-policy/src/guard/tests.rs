@@ -36,6 +36,13 @@ fn default_guard_refuses_every_special_range_and_allows_public() {
         "64:ff9b::a00:1",
         "2002:a00:1::",
         "2001:db8::1",
+        "::ff:ff:a00:1",
+        "::1:0:a9fe:a9fe",
+        "::ffff:ffff:a00:1",
+        "4000::1",
+        "192.0.0.9",
+        "192.31.196.1",
+        "2620:4f:8000::1",
     ] {
         let denied = g.check_addr("h.example", ip(addr)).unwrap_err();
         assert!(matches!(denied.rule, DenyRule::Range(_)), "{addr}");
@@ -47,10 +54,38 @@ fn default_guard_refuses_every_special_range_and_allows_public() {
         "93.184.215.14",
         "8.8.8.8",
         "2606:4700:4700::1111",
+        "2606:4700::1111",
+        "2000::1",
         "::ffff:8.8.8.8",
     ] {
         g.check_addr("h.example", ip(addr)).unwrap();
     }
+}
+
+/// Issue 33, item 10: the rest of `::/8` was dialled as public.
+#[test]
+fn reserved_ipv6_is_refused_and_named() {
+    let g = guard(|_| {});
+    for addr in ["::ff:ff:a00:1", "::1:0:a9fe:a9fe", "::ffff:ffff:a00:1"] {
+        let denied = g.check_addr("h", ip(addr)).unwrap_err();
+        assert_eq!(
+            denied.rule,
+            DenyRule::Range(SpecialRange::Reserved),
+            "{addr}"
+        );
+        assert_eq!(denied.addr, Some(ip(addr)), "{addr}");
+        assert_eq!(
+            denied.to_string(),
+            format!("{addr} (for h) is a reserved address")
+        );
+    }
+    // Like every special range but cloud metadata: opened by a grant, or with deny_private off.
+    guard(|p| p.grants.cidrs = vec!["::/8".parse().unwrap()])
+        .check_addr("h", ip("::1:0:a9fe:a9fe"))
+        .unwrap();
+    guard(|p| p.deny_private = false)
+        .check_addr("h", ip("::ffff:ffff:a00:1"))
+        .unwrap();
 }
 
 #[test]

@@ -17,20 +17,32 @@ use crate::validate::Checker;
 /// (for a host's override) with `SCHEMA.VALIDATION_FAILED`. `auto` without the feature is
 /// plain TCP and never an error.
 ///
-/// Default: `auto`, 0-RTT off.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Default: `auto`, 0-RTT off (and, when on, only for the safe methods).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct HttpPolicy {
     /// How the HTTP version is chosen. Default is [`HttpVersionPolicy::Auto`].
     pub version: HttpVersionPolicy,
-    /// A new HTTP/3 connection opened for a request with an idempotent method (GET, HEAD,
-    /// OPTIONS, TRACE, PUT, DELETE) to a server whose session can be resumed sends that
-    /// request as QUIC 0-RTT early data. Requests with other methods never go early (early
-    /// data can be replayed): on such a connection they wait for the handshake. Default is
-    /// `false`.
+    /// A new HTTP/3 connection opened for a request whose method is in `zero_rtt_methods`,
+    /// to a server whose session can be resumed, sends that request as QUIC 0-RTT early data.
+    /// Requests with other methods never go early (early data can be replayed): on such a
+    /// connection they wait for the handshake. Default is `false`.
     pub zero_rtt: bool,
+    /// The methods whose requests may go as 0-RTT early data when `zero_rtt` is on. Default
+    /// is the safe methods, `["GET", "HEAD", "OPTIONS", "TRACE"]` (RFC 8470 §4.1: a server
+    /// may act on early data before it can tell a replay); `"PUT"` and `"DELETE"` (idempotent
+    /// but not safe: a replay repeats their effect) go early only when listed here. Only those
+    /// six methods, in capitals, may be listed.
+    pub zero_rtt_methods: Vec<String>,
 }
+
+/// The methods that may be listed in `zero_rtt_methods`: the idempotent ones (RFC 9110
+/// §9.2.2), since early data can be replayed.
+const IDEMPOTENT_METHODS: [&str; 6] = ["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"];
+
+/// The default of `zero_rtt_methods`: the safe methods (RFC 9110 §9.2.1).
+const SAFE_METHODS: [&str; 4] = ["GET", "HEAD", "OPTIONS", "TRACE"];
 
 /// How the HTTP version of a call is chosen.
 ///
@@ -53,7 +65,40 @@ pub enum HttpVersionPolicy {
 
 // === impl HttpPolicy ===
 
+impl Default for HttpPolicy {
+    fn default() -> Self {
+        HttpPolicy {
+            version: HttpVersionPolicy::default(),
+            zero_rtt: false,
+            zero_rtt_methods: SAFE_METHODS.iter().map(|m| (*m).to_owned()).collect(),
+        }
+    }
+}
+
 impl HttpPolicy {
+    /// Whether a request with `method` may be sent as 0-RTT early data: `zero_rtt` is on and
+    /// `method` is in `zero_rtt_methods`. Every other request waits for the handshake.
+    ///
+    /// # Examples
+    /// ```
+    /// use http::Method;
+    /// use soulbase_net_policy::HttpPolicy;
+    ///
+    /// let mut http = HttpPolicy::default();
+    /// assert!(!http.zero_rtt_allows(&Method::GET)); // 0-RTT is off by default
+    /// http.zero_rtt = true;
+    /// assert!(http.zero_rtt_allows(&Method::GET));
+    /// assert!(!http.zero_rtt_allows(&Method::PUT)); // only when listed
+    /// assert!(!http.zero_rtt_allows(&Method::POST)); // never
+    /// ```
+    pub fn zero_rtt_allows(&self, method: &http::Method) -> bool {
+        self.zero_rtt
+            && self
+                .zero_rtt_methods
+                .iter()
+                .any(|m| m.as_str() == method.as_str())
+    }
+
     /// Whether this policy may use HTTP/3 before the origin advertised it.
     pub fn wants_h3(&self) -> bool {
         matches!(
@@ -76,6 +121,18 @@ impl HttpPolicy {
                 )
             },
         );
+        for (i, method) in self.zero_rtt_methods.iter().enumerate() {
+            c.when(
+                !IDEMPOTENT_METHODS.contains(&method.as_str()),
+                &format!("zero_rtt_methods[{i}]"),
+                || {
+                    format!(
+                        "`{method}` cannot go as 0-RTT early data, which can be replayed: only the idempotent methods {} may be listed, in capitals",
+                        IDEMPOTENT_METHODS.join(", ")
+                    )
+                },
+            );
+        }
     }
 }
 
@@ -108,5 +165,97 @@ mod tests {
             assert_eq!(serde_json::from_str::<HttpVersionPolicy>(&json).unwrap(), v);
         }
         assert!(serde_json::from_str::<HttpVersionPolicy>("\"h2\"").is_err());
+    }
+
+    fn with_methods(zero_rtt: bool, methods: &[&str]) -> HttpPolicy {
+        HttpPolicy {
+            zero_rtt,
+            zero_rtt_methods: methods.iter().map(|m| (*m).to_owned()).collect(),
+            ..HttpPolicy::default()
+        }
+    }
+
+    #[test]
+    fn only_safe_methods_go_early_by_default() {
+        use http::Method;
+        let mut http = HttpPolicy::default();
+        assert_eq!(http.zero_rtt_methods, ["GET", "HEAD", "OPTIONS", "TRACE"]);
+        let all = [
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::TRACE,
+            Method::PUT,
+            Method::DELETE,
+            Method::POST,
+            Method::PATCH,
+            Method::CONNECT,
+        ];
+        // Off: nothing goes early.
+        for m in &all {
+            assert!(!http.zero_rtt_allows(m), "{m}");
+        }
+        http.zero_rtt = true;
+        for m in &all {
+            let safe = matches!(m.as_str(), "GET" | "HEAD" | "OPTIONS" | "TRACE");
+            assert_eq!(http.zero_rtt_allows(m), safe, "{m}");
+        }
+    }
+
+    #[test]
+    fn put_and_delete_go_early_only_when_listed() {
+        use http::Method;
+        let opted = with_methods(true, &["GET", "PUT", "DELETE"]);
+        assert!(opted.zero_rtt_allows(&Method::PUT));
+        assert!(opted.zero_rtt_allows(&Method::DELETE));
+        assert!(opted.zero_rtt_allows(&Method::GET));
+        // The list replaces the default: what it leaves out waits.
+        assert!(!opted.zero_rtt_allows(&Method::HEAD));
+        assert!(!opted.zero_rtt_allows(&Method::POST));
+        // Listed, but 0-RTT off.
+        assert!(!with_methods(false, &["PUT"]).zero_rtt_allows(&Method::PUT));
+        // An empty list: nothing goes early.
+        assert!(!with_methods(true, &[]).zero_rtt_allows(&Method::GET));
+    }
+
+    #[test]
+    fn zero_rtt_methods_are_the_idempotent_ones_in_capitals() {
+        let check = |http: &HttpPolicy| {
+            let mut problems = Vec::new();
+            http.check(
+                &TlsPolicy::default(),
+                &mut Checker::new("http", &mut problems),
+            );
+            problems
+        };
+        let all = with_methods(true, &["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"]);
+        assert!(check(&all).is_empty());
+        assert!(check(&HttpPolicy::default()).is_empty());
+        let bad = with_methods(true, &["GET", "POST", "put", "PATCH"]);
+        let problems = check(&bad);
+        let paths: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "http.zero_rtt_methods[1]",
+                "http.zero_rtt_methods[2]",
+                "http.zero_rtt_methods[3]"
+            ]
+        );
+        assert!(problems[0].reason.contains("`POST`"), "{}", problems[0]);
+        assert!(problems[0].reason.contains("replayed"), "{}", problems[0]);
+    }
+
+    #[test]
+    fn zero_rtt_methods_default_when_absent() {
+        let http: HttpPolicy = serde_json::from_str(r#"{"zero_rtt": true}"#).unwrap();
+        assert_eq!(
+            http,
+            with_methods(true, &["GET", "HEAD", "OPTIONS", "TRACE"])
+        );
+        let http: HttpPolicy =
+            serde_json::from_str(r#"{"zero_rtt": true, "zero_rtt_methods": ["GET", "PUT"]}"#)
+                .unwrap();
+        assert_eq!(http.zero_rtt_methods, ["GET", "PUT"]);
     }
 }

@@ -36,8 +36,8 @@ pub(super) struct Endpoints {
     config: quinn::ClientConfig,
     /// The most bytes of a response head.
     max_head_bytes: u64,
-    /// `http.zero_rtt`: a resumed connection opened for an idempotent request sends it as
-    /// early data.
+    /// `http.zero_rtt`: a resumed connection opened for a request that may go early
+    /// (`http.zero_rtt_methods`) sends it as early data.
     zero_rtt: bool,
     /// Indexed by [`slot`].
     bound: Mutex<[Option<quinn::Endpoint>; 4]>,
@@ -50,8 +50,8 @@ pub(super) struct Live {
     sender: Sender,
     /// Set when the connection cannot take new requests (closed, or the peer sent GOAWAY).
     closing: Arc<AtomicBool>,
-    /// `true` once the handshake is complete; until then (a 0-RTT connection) only
-    /// idempotent requests may use it.
+    /// `true` once the handshake is complete; until then (a 0-RTT connection) only requests
+    /// that may go early (`http.zero_rtt_methods`) are sent on it.
     confirmed: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -59,7 +59,8 @@ pub(super) struct Live {
 
 impl Endpoints {
     /// Endpoints speaking QUIC with the TLS of `policy` (TLS 1.3 only, ALPN `h3`), the idle
-    /// timeout, keep-alive and head limit of `limits`; 0-RTT for idempotent requests when `zero_rtt`.
+    /// timeout, keep-alive and head limit of `limits`; 0-RTT (for the requests that may go
+    /// early) when `zero_rtt`.
     pub(super) fn new(
         policy: &TlsPolicy,
         extra_roots: &[CertificateDer<'static>],
@@ -94,7 +95,7 @@ impl Endpoints {
     }
 
     /// A QUIC + HTTP/3 handshake with `peer` (already allowed by the address guard), verifying
-    /// it as `host`. With 0-RTT on and `early` (the request that opens it is idempotent), a
+    /// it as `host`. With 0-RTT on and `early` (the request that opens it may go early), a
     /// connection to a server with a resumable session is usable at once: its first requests
     /// go as early data, and it is [confirmed](Live::confirmed) when the handshake completes.
     pub(super) async fn connect(
@@ -108,8 +109,8 @@ impl Endpoints {
             .connect_with(self.config.clone(), peer, host)
             .map_err(|e| error::connect_error(e, host))?;
         let (confirm, confirmed) = tokio::sync::watch::channel(false);
-        // 0-RTT only when asked for, for an idempotent request, and possible (a session to
-        // resume); otherwise the whole handshake first.
+        // 0-RTT only when asked for, for a request that may go early, and possible (a session
+        // to resume); otherwise the whole handshake first.
         let early = if self.zero_rtt && early {
             connecting.into_0rtt()
         } else {

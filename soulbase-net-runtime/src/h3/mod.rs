@@ -27,7 +27,7 @@ use http_body_util::BodyExt;
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
 use soulbase_net_core::NetError;
-use soulbase_net_policy::{HttpVersionPolicy, NetPolicy};
+use soulbase_net_policy::{HttpPolicy, HttpVersionPolicy, NetPolicy};
 use tokio::time::Instant;
 
 use crate::connect::Connector;
@@ -63,6 +63,9 @@ pub(crate) struct H3Pool {
     endpoints: Endpoints,
     /// The policy's `http.version`.
     version: HttpVersionPolicy,
+    /// The policy's `http` section, for which requests may go as 0-RTT early data
+    /// (`zero_rtt`, `zero_rtt_methods`).
+    http: HttpPolicy,
     /// Same-host HTTP/3 ports origins advertised with `Alt-Svc` (`auto`).
     advertised: Memory<u16>,
     /// Which transport won an origin's race (`h3-or-tcp`).
@@ -89,6 +92,7 @@ impl H3Pool {
             connector,
             endpoints: Endpoints::new(&policy.tls, extra_roots, limits, policy.http.zero_rtt)?,
             version: policy.http.version,
+            http: policy.http.clone(),
             advertised: Memory::new(),
             won: Memory::new(),
             origins: Mutex::new(HashMap::new()),
@@ -103,8 +107,9 @@ impl H3Pool {
         connect: Duration,
         req: Request<ReqBody>,
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
-        if !req.method().is_idempotent() {
-            // Never as 0-RTT early data, which can be replayed.
+        if !self.may_send_early(req.method()) {
+            // Never as 0-RTT early data, which can be replayed: on a connection still in its
+            // 0-RTT phase (opened early for another request), wait for the handshake.
             live.confirmed().await;
         }
         let (parts, mut body) = req.into_parts();
@@ -148,6 +153,12 @@ impl H3Pool {
         Ok((res, connect))
     }
 
+    /// Whether a request with `method` may be sent as 0-RTT early data: `http.zero_rtt` on and
+    /// the method in `http.zero_rtt_methods` (by default the safe methods only; RFC 8470).
+    pub(crate) fn may_send_early(&self, method: &Method) -> bool {
+        self.http.zero_rtt_allows(method)
+    }
+
     /// Reports, per origin, its HTTP/3 connection as open, and as idle when no request is on
     /// it (an origin whose connection is being opened right now is left out).
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(soulbase_net_core::GaugeReading<'_>)) {
@@ -170,8 +181,8 @@ impl H3Pool {
     /// The live connection to the origin of `uri` (its host, UDP port `port`), opened when
     /// there is none (or it closed), bounded by the connect timeout.
     ///
-    /// `early`: the request is idempotent, so a new connection may carry it as 0-RTT early
-    /// data (when the policy allows).
+    /// `early`: the request [may go early](Self::may_send_early), so a new connection may
+    /// carry it as 0-RTT early data.
     async fn checkout(
         &self,
         uri: &http::Uri,

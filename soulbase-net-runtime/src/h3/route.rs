@@ -70,7 +70,7 @@ impl H3Pool {
         if self.version == HttpVersionPolicy::H3 {
             let port = uri.port_u16().unwrap_or(443);
             let (live, connect) = self
-                .checkout(&uri, port, req.method().is_idempotent())
+                .checkout(&uri, port, self.may_send_early(req.method()))
                 .await?;
             return self.exchange(live, connect, req).await;
         }
@@ -93,7 +93,10 @@ impl H3Pool {
         origin: &str,
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
         if let Some(port) = self.advertised.get(origin, Instant::now()) {
-            match self.checkout(uri, port, req.method().is_idempotent()).await {
+            match self
+                .checkout(uri, port, self.may_send_early(req.method()))
+                .await
+            {
                 Ok((live, connect)) => {
                     let sent = self.exchange(live, connect, req).await;
                     if sent.is_err() {
@@ -149,7 +152,10 @@ impl H3Pool {
         };
         let raced = began.elapsed();
         let sent = match won {
-            Won::Quic => match self.checkout(uri, port, req.method().is_idempotent()).await {
+            Won::Quic => match self
+                .checkout(uri, port, self.may_send_early(req.method()))
+                .await
+            {
                 Ok((live, connect)) => self.exchange(live, connect.max(raced), req).await,
                 Err(e) => Err(e),
             },

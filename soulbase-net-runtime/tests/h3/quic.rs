@@ -539,8 +539,56 @@ async fn zero_rtt_never_carries_a_post() {
     .await;
 }
 
+#[tokio::test]
+async fn zero_rtt_sends_a_put_early_only_when_listed() {
+    // The test's runtime is single-threaded: the client's tasks run under this capture.
+    let (captured, _guard) = CapturedLogs::start(tracing::Level::DEBUG);
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        // By default only the safe methods go early: a PUT opening a resumable connection
+        // waits for the whole handshake (RFC 8470).
+        let (srv, client) = zero_rtt_pair(&kit, "/doc", Reply::ok("stored")).await;
+        client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+        srv.h3_goaway();
+        srv.wait_for_open_at_most(0).await;
+        let res = client
+            .send(NetRequest::put(srv.url("/doc")).body(Bytes::from_static(b"{}")))
+            .await
+            .unwrap();
+        assert_eq!(res.text().await.unwrap(), "stored");
+        assert_eq!(srv.connections(), 2);
+        assert_eq!(srv.hits("/doc"), 1);
+        let logs = captured.text();
+        assert!(!logs.contains("zero_rtt="), "{logs}");
+
+        // Listed in `http.zero_rtt_methods`, the same PUT opens its connection with 0-RTT.
+        let (srv, client) =
+            zero_rtt_pair_listing(&kit, "/doc", Reply::ok("stored"), &["GET", "PUT"]).await;
+        client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
+        srv.h3_goaway();
+        srv.wait_for_open_at_most(0).await;
+        let res = client
+            .send(NetRequest::put(srv.url("/doc")).body(Bytes::from_static(b"{}")))
+            .await
+            .unwrap();
+        assert_eq!(res.text().await.unwrap(), "stored");
+        assert_eq!(srv.connections(), 2);
+        // The early request's answer can come before the handshake is confirmed: wait for
+        // the confirmation's event (bounded by the test's limit).
+        while !captured.text().contains("http/3 handshake complete") {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            captured.text().contains("zero_rtt=true"),
+            "{}",
+            captured.text()
+        );
+    })
+    .await;
+}
+
 /// A server answering `/a` (to get a session from) and `path` by `script`, and a client with
-/// 0-RTT on.
+/// 0-RTT on (for the default methods).
 async fn zero_rtt_pair(
     kit: &CertKit,
     path: &str,
@@ -554,6 +602,25 @@ async fn zero_rtt_pair(
         .unwrap();
     let mut p = policy(kit, HttpVersionPolicy::H3);
     p.http.zero_rtt = true;
+    (srv, client(p))
+}
+
+/// As [`zero_rtt_pair`], with `methods` as `http.zero_rtt_methods`.
+async fn zero_rtt_pair_listing(
+    kit: &CertKit,
+    path: &str,
+    script: impl Into<Script>,
+    methods: &[&str],
+) -> (FaultServer, Client) {
+    let srv = h3_server(kit)
+        .route("/a", Reply::ok("a"))
+        .route(path, script)
+        .start()
+        .await
+        .unwrap();
+    let mut p = policy(kit, HttpVersionPolicy::H3);
+    p.http.zero_rtt = true;
+    p.http.zero_rtt_methods = methods.iter().map(|m| (*m).to_owned()).collect();
     (srv, client(p))
 }
 

@@ -19,9 +19,13 @@ const ENDS: &[(&str, &str, SpecialRange)] = &[
     ("169.254.0.0", "169.254.255.255", LinkLocal),
     ("172.16.0.0", "172.31.255.255", Private),
     ("192.0.0.0", "192.0.0.255", IetfProtocol),
+    ("192.0.0.8", "192.0.0.8", Dummy),
     ("192.0.2.0", "192.0.2.255", Documentation),
+    ("192.31.196.0", "192.31.196.255", As112),
+    ("192.52.193.0", "192.52.193.255", Amt),
     ("192.88.99.0", "192.88.99.255", Relay6to4),
     ("192.168.0.0", "192.168.255.255", Private),
+    ("192.175.48.0", "192.175.48.255", As112),
     ("198.18.0.0", "198.19.255.255", Benchmarking),
     ("198.51.100.0", "198.51.100.255", Documentation),
     ("203.0.113.0", "203.0.113.255", Documentation),
@@ -34,6 +38,7 @@ const ENDS: &[(&str, &str, SpecialRange)] = &[
     ("64:ff9b::", "64:ff9b::ffff:ffff", Nat64),
     ("64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff", Nat64),
     ("100::", "100::ffff:ffff:ffff:ffff", Discard),
+    ("100:0:0:1::", "100::1:ffff:ffff:ffff:ffff", Dummy),
     ("2001::", "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", Teredo),
     (
         "2001:1::",
@@ -45,6 +50,8 @@ const ENDS: &[(&str, &str, SpecialRange)] = &[
         "2001:2:0:ffff:ffff:ffff:ffff:ffff",
         Benchmarking,
     ),
+    ("2001:3::", "2001:3:ffff:ffff:ffff:ffff:ffff:ffff", Amt),
+    ("2001:4:112::", "2001:4:112:ffff:ffff:ffff:ffff:ffff", As112),
     (
         "2001:db8::",
         "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
@@ -54,6 +61,11 @@ const ENDS: &[(&str, &str, SpecialRange)] = &[
         "2002::",
         "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
         SixToFour,
+    ),
+    (
+        "2620:4f:8000::",
+        "2620:4f:8000:ffff:ffff:ffff:ffff:ffff",
+        As112,
     ),
     (
         "3fff::",
@@ -81,6 +93,46 @@ const ENDS: &[(&str, &str, SpecialRange)] = &[
         "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
         Multicast,
     ),
+    // IPv6 outside 2000::/3 that no entry names: the gaps between the entries of ::/8 …
+    ("::1:0:0", "::fffe:ffff:ffff", Reserved),
+    ("::1:0:0:0", "::fffe:ffff:ffff:ffff", Reserved),
+    (
+        "::ffff:1:0:0",
+        "64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff",
+        Reserved,
+    ),
+    (
+        "64:ff9b::1:0:0",
+        "64:ff9b:0:ffff:ffff:ffff:ffff:ffff",
+        Reserved,
+    ),
+    (
+        "64:ff9b:2::",
+        "ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        Reserved,
+    ),
+    // … and of 100::/8, then the blocks the IANA IPv6 Address Space registry reserves.
+    (
+        "100:0:0:2::",
+        "1ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        Reserved,
+    ),
+    ("200::", "1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", Reserved),
+    (
+        "4000::",
+        "5eff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        Reserved,
+    ),
+    (
+        "5f01::",
+        "fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        Reserved,
+    ),
+    (
+        "fe00::",
+        "fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        Reserved,
+    ),
 ];
 
 /// Addresses just outside a range: ordinary public unicast.
@@ -99,22 +151,33 @@ const PUBLIC: &[&str] = &[
     "172.32.0.0",
     "192.0.1.0",
     "192.0.3.0",
+    "192.31.195.255",
+    "192.31.197.0",
+    "192.52.192.255",
+    "192.52.194.0",
     "192.88.98.255",
     "192.167.255.255",
     "192.169.0.0",
+    "192.175.47.255",
+    "192.175.49.0",
     "198.17.255.255",
     "198.20.0.0",
     "198.51.99.255",
     "203.0.112.255",
     "223.255.255.255",
-    "::1:0:0:0",
-    "64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff",
+    "2000::",
+    "2000::1",
     "2001:200::",
+    "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff",
+    "2001:db9::",
     "2003::",
+    "2606:4700::1111",
     "2606:4700:4700::1111",
+    "2620:4f:7fff:ffff:ffff:ffff:ffff:ffff",
+    "2620:4f:8001::",
     "2a00:1450:4001:80b::200e",
     "3fff:1000::",
-    "fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    "3fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
     "::ffff:8.8.8.8",
 ];
 
@@ -135,9 +198,18 @@ const INTERIOR: &[(&str, SpecialRange)] = &[
     ("169.254.10.20", LinkLocal),
     ("172.20.1.1", Private),
     ("192.0.0.100", IetfProtocol),
+    ("192.0.0.4", IetfProtocol),   // DS-Lite, 192.0.0.0/29
+    ("192.0.0.9", IetfProtocol),   // PCP anycast, globally reachable: still refused
+    ("192.0.0.10", IetfProtocol),  // TURN anycast, globally reachable: still refused
+    ("192.0.0.170", IetfProtocol), // NAT64/DNS64 discovery
+    ("192.0.0.171", IetfProtocol),
     ("192.0.2.100", Documentation),
+    ("192.31.196.1", As112),
+    ("192.52.193.8", Amt),
     ("192.88.99.100", Relay6to4),
+    ("192.88.99.2", Relay6to4), // 6a44 relay anycast
     ("192.168.100.100", Private),
+    ("192.175.48.6", As112),
     ("198.18.200.1", Benchmarking),
     ("198.51.100.100", Documentation),
     ("203.0.113.100", Documentation),
@@ -148,11 +220,21 @@ const INTERIOR: &[(&str, SpecialRange)] = &[
     ("64:ff9b::102:304", Nat64),
     ("64:ff9b:1:2::3", Nat64),
     ("100::1:2:3", Discard),
+    ("100:0:0:1::2:3", Dummy),
     ("2001:0:1:2::3", Teredo),
     ("2001:100::1", IetfProtocol),
+    ("2001:1::1", IetfProtocol),  // PCP anycast
+    ("2001:1::2", IetfProtocol),  // TURN anycast
+    ("2001:1::3", IetfProtocol),  // DNS-SD SRP anycast
+    ("2001:10::1", IetfProtocol), // deprecated ORCHID
+    ("2001:20::1", IetfProtocol), // ORCHIDv2
+    ("2001:30::1", IetfProtocol), // DRIP entity tags
     ("2001:2:0:1::2", Benchmarking),
+    ("2001:3:1::1", Amt),
+    ("2001:4:112::1", As112),
     ("2001:db8:1:2::3", Documentation),
     ("2002:102:304::1", SixToFour),
+    ("2620:4f:8000::42", As112),
     ("3fff:123::1", Documentation),
     ("5f00:1::1", Srv6),
     ("fc12:3456::1", UniqueLocal),
@@ -160,12 +242,35 @@ const INTERIOR: &[(&str, SpecialRange)] = &[
     ("fe80::1:2:3", LinkLocal),
     ("fed0::1", SiteLocal),
     ("ff05::1:3", Multicast),
+    ("1:2:3:4::5", Reserved),
+    ("101::1", Reserved),
+    ("400::1", Reserved),
+    ("800::1", Reserved),
+    ("1000::1", Reserved),
+    ("6000::1", Reserved),
+    ("8000::1", Reserved),
+    ("a000::1", Reserved),
+    ("c000::1", Reserved),
+    ("e000::1", Reserved),
+    ("f000::1", Reserved),
+    ("f800::1", Reserved),
+    ("fe00::1", Reserved),
 ];
 
 #[test]
 fn an_interior_address_of_every_range_is_classified() {
     for &(addr, range) in INTERIOR {
         assert_eq!(classify(ip(addr)), Some(range), "{addr}");
+    }
+}
+
+/// Issue 33, item 10: these were dialled as public.
+#[test]
+fn the_rest_of_the_first_slash_8_is_reserved() {
+    for addr in ["::ff:ff:a00:1", "::1:0:a9fe:a9fe", "::ffff:ffff:a00:1"] {
+        assert_eq!(classify(ip(addr)), Some(Reserved), "{addr}");
+        // None of them is a form that embeds IPv4: they stay IPv6.
+        assert_eq!(canonical(ip(addr)), ip(addr), "{addr}");
     }
 }
 
@@ -261,10 +366,11 @@ proptest! {
 
     /// Every address inside a denied IPv4 range is classified (never public).
     #[test]
-    fn anything_inside_a_v4_range_is_special(offset in any::<u32>(), which in 0usize..11) {
+    fn anything_inside_a_v4_range_is_special(offset in any::<u32>(), which in 0usize..14) {
         let nets = [("0.0.0.0", 8), ("10.0.0.0", 8), ("100.64.0.0", 10), ("127.0.0.0", 8),
             ("169.254.0.0", 16), ("172.16.0.0", 12), ("192.168.0.0", 16), ("198.18.0.0", 15),
-            ("224.0.0.0", 4), ("240.0.0.0", 4), ("192.0.0.0", 24)];
+            ("224.0.0.0", 4), ("240.0.0.0", 4), ("192.0.0.0", 24), ("192.31.196.0", 24),
+            ("192.52.193.0", 24), ("192.175.48.0", 24)];
         let (net, len) = nets[which];
         let addr = in_v4(net, len, offset);
         prop_assert!(classify(addr).is_some(), "{}", addr);
@@ -274,12 +380,23 @@ proptest! {
 
     /// Every address inside a denied IPv6 range is classified.
     #[test]
-    fn anything_inside_a_v6_range_is_special(offset in any::<u128>(), which in 0usize..9) {
+    fn anything_inside_a_v6_range_is_special(offset in any::<u128>(), which in 0usize..15) {
         let nets = [("fc00::", 7), ("fe80::", 10), ("fec0::", 10), ("ff00::", 8), ("2002::", 16),
-            ("64:ff9b::", 96), ("2001::", 23), ("2001:db8::", 32), ("100::", 64)];
+            ("64:ff9b::", 96), ("2001::", 23), ("2001:db8::", 32), ("100::", 64),
+            ("100:0:0:1::", 64), ("2620:4f:8000::", 48), ("3fff::", 20), ("5f00::", 16),
+            ("64:ff9b:1::", 48), ("::", 8)];
         let (net, len) = nets[which];
         let addr = in_v6(net, len, offset);
         prop_assert!(classify(addr).is_some(), "{}", addr);
+    }
+
+    /// IANA allocates only 2000::/3 for global unicast: nothing outside it is public (but
+    /// an IPv4-mapped address, which is the IPv4 address it maps to).
+    #[test]
+    fn nothing_outside_2000_slash_3_is_public(bits in any::<u128>()) {
+        let v6 = Ipv6Addr::from(bits);
+        prop_assume!(bits >> 125 != 1 && v6.to_ipv4_mapped().is_none());
+        prop_assert!(classify(IpAddr::V6(v6)).is_some(), "{}", v6);
     }
 
     /// Classification agrees with the standard library where it has stable answers.
