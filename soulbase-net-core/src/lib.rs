@@ -5,7 +5,9 @@
 //! - [`NetRequest`] (with a builder), [`Body`], [`TimeoutCfg`]; [`NetResponse`],
 //!   [`RespBody`], [`Elapsed`];
 //! - [`NetError`]: one opaque error, one pointer wide, with its [`ErrorKind`], the stable
-//!   SB-02 [`ErrorCode`] and its public view, the attempts made, and the source chain;
+//!   SB-02 [`ErrorCode`] and its public view, the attempts made, and the source chain; the
+//!   HTTP status and [`GrpcCode`] a service answers its caller with when an outbound call
+//!   failed ([`NetError::http_status`], [`NetError::grpc_code`]);
 //! - [`NetClient`] (one object-safe method) and [`NetClientExt`] (`get_json`, `post_json`,
 //!   `get_bytes` and `for_tenant` → [`ForTenant`], for every client); [`Interceptor`]; [`Observer`] and [`NetEvent`]; [`GaugeSource`];
 //! - conversions to and from the `http` crate's types: `NetRequest: TryFrom<http::Request<B>>`,
@@ -14,6 +16,9 @@
 //!
 //! A service that only needs to call a client, or to provide a test double, depends on this
 //! crate alone; `soulbase-net-runtime` provides the real client.
+//!
+//! Features (all off by default): `tonic` adds `From<NetError> for tonic::Status` and
+//! `NetError::from_status`, so a failure crosses a gRPC boundary with its code and kind.
 //!
 //! ```
 //! use soulbase_net_core::{ErrorCode, ErrorKind, NetRequest};
@@ -40,7 +45,10 @@ mod timeout;
 
 pub use crate::body::{Body, BodyStream};
 pub use crate::client::{ForTenant, NetClient, NetClientExt};
-pub use crate::error::{redact_url, status_code, BoxError, ErrorCode, ErrorKind, NetError, Phase};
+pub use crate::error::{
+    redact_url, status_code, BoxError, ErrorCode, ErrorKind, GrpcCode, NetError, Phase,
+    ERROR_CODE_HEADER, ERROR_KIND_HEADER,
+};
 pub use crate::event::{
     BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,
     NoopObserver, Observer, OutboxStep, Outcome, RequestInfo, RetireReason,

@@ -65,7 +65,7 @@ impl Inner {
         // checkout, the first-byte timer), and every layer above an unboxed one (attempt,
         // retries, redirects, interceptors, the call) would carry that size and copy it once
         // per call. Measured: one allocation costs less than those copies.
-        let result = Box::pin(self.exchange(req, url, call, limit, began))
+        let result = Box::pin(self.exchange(req, url, call, limit, attempt, began))
             .instrument(span.clone())
             .await;
         let result = result.map(|mut res| {
@@ -111,9 +111,9 @@ impl Inner {
         result
     }
 
-    /// The exchange of one attempt: the transport sends the request; the first-byte timeout
-    /// runs from when the connection took it; the response's body is wrapped in its limits
-    /// and meter.
+    /// The exchange of one attempt (numbered `attempt` in the call): the transport sends the
+    /// request; the first-byte timeout runs from when the connection took it; the response's
+    /// body is wrapped in its limits and meter, and its errors carry `attempt`.
     ///
     /// Not an `async fn`, for the reason `Inner::send` gives: its future is boxed once per
     /// attempt, and an allocation of up to 1 KiB is one of the allocator's cheap ones.
@@ -127,6 +127,7 @@ impl Inner {
         url: &'a Url,
         call: &'a Call<'a>,
         limit: Duration,
+        attempt: u32,
         began: Instant,
     ) -> impl Future<Output = Result<NetResponse, NetError>> + Send + 'a {
         async move {
@@ -211,19 +212,25 @@ impl Inner {
                     bytes: sent,
                 });
             }
-            // The byte meter wraps whatever the body is, unboxed: one box per response.
+            // An error of the body (read timeout, deadline, size limit, reset, decoding) comes
+            // after the head: this attempt reached the server, so the error counts it, as an
+            // error of the exchange does (`attempt` sets the same number on those).
+            let counted = move |e: NetError| e.with_attempts(attempt);
+            // The byte meter wraps whatever the body is, unboxed: one box per response (two
+            // for a decoded one, whose decoder is boxed already).
             let (observer, labels) = (&self.observer, &call.labels);
             let body = if decoding && parts.headers.contains_key(header::CONTENT_ENCODING) {
-                let decoded = decode(limited, &mut parts.headers, max, decoding)?;
+                let decoded = decode(limited, &mut parts.headers, max, decoding)?.map_err(counted);
                 if self.observed {
                     MeteredBody::new(decoded, observer.clone(), labels.clone()).boxed_unsync()
                 } else {
-                    decoded
+                    decoded.boxed_unsync()
                 }
             } else if self.observed {
+                let limited = limited.map_err(counted);
                 MeteredBody::new(limited, observer.clone(), labels.clone()).boxed_unsync()
             } else {
-                limited.boxed_unsync()
+                limited.map_err(counted).boxed_unsync()
             };
             Ok(NetResponse {
                 status: parts.status,
