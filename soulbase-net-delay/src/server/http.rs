@@ -7,7 +7,8 @@
 //!   once stored, or the `error` (400; 403 for a missing token; 503 when not stored);
 //! - `GET /tasks/{id}` → the task (404 when none); `DELETE /tasks/{id}` → cancels it. Both
 //!   see HTTP tasks too (a `schedule` with a `target`, waiting in the outbox): looked up with
-//!   their `target`, cancelled unless a delivery of it is already under way.
+//!   their `target` (and `fire_at` as the outbox holds it: on the store's clock, within a
+//!   millisecond of the scheduled one), cancelled unless a delivery of it is already under way.
 
 use std::{convert::Infallible, sync::Arc};
 
