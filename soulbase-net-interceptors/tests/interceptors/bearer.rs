@@ -1,14 +1,22 @@
-//! Bearer: the header as it arrives, and 401 → refresh → success in two server hits.
+//! Bearer: the header as it arrives, and 401 → refresh → success in two server hits; no
+//! refresh for a 401 to a request that went without the token (A → B → A); a POST resent
+//! only with an `Idempotency-Key` and a body that can be sent again.
 
 use std::{
     sync::{
         atomic::{AtomicU32, Ordering},
-        Arc,
+        Arc, OnceLock,
     },
     time::Duration,
 };
 
-use soulbase_net_core::NetRequest;
+use soulbase_net_core::{
+    bytes::Bytes,
+    http::{self, StatusCode},
+    Body, NetRequest, RespBody,
+};
+#[cfg(feature = "idempotency")]
+use soulbase_net_interceptors::IdempotencyKey;
 use soulbase_net_interceptors::{Bearer, Token};
 use soulbase_net_testkit::{CapturedLogs, FaultServer, Reply, Script};
 
@@ -184,4 +192,195 @@ async fn the_token_never_appears_in_captured_logs() {
     let text = captured.text();
     assert!(text.contains("sending"), "the capture works: {text}");
     assert!(!text.contains("SECRET-abc123"), "{text}");
+}
+
+/// A route that answers 200 (echoing the request) to `Bearer tok-2` and 401 to anything else.
+fn wants_tok_2() -> Script {
+    Script::respond_with(|r| match r.header("authorization") {
+        Some("Bearer tok-2") => Reply::echo(),
+        _ => Reply::status(401),
+    })
+}
+
+#[tokio::test]
+async fn a_401_after_a_to_b_to_a_went_without_the_token_and_refreshes_nothing() {
+    // A/start → B/hop → A/back: the hop to B dropped `Authorization`, and the hop back to A
+    // does not get it again, so A's 401 answered a request without the token. The token
+    // was not refused: no new token, no resend, the 401 comes back.
+    let a_origin = Arc::new(OnceLock::<String>::new());
+    let back = a_origin.clone();
+    let b = FaultServer::http1()
+        .route(
+            "/hop",
+            Script::respond_with(move |_| {
+                Reply::redirect(302, format!("{}/back", back.get().unwrap()))
+            }),
+        )
+        .start()
+        .await
+        .unwrap();
+    let a = FaultServer::http1()
+        .route("/start", Reply::redirect(302, b.url("/hop")))
+        .route(
+            "/back",
+            Script::respond_with(|r| match r.header("authorization") {
+                Some(_) => Reply::ok("with a token"),
+                None => Reply::status(401),
+            }),
+        )
+        .start()
+        .await
+        .unwrap();
+    a_origin.set(a.origin().to_owned()).unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![bearer.clone()]);
+    let res = c.send(NetRequest::get(a.url("/start"))).await.unwrap();
+    assert_eq!(res.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the provider was asked again"
+    );
+    assert_eq!(bearer.fetches(), 1);
+    assert_eq!(
+        (a.hits("/start"), b.hits("/hop"), a.hits("/back")),
+        (1, 1, 1),
+        "the chain was followed once, not resent"
+    );
+    assert_eq!(
+        a.requests("/start")[0].header("authorization"),
+        Some("Bearer tok-1")
+    );
+    assert_eq!(b.requests("/hop")[0].header("authorization"), None);
+    assert_eq!(a.requests("/back")[0].header("authorization"), None);
+    a.join().await;
+    b.join().await;
+}
+
+#[tokio::test]
+async fn a_get_whose_token_is_refused_after_a_same_origin_redirect_is_resent_with_a_new_one() {
+    // /old → /me on the same origin keeps the token, and /me refuses it: refreshed once, and
+    // the caller's GET (from /old) resent with the new token.
+    let srv = FaultServer::http1()
+        .route("/old", Reply::redirect(301, "/me"))
+        .route("/me", wants_tok_2())
+        .start()
+        .await
+        .unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![bearer]);
+    let res = c.send(NetRequest::get(srv.url("/old"))).await.unwrap();
+    assert_eq!(res.status, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "one refresh");
+    assert_eq!((srv.hits("/old"), srv.hits("/me")), (2, 2));
+    let me = srv.requests("/me");
+    assert_eq!(me[0].header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(me[1].header("authorization"), Some("Bearer tok-2"));
+    assert_eq!(
+        srv.requests("/old")[1].header("authorization"),
+        Some("Bearer tok-2")
+    );
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_post_with_an_idempotency_key_is_resent_once_with_the_new_token_same_key_and_body() {
+    // Not marked idempotent: the key alone lets the server drop a duplicate.
+    let srv = FaultServer::http1()
+        .route("/orders", wants_tok_2())
+        .start()
+        .await
+        .unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![bearer]);
+    let req = NetRequest::post(srv.url("/orders"))
+        .header("idempotency-key", "order-7")
+        .body("item=1");
+    assert!(!req.is_retryable_method());
+    let res = c.send(req).await.unwrap();
+    assert_eq!(res.status, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let seen = srv.requests("/orders");
+    assert_eq!(seen.len(), 2, "sent once, resent once");
+    for (i, r) in seen.iter().enumerate() {
+        assert_eq!(r.method, "POST", "request {i}");
+        assert_eq!(r.header("idempotency-key"), Some("order-7"), "request {i}");
+        assert_eq!(r.text(), "item=1", "request {i}");
+    }
+    assert_eq!(seen[0].header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(seen[1].header("authorization"), Some("Bearer tok-2"));
+    srv.join().await;
+}
+
+#[cfg(feature = "idempotency")]
+#[tokio::test]
+async fn a_post_keyed_by_the_idempotency_interceptor_is_resent_with_that_key() {
+    let srv = FaultServer::http1()
+        .route("/orders", wants_tok_2())
+        .start()
+        .await
+        .unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![Arc::new(IdempotencyKey::random()), bearer]);
+    let req = NetRequest::post(srv.url("/orders"))
+        .body("item=2")
+        .idempotent(true);
+    let res = c.send(req).await.unwrap();
+    assert_eq!(res.status, StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let seen = srv.requests("/orders");
+    assert_eq!(seen.len(), 2);
+    let key = seen[0].header("idempotency-key").unwrap();
+    assert_eq!(key.len(), 32);
+    assert_eq!(seen[1].header("idempotency-key"), Some(key));
+    assert_eq!(seen[1].text(), "item=2");
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_post_without_an_idempotency_key_gets_its_401_back_after_one_request() {
+    let srv = FaultServer::http1()
+        .route("/orders", wants_tok_2())
+        .start()
+        .await
+        .unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![bearer]);
+    let res = c
+        .send(NetRequest::post(srv.url("/orders")).body("item=1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(srv.hits("/orders"), 1, "one request at the server");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "no refresh for a 401 not resent"
+    );
+    assert!(srv.requests("/orders")[0]
+        .header("idempotency-key")
+        .is_none());
+    srv.join().await;
+}
+
+#[tokio::test]
+async fn a_streamed_post_is_not_resent_even_with_a_key() {
+    let srv = FaultServer::http1()
+        .route("/upload", wants_tok_2())
+        .start()
+        .await
+        .unwrap();
+    let (bearer, calls) = numbered();
+    let c = client(vec![bearer]);
+    let streamed = http::Request::post(srv.url("/upload"))
+        .header("idempotency-key", "upload-1")
+        .body(RespBody::Bytes(Bytes::from_static(b"chunk")))
+        .unwrap();
+    let req = NetRequest::try_from(streamed).unwrap();
+    assert!(matches!(req.body, Body::Stream(_)));
+    let res = c.send(req).await.unwrap();
+    assert_eq!(res.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(srv.hits("/upload"), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    srv.join().await;
 }
