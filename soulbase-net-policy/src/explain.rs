@@ -5,6 +5,8 @@
 //! and keeps only the merged policies; an explanation is asked for by a person, rarely. So it
 //! reads the sections that apply and attributes each field of the resolver's own answer to the
 //! last layer that states it (tables merge key by key, so the last layer naming a field wins).
+//! Notes on fields whose value alone misleads (retries that cannot apply, the breaker's unit)
+//! are in `explain/notes.rs`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,6 +20,10 @@ use crate::policy::NetPolicy;
 use crate::redact;
 use crate::resolver::Snapshot;
 use crate::validate::PolicyError;
+
+mod notes;
+
+use self::notes::RequestShape;
 
 /// One layer of a policy document, as a call meets them: the built-in defaults, then
 /// `default`, the best host override, the tenant, the best tenant + host override, the named
@@ -71,6 +77,13 @@ pub struct ExplainedField {
     pub layer: PolicyLayer,
     /// Earlier layers that state it too, overridden by `layer`, in order.
     pub overrides: Vec<PolicyLayer>,
+    /// What the value does for this call when the value alone does not say, one line each:
+    /// on `retry.max_attempts`, which requests it applies to (idempotent ones) and which
+    /// bodies can be sent again (`retry.replay_buffer` through the tower face) — definite
+    /// after [`Explanation::for_request`]; on the breaker's fields, that it counts failed
+    /// attempts, not calls; on `cbreaker.enabled` when the breaker is off. Empty for most
+    /// fields.
+    pub notes: Vec<String>,
 }
 
 /// The effective policy of one call with the origin of each of its fields; see
@@ -80,6 +93,8 @@ pub struct Explanation {
     policy: Arc<NetPolicy>,
     layers: Vec<PolicyLayer>,
     fields: Vec<ExplainedField>,
+    /// The request's method and idempotence, when told ([`Explanation::for_request`]).
+    request: Option<RequestShape>,
 }
 
 // === impl PolicyLayer ===
@@ -194,15 +209,19 @@ impl Snapshot {
                 value: redact::leaf(path, value),
                 layer,
                 overrides,
+                notes: Vec::new(),
             });
         });
         let mut layers = vec![PolicyLayer::BuiltIn];
         layers.extend(sections.into_iter().map(|(layer, _)| layer));
-        Ok(Explanation {
+        let mut why = Explanation {
             policy,
             layers,
             fields,
-        })
+            request: None,
+        };
+        why.annotate();
+        Ok(why)
     }
 }
 
@@ -301,6 +320,52 @@ impl Explanation {
     /// The field at `path` (`retry.max_attempts`), if the effective policy has it.
     pub fn field(&self, path: &str) -> Option<&ExplainedField> {
         self.fields.iter().find(|f| f.path == path)
+    }
+
+    /// Every note on a field, as (path, note), in path order (see
+    /// [`ExplainedField::notes`]).
+    pub fn notes(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.fields
+            .iter()
+            .flat_map(|f| f.notes.iter().map(move |n| (f.path.as_str(), n.as_str())))
+    }
+
+    /// The same call for a request with `method`, `idempotent` as the request says
+    /// (`NetRequest::idempotent`; a POST or PATCH with an `Idempotency-Key` is): the note on
+    /// `retry.max_attempts` then says whether retries can apply to it at all.
+    ///
+    /// ```
+    /// use soulbase_net_policy::{PolicyDocument, SnapshotResolver};
+    ///
+    /// let doc = PolicyDocument::from_toml_str(r#"
+    ///     [overrides."pricing.internal"]
+    ///     retry.max_attempts = 2
+    /// "#)?;
+    /// let why = SnapshotResolver::new(doc)?.snapshot().explain(None, "pricing.internal", None)?
+    ///     .for_request(&http::Method::POST, false);
+    /// let note = &why.field("retry.max_attempts").unwrap().notes[0];
+    /// assert!(note.starts_with("cannot apply to this request: POST is not idempotent"));
+    /// # Ok::<(), soulbase_net_policy::PolicyError>(())
+    /// ```
+    pub fn for_request(mut self, method: &http::Method, idempotent: bool) -> Self {
+        self.request = Some(RequestShape {
+            method: method.clone(),
+            idempotent,
+        });
+        self.annotate();
+        self
+    }
+
+    /// Sets every field's notes from the policy and the request.
+    fn annotate(&mut self) {
+        for field in &mut self.fields {
+            field.notes.clear();
+        }
+        for (path, note) in notes::notes(&self.policy, self.request.as_ref()) {
+            if let Some(field) = self.fields.iter_mut().find(|f| f.path == path) {
+                field.notes.push(note);
+            }
+        }
     }
 
     /// The same call with the timeouts a request sets itself (`NetRequest::timeout`) on

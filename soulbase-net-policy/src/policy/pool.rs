@@ -50,7 +50,10 @@ pub struct PoolPolicy {
     /// HTTP/2 and HTTP/3 connections are pinged at this interval; `"0s"` turns pings off.
     #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
     pub keep_alive: Option<Duration>,
-    /// Speak HTTP/2 on every connection without ALPN (h2c for `http://` origins).
+    /// Speak HTTP/2 on every connection to the hosts this policy covers, without ALPN (h2c
+    /// for `http://` origins): `true` in a host's override gives that host h2c while the
+    /// client's other hosts keep HTTP/1.1; `false` gives one host HTTP/1.1 on a client built
+    /// with `ClientBuilder::http2_prior_knowledge`. Unset: the builder's value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http2_prior_knowledge: Option<bool>,
 }

@@ -9,6 +9,7 @@ mod hedged;
 mod in_flight;
 mod intercept;
 mod learn;
+mod replay;
 mod retries;
 mod send;
 mod service;
@@ -463,8 +464,11 @@ impl ClientBuilder {
         self
     }
 
-    /// Speaks HTTP/2 without negotiation on plain `http` (h2c prior knowledge). Default is
-    /// off: HTTP/1.1 on `http`, ALPN (h2 or HTTP/1.1) on `https`.
+    /// Speaks HTTP/2 without negotiation on plain `http` (h2c prior knowledge), for every
+    /// host whose policy does not say otherwise: a policy's `pool.http2_prior_knowledge`
+    /// decides for the hosts it covers (an override `true` for a gRPC backend, the rest of
+    /// the client on HTTP/1.1; or `false` for one HTTP/1.1 host of an h2c client). Default
+    /// is off: HTTP/1.1 on `http`, ALPN (h2 or HTTP/1.1) on `https`.
     pub fn http2_prior_knowledge(mut self, on: bool) -> Self {
         self.http2_prior_knowledge = on;
         self

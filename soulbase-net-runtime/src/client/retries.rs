@@ -1,6 +1,8 @@
 //! Between two attempts: breaker admission, the retry decision (outcome, replayable request,
 //! attempts left, `Retry-After`, deadline), the SLO controller (a longer wait, thinned
-//! retries, later hedges), the retry budget, and the wait.
+//! retries, later hedges), the retry budget, and the wait. A request the server did not
+//! process goes again outside that accounting; a tower-face request that is not idempotent
+//! goes again only then, or when an attempt never left the client.
 
 use std::borrow::Cow;
 
@@ -12,6 +14,7 @@ use soulbase_net_policy::FreezeOn;
 use tokio::time::Instant;
 use url::Url;
 
+use super::replay::{never_sent, TowerCall};
 use super::send::{Attempts, Call};
 use super::Inner;
 use crate::resilience::{
@@ -34,6 +37,11 @@ impl Inner {
         let replayable = req.is_replayable();
         // Read before the first attempt: a stream body is taken by it.
         let body_replayable = req.body.is_replayable();
+        // A request from the tower face (a gRPC call is a POST) whose body was kept may go
+        // again when an attempt never left the client (`replay::never_sent`), whatever its
+        // method: nothing of it reached a server.
+        let unsent_replayable =
+            !replayable && body_replayable && req.extensions.get::<TowerCall>().is_some();
         let breaker = if policy.cbreaker.enabled {
             breaker_key(
                 &policy.cbreaker,
@@ -161,7 +169,8 @@ impl Inner {
                     .saturating_sub(call.timeouts.margin),
                 attempt_timeout: learnt,
             };
-            let delay = match decide(&policy.retry, replayable, &end, &mut FastRand) {
+            let may_replay = replayable || (unsent_replayable && never_sent(outcome));
+            let delay = match decide(&policy.retry, may_replay, &end, &mut FastRand) {
                 RetryDecision::Stop(_) => return result,
                 RetryDecision::Retry { delay, .. } => delay,
             };

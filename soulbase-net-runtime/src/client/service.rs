@@ -1,6 +1,6 @@
 //! The tower face: [`Client`] as a `tower::Service<http::Request<B>>`, so tower and
 //! tower-http layers compose in front of it and tower-based clients (tonic) send through
-//! its policy.
+//! its policy. What makes its requests replayable is in `replay.rs`.
 //!
 //! Why `poll_ready` knows so little: every limit of the policy — host and tenant
 //! concurrency, the host rate, the AIMD window, the fleet's shared rate — is keyed by the
@@ -48,8 +48,27 @@ pub struct ResponseFuture {
 /// [`NetClient::send`](soulbase_net_core::NetClient::send) — policy, address guard,
 /// interceptors, limits, breaker, retries, timeouts, observer — with the request converted
 /// by `NetRequest::try_from` and the answer by `http::Response::from` (see those in
-/// `soulbase-net-core` for what moves over: notably a request with a body is sent once,
-/// never retried).
+/// `soulbase-net-core` for what moves over).
+///
+/// **Bodies and retries.** A body whose frames are all at hand when the call starts and
+/// that ends within the policy's `retry.replay_buffer` (default 64 KiB) is kept whole, so
+/// it can be sent again: a gRPC unary request's is. A larger body, one with trailers, or one
+/// still being produced (a client or bidirectional stream: its next message may wait for
+/// the answer) is sent once, never retried, hedged or resent. With its body kept, a request
+/// goes again:
+/// - when the server provably did not process it (`REFUSED_STREAM`, above a GOAWAY's last
+///   stream, a connection that closed before the server sent anything) — whatever its
+///   method, outside the retry accounting, as for `NetClient::send`;
+/// - when an attempt never left the client (`Dns`, `Connect`, or a timeout while
+///   connecting) — whatever its method, under `retry.max_attempts`, `retry.retry_on`, the
+///   budget and the breaker;
+/// - after any outcome `retry.retry_on` lists, when it is idempotent: GET, HEAD, OPTIONS, or
+///   a request carrying an `Idempotency-Key` header (the caller's word that the server drops
+///   repeats, as `NetRequest::idempotency_key` gives it).
+///
+/// A gRPC call is a POST: without an `Idempotency-Key` its 5xx, resets and timeouts after it
+/// was sent are not retried, since the server may have acted on it. gRPC statuses
+/// (`grpc-status`) are the caller's to act on; the client sees HTTP.
 ///
 /// **Readiness.** `poll_ready` reserves a slot under the client's cap on calls in flight
 /// ([`ClientBuilder::max_in_flight`](super::ClientBuilder::max_in_flight)) and is `Pending`
@@ -111,7 +130,8 @@ where
         let inner = self.inner.clone();
         ResponseFuture {
             inner: Box::pin(async move {
-                let req = NetRequest::try_from(req)?;
+                let mut req = NetRequest::try_from(req)?;
+                inner.prepare_tower_call(&mut req).await;
                 let res = inner.send(req, reserved).await?;
                 Ok(http::Response::from(res))
             }),

@@ -1,6 +1,7 @@
 //! A tonic gRPC client whose channel is the client: HTTP/2 prior knowledge (h2c) to a tonic
-//! service on loopback, with the address guard, the interceptors, the observer and the
-//! timeouts of the client's policy applying to each gRPC call.
+//! service on loopback — for the whole client, or for one host by its policy — with the
+//! address guard, the interceptors, the observer and the timeouts of the client's policy
+//! applying to each gRPC call, and a call whose stream the server refused sent again.
 
 use std::{
     error::Error as _,
@@ -12,8 +13,11 @@ use std::{
     time::Duration,
 };
 
+use bytes::{Bytes, BytesMut};
 use http::Version;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use parking_lot::Mutex;
+use prost::Message as _;
 use soulbase_net_core::{
     ErrorCode, ErrorKind, NetError, NetEvent, NetRequest, Observer, Outcome, Phase,
 };
@@ -250,4 +254,170 @@ async fn the_policys_first_byte_timeout_ends_a_stalled_grpc_call() {
     .unwrap_err();
     assert_eq!(net_error(&status).kind(), ErrorKind::Timeout(Phase::Ttfb));
     assert_eq!(server.h2_requests.load(Ordering::SeqCst), 1);
+}
+
+/// An HTTP/2 server answering `Echo/Say` as [`Echoer`] does (with ` via h2`), that refuses
+/// its first `refuse` streams with `REFUSED_STREAM` (RFC 9113 §8.7: not processed). Served by
+/// the h2 crate: hyper's server cannot refuse a stream. Counts the streams opened and keeps
+/// the bodies of the calls it answered.
+struct RefusingGrpc {
+    addr: SocketAddr,
+    streams: Arc<AtomicU64>,
+    answered: Arc<Mutex<Vec<Bytes>>>,
+    tasks: JoinSet<()>,
+}
+
+impl RefusingGrpc {
+    async fn start(refuse: u64) -> RefusingGrpc {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let streams = Arc::new(AtomicU64::new(0));
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = JoinSet::new();
+        let (opened, kept) = (streams.clone(), answered.clone());
+        tasks.spawn(async move {
+            let mut conns = JoinSet::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (opened, kept) = (opened.clone(), kept.clone());
+                conns.spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                        return;
+                    };
+                    let mut calls = JoinSet::new();
+                    while let Some(Ok((req, mut respond))) = conn.accept().await {
+                        if opened.fetch_add(1, Ordering::SeqCst) < refuse {
+                            respond.send_reset(h2::Reason::REFUSED_STREAM);
+                        } else {
+                            calls.spawn(answer_say(req.into_body(), respond, kept.clone()));
+                        }
+                    }
+                });
+            }
+        });
+        RefusingGrpc {
+            addr,
+            streams,
+            answered,
+            tasks,
+        }
+    }
+
+    fn origin(&self) -> http::Uri {
+        format!("http://{}", self.addr).parse().unwrap()
+    }
+}
+
+impl Drop for RefusingGrpc {
+    fn drop(&mut self) {
+        self.tasks.abort_all();
+    }
+}
+
+/// Reads a `Say` call's body and answers it: the reply message, then `grpc-status: 0` in the
+/// trailers.
+async fn answer_say(
+    mut body: h2::RecvStream,
+    mut respond: h2::server::SendResponse<Bytes>,
+    kept: Arc<Mutex<Vec<Bytes>>>,
+) {
+    let mut got = BytesMut::new();
+    while let Some(Ok(data)) = body.data().await {
+        got.extend_from_slice(&data);
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+    let got = got.freeze();
+    kept.lock().push(got.clone());
+    let say = SayRequest::decode(&got[5..]).unwrap();
+    let reply = SayReply {
+        text: format!("{} via h2", say.text),
+    };
+    let head = http::Response::builder()
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let mut send = respond.send_response(head, false).unwrap();
+    send.send_data(grpc_frame(&reply.encode_to_vec()), false)
+        .unwrap();
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    send.send_trailers(trailers).unwrap();
+}
+
+/// One gRPC message, length-prefixed and uncompressed.
+fn grpc_frame(message: &[u8]) -> Bytes {
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(message);
+    Bytes::from(frame)
+}
+
+#[tokio::test]
+async fn a_tonic_call_whose_stream_was_refused_goes_again_and_succeeds() {
+    let server = RefusingGrpc::start(1).await;
+    let calls = Arc::new(Calls::default());
+    let mut grpc = EchoClient::with_origin(
+        grpc_client(loopback_policy(), calls.clone()),
+        server.origin(),
+    );
+
+    let reply = bounded(grpc.say(SayRequest {
+        text: "quote".into(),
+    }))
+    .await
+    .unwrap();
+
+    assert_eq!(reply.into_inner().text, "quote via h2");
+    // Two attempts reached the server: the refused stream, then the answered one, which
+    // carried tonic's whole message (kept by the client, since the refused stream took it).
+    assert_eq!(server.streams.load(Ordering::SeqCst), 2);
+    let answered = server.answered.lock().clone();
+    let sent = SayRequest {
+        text: "quote".into(),
+    };
+    assert_eq!(answered, [grpc_frame(&sent.encode_to_vec())]);
+    // One call, answered.
+    assert_eq!(calls.started.load(Ordering::SeqCst), 1);
+    assert_eq!(calls.ok.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_policy_override_speaks_h2c_to_the_grpc_host_only() {
+    // The builder's default (HTTP/1.1 on `http`) for every host but `grpc.test`, whose
+    // override asks for HTTP/2 prior knowledge: a tonic service that speaks nothing else.
+    let server = GrpcServer::start().await;
+    let web = soulbase_net_testkit::FaultServer::http1()
+        .route("/", soulbase_net_testkit::Reply::ok("page"))
+        .start()
+        .await
+        .unwrap();
+    let mut base = loopback_policy();
+    for name in ["grpc.test", "web.test"] {
+        let loopback = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+        base.dns.static_hosts.insert(name.to_owned(), loopback);
+    }
+    let mut doc = soulbase_net_policy::PolicyDocument::from_policy(&base);
+    doc.set_override(
+        "grpc.test",
+        serde_json::json!({ "pool": { "http2_prior_knowledge": true } }),
+    );
+    let resolver = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
+    let client = Client::builder()
+        .policy_resolver(Arc::new(resolver))
+        .dialer(Arc::new(LoopbackOnly))
+        .build()
+        .unwrap();
+
+    let origin = format!("http://grpc.test:{}", server.addr.port());
+    let mut grpc = EchoClient::with_origin(client.clone(), origin.parse().unwrap());
+    let reply = bounded(grpc.say(SayRequest { text: "hi".into() }))
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().text, "hi via -");
+    assert_eq!(server.h2_requests.load(Ordering::SeqCst), 1);
+
+    let url = format!("http://web.test:{}/", web.addr().port());
+    let page = bounded(client.send(NetRequest::get(url))).await.unwrap();
+    assert_eq!(page.status, 200);
+    assert_eq!(web.received_requests()[0].version, Version::HTTP_11);
+    web.join().await;
 }

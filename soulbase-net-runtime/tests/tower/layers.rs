@@ -87,8 +87,8 @@ async fn bodies_go_out_through_the_layers_and_are_sent_once() {
     assert_eq!(seen[0].body, "payload");
     assert_eq!(seen[0].header("content-type"), Some("text/plain"));
 
-    // A request with a body is a stream to the client: even a PUT answered 503 is not sent
-    // again (the policy retries only what it can replay).
+    // The body is kept (small and at hand), but a PUT is not idempotent to the client
+    // without an `Idempotency-Key`: answered 503, it is not sent again.
     let req = http::Request::put(srv.url("/down"))
         .body(Full::new(Bytes::from_static(b"once")))
         .unwrap();

@@ -1,11 +1,15 @@
 //! The tower face of the client: tower-http layers in front of it, `poll_ready` under the
-//! in-flight cap, and a tonic gRPC client whose channel is the client — all over loopback.
+//! in-flight cap, a tonic gRPC client whose channel is the client, the bodies it keeps to send
+//! again, h2c per host, and the breaker's unit — all over loopback.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod breaker;
 mod grpc;
+mod h2c;
 mod layers;
 mod ready;
+mod replay;
 
 /// The code `tonic-prost-build` 0.14 generated from `echo.proto` (with
 /// `build_transport(false)`), checked in so that building the tests needs no `protoc`.

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::size::ByteSize;
 use crate::validate::{unit_closed, Checker};
 
 mod backoff;
@@ -18,7 +19,8 @@ pub use self::backoff::{BackoffCfg, JitterMode};
 /// deadline.
 ///
 /// Default: on, 3 attempts, 100ms × 2ⁿ full-jitter backoff capped at 5s, every retryable
-/// outcome, `Retry-After` respected, a 20 % retry budget.
+/// outcome, `Retry-After` respected, a 20 % retry budget, a 64 KiB replay buffer for the
+/// tower face.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
@@ -38,7 +40,19 @@ pub struct RetryPolicy {
     /// The retry budget: how much extra traffic retries may add. Default is 20 % with a
     /// floor of 10 retries per second over a 10s window, per host.
     pub budget: RetryBudget,
+    /// How much of a request body the client's `tower::Service` face (tonic's channel) reads
+    /// ahead to keep a copy it can send again. A body whose frames are all at hand when the
+    /// call starts and that ends within this size (a gRPC unary request) is kept whole and may
+    /// be retried or resent as the rules above allow; a larger one, or one still being
+    /// produced (a client stream), is sent once. `0` keeps none. At most 16 MiB: the copy is
+    /// held for the whole call. `NetClient::send` is not concerned: its bodies are bytes or
+    /// streams as built. Default is 64 KiB.
+    pub replay_buffer: ByteSize,
 }
+
+/// The largest `retry.replay_buffer`: a copy of the body is held in memory for as long as its
+/// call runs, and a service keeps many calls in flight.
+pub(crate) const MAX_REPLAY_BUFFER: ByteSize = ByteSize::mib(16);
 
 /// Which outcomes are retried. Default is every one of them.
 ///
@@ -146,6 +160,7 @@ impl Default for RetryPolicy {
             retry_on: RetryOn::default(),
             respect_retry_after: true,
             budget: RetryBudget::default(),
+            replay_buffer: ByteSize::kib(64),
         }
     }
 }
@@ -171,6 +186,16 @@ impl RetryPolicy {
             "must be at least 1 (it counts the first attempt); use `enabled = false` to turn retries off"
                 .to_owned()
         });
+        c.when(
+            self.replay_buffer > MAX_REPLAY_BUFFER,
+            "replay_buffer",
+            || {
+                format!(
+                "must be at most {MAX_REPLAY_BUFFER} (a copy is held per call in flight), got {}",
+                self.replay_buffer
+            )
+            },
+        );
         self.backoff.check(&mut c.nested("backoff"));
         let mut b = c.nested("budget");
         let budget = &self.budget;
@@ -248,6 +273,27 @@ impl Default for RetryBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_replay_buffer_is_at_most_16_mib() {
+        let mut p = crate::NetPolicy::default();
+        assert_eq!(p.retry.replay_buffer, ByteSize::kib(64));
+        p.retry.replay_buffer = MAX_REPLAY_BUFFER;
+        assert!(p.validate().is_ok());
+        p.retry.replay_buffer = ByteSize::b(0);
+        assert!(p.validate().is_ok(), "0 keeps no copy");
+        p.retry.replay_buffer = ByteSize::b(MAX_REPLAY_BUFFER.as_u64() + 1);
+        let err = p.validate().unwrap_err();
+        let [problem] = err.problems() else {
+            panic!("{err}");
+        };
+        assert_eq!(problem.path, "retry.replay_buffer");
+        assert!(
+            problem.reason.starts_with("must be at most 16MiB"),
+            "{}",
+            problem.reason
+        );
+    }
 
     #[test]
     fn effective_attempts() {
