@@ -12,7 +12,7 @@
 //!   `Answered` events of `IdempotencyKey`'s dedup window, with no call of its own.
 //! - [`TracingObserver`]: the client's events (retries, redirects, refusals) as `tracing` events in the call's span.
 //! - [`Fanout`]: both at once.
-//! - [`otel`] (feature `otel`): the client's call and attempt spans exported as OpenTelemetry
+//! - `otel` (feature `otel`): the client's call and attempt spans exported as OpenTelemetry
 //!   spans with the HTTP client semantic conventions, and an inbound request's W3C trace
 //!   context continued by the calls it makes.
 //!
@@ -31,6 +31,9 @@
 //!
 //! Of the workspace, this crate depends on `soulbase-net-core` only. Feature `otel` (not a
 //! default) adds opentelemetry, its SDK and tracing-opentelemetry.
+//!
+//! The guide to wiring metrics, logs and OpenTelemetry into a service is the page [`guide`]
+//! (documented with feature `otel`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod gauges;
@@ -49,11 +52,11 @@ pub use crate::trace::TracingObserver;
 /// observers itself) and is re-exported here beside the observers it combines.
 pub use soulbase_net_core::Fanout;
 
-/// `docs/observability.md`, the guide to wiring metrics, logs and OpenTelemetry, compiled and
-/// run as a doctest so that it stays true.
-#[cfg(all(doctest, feature = "otel"))]
-#[doc = include_str!("../../docs/observability.md")]
-struct ObservabilityGuide;
+/// The guide to wiring metrics, logs and OpenTelemetry (also `docs/observability.md` in the
+/// repository; its snippet is a doctest of this crate with feature `otel`, which the guide
+/// needs, and the page appears when the crate is documented with that feature).
+#[cfg_attr(feature = "otel", doc = include_str!("../../docs/observability.md"))]
+pub mod guide {}
 
 /// Re-exported so that users name the registry type of [`Metrics::registry`] without a
 /// version mismatch.

@@ -36,6 +36,9 @@
 //! (and restarts) on top of the client's within one attempt.
 //!
 //! [`NetClient`]: soulbase_net_core::NetClient
+//!
+//! The guide to running a fleet — shared state on Redis, the outbox and the delay server on
+//! PostgreSQL, leases — is the page [`guide`].
 
 pub mod admin;
 mod outbox;
@@ -50,8 +53,7 @@ pub use soulbase_net_store::outbox::{
     PostgresStore, PostgresStoreBuilder, POSTGRES_SCHEMA_VERSION,
 };
 
-/// `docs/fleet.md`, the guide to running a fleet (shared state, leases, the outbox's engines),
-/// compiled as doctests so that its code stays true.
-#[cfg(doctest)]
+/// The guide to running a fleet (shared state, leases, the outbox's engines): also
+/// `docs/fleet.md` in the repository, its Rust snippets doctests of this crate.
 #[doc = include_str!("../../docs/fleet.md")]
-struct FleetGuide;
+pub mod guide {}

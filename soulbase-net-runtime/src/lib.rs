@@ -12,6 +12,10 @@
 //!   policy crates, so a service depends on this crate alone.
 //! - [`CancellationToken`]: put one in a request's extensions to cancel the call from
 //!   elsewhere.
+//! - [`guides`]: the guides — [the policy reference](guides::policy), [testing a service
+//!   with the testkit](guides::testing), [coming from reqwest](guides::from_reqwest); the
+//!   fleet guide is `soulbase_net_outbox::guide`, the observability guide
+//!   `soulbase_net_observe::guide`.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), soulbase_net_runtime::prelude::NetError> {
@@ -70,6 +74,7 @@ pub mod prelude;
 mod pruned;
 mod redirect;
 mod resilience;
+pub mod testing;
 pub mod tls;
 
 pub use crate::client::{Client, ClientBuilder, ResponseFuture};
@@ -84,14 +89,15 @@ pub use tokio_util::sync::CancellationToken;
 #[doc = include_str!("../../README.md")]
 struct ReadmeQuickStart;
 
-/// `docs/testing.md`, the guide to testing a service with the testkit, compiled and run as
-/// doctests so that it stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/testing.md")]
-struct TestingGuide;
+/// The guides, as pages of this documentation (each is also a file in the repository's
+/// `docs/`, and every Rust snippet in them is a doctest of this crate, so they stay true).
+pub mod guides {
+    #[doc = include_str!("../../docs/policy.md")]
+    pub mod policy {}
 
-/// `docs/from-reqwest.md`, the migration guide from reqwest, compiled and run as doctests so
-/// that it stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../docs/from-reqwest.md")]
-struct FromReqwestGuide;
+    #[doc = include_str!("../../docs/testing.md")]
+    pub mod testing {}
+
+    #[doc = include_str!("../../docs/from-reqwest.md")]
+    pub mod from_reqwest {}
+}

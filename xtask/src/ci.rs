@@ -62,7 +62,16 @@ const STEPS: &[Step] = &[
         args: &["doc", "--workspace", "--no-deps", "--all-features"],
         env: &[("RUSTDOCFLAGS", "-D warnings")],
     },
+    // What a dependent's `cargo doc` sees: links to feature-gated items must not break.
+    Step {
+        title: "docs (default features)",
+        args: &["doc", "--workspace", "--no-deps"],
+        env: &[("RUSTDOCFLAGS", "-D warnings")],
+    },
 ];
+
+/// Where the "guides" step goes: after the last docs step.
+const GUIDES_AFTER: &str = "docs (default features)";
 
 /// Where the "features alone" step goes: after this step of [`STEPS`], whose artifacts it
 /// shares.
@@ -99,6 +108,10 @@ pub(crate) fn run() -> Result<(), String> {
     crate::interop::install::ensure_debs(SERVERS)?;
     for step in STEPS {
         run_cargo(&cargo, &root, step.title, step.args, step.env)?;
+        if step.title == GUIDES_AFTER {
+            step_banner("guides");
+            crate::guides::run()?;
+        }
         if step.title == FEATURES_ALONE_AFTER {
             run_features_alone(&cargo, &root)?;
         }

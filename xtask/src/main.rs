@@ -9,6 +9,7 @@ mod ci;
 mod contract;
 mod demo;
 mod fleet;
+mod guides;
 mod interop;
 mod loopback;
 mod outbox;
@@ -49,11 +50,14 @@ commands:
   bench --delay [--pending N]
           the delay server in its own process on SQLite and PostgreSQL: schedules/s, fire
           lateness at 5000/s, RSS with N pending (default 1000000), restart to first delivery
-  ci      repository rules, fmt check, clippy -D warnings, features alone, tests, docs,
+  ci      repository rules, fmt check, clippy -D warnings, features alone, tests, docs (all
+          and default features), guides,
           contracts, chaos, interop (what CI runs)
   features
           each library crate linted alone without default features, and with each of its
           features alone (clippy -D warnings): what a dependent that needs only that gets
+  guides  each guide's snippets built as a crate of its own with only the dependencies the
+          guide's manifest block lists (the crates in target/guides/)
   tidy    the repository rules alone (layering, module docs, one crypto provider, codes)
   contract [--json PATH]
           the contract matrix (seed 000 §10, seed 001 §XI) against the testkit on loopback
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         Some("outbox-worker") => outbox::worker(&args[1..]),
         Some("outbox") => outbox::admin(&args[1..]),
         Some("policy") => policy(&args[1..]),
+        Some("guides") => guides::run(),
         Some("tidy") => tidy::check(&project_root()).map_err(|problems| problems.join("\n")),
         Some("help" | "-h" | "--help") | None => {
             eprint!("{USAGE}");
