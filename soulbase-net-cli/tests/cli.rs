@@ -150,3 +150,44 @@ fn the_delay_command_reads_and_cancels_a_task_in_its_store() {
     assert!(!ok && err.contains("no delay store at"), "{err}");
     assert!(!dir.0.join("none.db").exists(), "no empty store made");
 }
+
+#[test]
+fn explain_says_when_a_host_s_retries_cannot_apply_to_a_request() {
+    let dir = TempDir::new("explain-notes");
+    let policy = dir.file(
+        "policy.toml",
+        "[default]\ncbreaker.enabled = true\n\n[overrides.\"pricing.internal\"]\nretry.max_attempts = 2\n",
+    );
+    let url = "http://pricing.internal/v1/price";
+    let (ok, out, err) = tool(&[
+        "policy", "explain", "--policy", &policy, "--method", "POST", url,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("request   POST http://pricing.internal/v1/price"),
+        "{out}"
+    );
+    assert!(
+        out.contains("note: cannot apply to this request: POST is not idempotent"),
+        "{out}"
+    );
+    assert!(
+        out.contains("5 failed attempts in a row — attempts, not calls"),
+        "the breaker's unit is stated: {out}"
+    );
+    let (ok, out, _) = tool(&[
+        "policy", "explain", "--policy", &policy, "--method", "GET", url,
+    ]);
+    assert!(ok);
+    assert!(!out.contains("cannot apply to this request"), "{out}");
+    let (ok, _, err) = tool(&[
+        "policy",
+        "explain",
+        "--policy",
+        &policy,
+        "--method",
+        "BAD METHOD",
+        url,
+    ]);
+    assert!(!ok && err.contains("not an HTTP method"), "{err}");
+}

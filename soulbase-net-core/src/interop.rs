@@ -30,8 +30,10 @@ use crate::{
 ///   send it (a tonic client gets one with `with_origin`).
 /// - A body that is already at its end (`is_end_stream`, e.g. `http_body_util::Empty`)
 ///   becomes [`Body::Empty`], so a bodiless GET can be retried and hedged. Any other body
-///   becomes [`Body::Stream`]: it is read once, so **a request with a body is never
-///   retried, hedged or resent**, whatever the policy says. Its data may be any
+///   becomes [`Body::Stream`]: it is read once, so this conversion alone never retries,
+///   hedges or resends a request with a body. (The runtime's tower face does more before
+///   converting: a body it has whole, within the policy's `retry.replay_buffer`, is kept so
+///   that it can be sent again — a tonic unary call's, for one.) Its data may be any
 ///   [`Buf`] (copied into `Bytes` only when it is not one already); it need not be `Sync`.
 /// - The version is not kept: the client picks HTTP/1.1 or HTTP/2 by ALPN, or by
 ///   HTTP/2 prior knowledge when its builder says so.

@@ -43,8 +43,10 @@
 //! `Client` is also a `tower::Service<http::Request<B>>` answering
 //! `http::Response<RespBody>` (see [`Client`]'s `Service` impl and [`ResponseFuture`]): tower
 //! and tower-http layers compose in front of it, and a tonic client can use it as its
-//! channel, over HTTP/2 ([`ClientBuilder::http2_prior_knowledge`] for `http` URLs) and
-//! under the same policy.
+//! channel, over HTTP/2 (h2c for `http` URLs: the policy's `pool.http2_prior_knowledge`,
+//! per host, or [`ClientBuilder::http2_prior_knowledge`] for every host) and under the same
+//! policy; a body it can replay (whole, within `retry.replay_buffer`) is retried as the
+//! policy allows.
 //!
 //! Features: `redis` (rate limits shared on Redis, [`fleet`]); `http3` (off by default):
 //! HTTP/3 over QUIC (quinn + h3, rustls on ring) as the policy's `http.version` asks — `auto`

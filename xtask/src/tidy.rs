@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "soulbase-net-core",
             "soulbase-net-policy",
             "soulbase-net-store",
+            "soulbase-net-interceptors",
         ],
     ),
     (

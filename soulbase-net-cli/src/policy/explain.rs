@@ -23,6 +23,10 @@ pub(super) struct Options {
     pub(super) timeouts: TimeoutCfg,
     pub(super) dns: Option<SocketAddr>,
     pub(super) changed_only: bool,
+    /// The request's method and whether the caller marked it idempotent (`--method`,
+    /// `--idempotent`): the notes then say whether retries can apply to it.
+    pub(super) method: Option<http::Method>,
+    pub(super) idempotent: bool,
     pub(super) url: String,
 }
 
@@ -44,6 +48,14 @@ impl Options {
                 "--timeout" => o.timeouts = timeouts(&value()?)?,
                 "--dns" => o.dns = Some(dns_addr(&value()?)?),
                 "--changed" => o.changed_only = true,
+                "--idempotent" => o.idempotent = true,
+                "--method" => {
+                    let m = value()?;
+                    o.method = Some(
+                        http::Method::from_bytes(m.as_bytes())
+                            .map_err(|_| format!("--method: `{m}` is not an HTTP method"))?,
+                    );
+                }
                 flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
                 _ if url.is_none() => url = Some(arg.clone()),
                 extra => return Err(format!("one URL only, `{extra}` is a second")),
@@ -115,10 +127,13 @@ pub(super) fn run(o: &Options) -> Result<String, String> {
         .host()
         .ok_or_else(|| format!("`{}` has no host", o.url))?;
     let snapshot = resolver.snapshot();
-    let why = snapshot
+    let mut why = snapshot
         .explain(o.tenant.as_deref(), host, o.key.as_deref())
         .map_err(|e| e.to_string())?
         .with_request_timeouts(&o.timeouts);
+    if let Some(method) = &o.method {
+        why = why.for_request(method, o.idempotent);
+    }
 
     let mut out = String::new();
     let _ = writeln!(
@@ -129,7 +144,11 @@ pub(super) fn run(o: &Options) -> Result<String, String> {
     );
     let _ = writeln!(
         out,
-        "request   {}  tenant {}  key {}",
+        "request   {}{}  tenant {}  key {}",
+        o.method
+            .as_ref()
+            .map(|m| format!("{m} "))
+            .unwrap_or_default(),
         o.url,
         o.tenant.as_deref().unwrap_or("-"),
         o.key.as_deref().unwrap_or("-")
@@ -177,6 +196,9 @@ fn fields(out: &mut String, why: &Explanation, changed_only: bool) {
             f.path,
             f.value.to_string()
         );
+        for note in &f.notes {
+            let _ = writeln!(out, "  {:<width$}  note: {note}", "");
+        }
     }
 }
 

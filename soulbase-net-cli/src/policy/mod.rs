@@ -20,11 +20,13 @@ usage: soulbase-net policy <command>
 
 commands:
   explain --policy FILE [--tenant T] [--key NAME] [--timeout connect=1s,total=5s]
-          [--dns ADDR[:PORT]] [--changed] URL
+          [--dns ADDR[:PORT]] [--method M [--idempotent]] [--changed] URL
           the effective policy of a request to URL: each field with the layer it comes from
           (built-in, default, host override, tenant, tenant+host, request); with --dns, the
           addresses the host resolves to on that name server and the address guard's verdict
-          on each; whether the deadline closes. --changed lists only the fields a layer sets
+          on each; whether the deadline closes; notes where a setting cannot apply (with
+          --method, whether retries can apply to that request). --changed lists only the
+          fields a layer sets
   check FILE...
           validates documents (.toml or .json) and lists every problem with its path;
           exits non-zero when one has any

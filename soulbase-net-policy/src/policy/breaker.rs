@@ -6,9 +6,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::{unit_half_open, Checker};
 
-/// Opens the circuit for a host after `consecutive_failures` failures in a row, or when the
-/// failure ratio over `window` reaches `failure_ratio` with at least `min_samples` calls
-/// (the slow-call rule follows resilience4j).
+/// Opens the circuit for a host after `consecutive_failures` failed attempts in a row, or when
+/// the failure ratio over `window` reaches `failure_ratio` with at least `min_samples`
+/// attempts recorded (the slow-call rule follows resilience4j). The unit is the attempt, not
+/// the call: each failed attempt is evidence about the upstream (as Envoy's outlier detection
+/// counts), so a call that failed 3 attempts counts 3; a request the server did not process,
+/// a cancelled one and the client's own refusals count nothing.
 ///
 /// While open, calls fail fast with `CircuitOpen` (`PROVIDER.UNAVAILABLE`) until `cooldown`
 /// elapses; then `half_open_probes` probes are let through: once `half_open_success_ratio`
@@ -28,10 +31,10 @@ pub struct CircuitBreakerPolicy {
     pub window: Duration,
     /// Failure ratio in `(0, 1]` at which the circuit opens. Default is 0.5.
     pub failure_ratio: f64,
-    /// Calls needed in the window before the ratio counts. Default is 20.
+    /// Attempts recorded in the window before the ratio counts. Default is 20.
     pub min_samples: u32,
-    /// Failures in a row that open the circuit regardless of the ratio; 0 turns this rule
-    /// off. Default is 5.
+    /// Failed attempts in a row that open the circuit regardless of the ratio; 0 turns this
+    /// rule off. Default is 5.
     pub consecutive_failures: u32,
     /// How long the circuit stays open before probing. Default is 30s.
     #[serde(with = "humantime_serde")]
