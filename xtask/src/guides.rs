@@ -7,6 +7,12 @@
 //! crates, which a reader takes from git, are taken from this checkout (the same versions);
 //! the workspace's `Cargo.lock` seeds the crate's, so registry crates resolve as the
 //! workspace's do and their builds are shared with it.
+//!
+//! Then what a downstream team does in its first week, outside this workspace: the example
+//! service `examples/shop` built as a crate of its own (its `workspace = true` dependencies
+//! written out as a downstream manifest has them, so nothing comes from the workspace but
+//! what it names), and the command-line tool installed with `cargo install --path
+//! soulbase-net-cli` and run against the shop's policy file.
 
 use std::{
     path::{Path, PathBuf},
@@ -47,19 +53,26 @@ pub(crate) fn run() -> Result<(), String> {
             "xtask: guides: {guide}: {} snippets with its own dependencies only",
             snippets.len()
         );
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        let status = cargo(&root)
             .args(["build", "--examples", "--manifest-path"])
             .arg(dir.join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", root.join("target"))
             .status()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
         if !status.success() {
             failed.push(*guide);
         }
     }
+    if let Err(e) = shop(&root) {
+        eprintln!("xtask: guides: {e}");
+        failed.push("examples/shop outside the workspace");
+    }
+    if let Err(e) = install_cli(&root) {
+        eprintln!("xtask: guides: {e}");
+        failed.push("cargo install --path soulbase-net-cli");
+    }
     if !failed.is_empty() {
         return Err(format!(
-            "these guides do not build with the dependencies they list: {} (the crates are in target/guides/)",
+            "these do not build as a downstream team would: {} (the crates are in target/guides/)",
             failed.join(", ")
         ));
     }
@@ -67,6 +80,169 @@ pub(crate) fn run() -> Result<(), String> {
         "xtask: guides ok ({} guides) in {:.1}s",
         GUIDES.len(),
         started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `cargo` with the workspace's target directory (so builds are shared).
+fn cargo(root: &Path) -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.env("CARGO_TARGET_DIR", root.join("target"));
+    c
+}
+
+/// Builds `examples/shop` (library, binary and tests) as a crate outside the workspace.
+fn shop(root: &Path) -> Result<(), String> {
+    let from = root.join("examples/shop");
+    let dir = root.join("target/guides/shop");
+    let text = std::fs::read_to_string(from.join("Cargo.toml")).map_err(|e| e.to_string())?;
+    let mut manifest: toml::Table = toml::from_str(&text).map_err(|e| e.to_string())?;
+    let workspace: toml::Table = toml::from_str(
+        &std::fs::read_to_string(root.join("Cargo.toml")).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let shared = workspace
+        .get("workspace")
+        .and_then(|w| w.get("dependencies"))
+        .and_then(toml::Value::as_table)
+        .ok_or("the workspace has no [workspace.dependencies]")?;
+    manifest.remove("lints");
+    if let Some(package) = manifest
+        .get_mut("package")
+        .and_then(toml::Value::as_table_mut)
+    {
+        for (key, value) in [("version", "0.0.0"), ("edition", "2021")] {
+            package.insert(key.into(), value.into());
+        }
+        package.remove("rust-version");
+        package.remove("license");
+    }
+    for table in ["dependencies", "dev-dependencies"] {
+        let Some(deps) = manifest.get_mut(table).and_then(toml::Value::as_table_mut) else {
+            continue;
+        };
+        for (dep, spec) in deps.iter_mut() {
+            let own = spec.as_table().cloned().unwrap_or_default();
+            let mut written = match shared.get(dep) {
+                Some(toml::Value::Table(t)) => t.clone(),
+                Some(toml::Value::String(v)) => {
+                    let mut t = toml::Table::new();
+                    t.insert("version".into(), v.clone().into());
+                    t
+                }
+                _ => return Err(format!("shop: `{dep}` is not a workspace dependency")),
+            };
+            if let Some(path) = written.get("path").and_then(toml::Value::as_str) {
+                let path = root.join(path).display().to_string();
+                written.insert("path".into(), path.into());
+                written.remove("version");
+            }
+            if let Some(extra) = own.get("features").and_then(toml::Value::as_array) {
+                let mut features = written
+                    .get("features")
+                    .and_then(toml::Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                features.extend(extra.iter().cloned());
+                written.insert("features".into(), features.into());
+            }
+            *spec = toml::Value::Table(written);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for sub in ["src", "tests"] {
+        copy_dir(&from.join(sub), &dir.join(sub))?;
+    }
+    std::fs::copy(from.join("policy.toml"), dir.join("policy.toml"))
+        .map_err(|e| format!("shop: {e}"))?;
+    let text = format!(
+        "# Generated by `cargo xtask guides` from examples/shop/Cargo.toml, written out.\n\
+         [workspace]\n\n{}",
+        toml::to_string(&manifest).map_err(|e| e.to_string())?
+    );
+    std::fs::write(dir.join("Cargo.toml"), text).map_err(|e| format!("shop: {e}"))?;
+    std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock"))
+        .map_err(|e| format!("shop: {e}"))?;
+    eprintln!("xtask: guides: examples/shop as a crate outside the workspace");
+    let status = cargo(root)
+        .args(["build", "--all-targets", "--manifest-path"])
+        .arg(dir.join("Cargo.toml"))
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err("examples/shop does not build outside the workspace".into())
+    }
+}
+
+/// Copies a directory tree.
+fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let path = entry.path();
+        if path.is_dir() {
+            copy_dir(&path, &to.join(entry.file_name()))?;
+        } else {
+            std::fs::copy(&path, to.join(entry.file_name()))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `cargo install --path soulbase-net-cli` (a debug build, into `target/cli-install`), then
+/// the installed tool checks and explains the shop's policy file.
+fn install_cli(root: &Path) -> Result<(), String> {
+    let prefix = root.join("target/cli-install");
+    eprintln!("xtask: guides: cargo install --path soulbase-net-cli");
+    let status = cargo(root)
+        .args(["install", "--debug", "--force", "--path"])
+        .arg(root.join("soulbase-net-cli"))
+        .arg("--root")
+        .arg(&prefix)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Err("cargo install --path soulbase-net-cli failed".into());
+    }
+    let tool = prefix.join("bin/soulbase-net");
+    let policy = root.join("examples/shop/policy.toml");
+    let run = |args: &[&str]| -> Result<String, String> {
+        let out = Command::new(&tool)
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!(
+                "soulbase-net {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    let policy = policy.display().to_string();
+    let checked = run(&["policy", "check", &policy])?;
+    if !checked.contains(": ok") {
+        return Err(format!("soulbase-net policy check: {checked}"));
+    }
+    let explained = run(&[
+        "policy",
+        "explain",
+        "--policy",
+        &policy,
+        "http://pricing.example.com/",
+    ])?;
+    if !explained.contains("effective policy") {
+        return Err(format!("soulbase-net policy explain: {explained}"));
+    }
+    eprintln!(
+        "xtask: guides: the installed soulbase-net checked and explained examples/shop/policy.toml"
     );
     Ok(())
 }
