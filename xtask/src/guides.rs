@@ -3,7 +3,8 @@
 //! forgot a crate still passes. Here each guide's manifest block (the one fenced
 //! ```` ```toml cargo ````) becomes the manifest of a crate of its own, outside the workspace,
 //! and each of its Rust snippets an example of that crate, un-hidden as rustdoc shows it to
-//! the compiler; the crate must build with nothing but what the guide lists. The project's
+//! the compiler; the crate must compile (`cargo check`: types and names, no binaries to link
+//! and store — the doctests run the snippets) with nothing but what the guide lists. The project's
 //! crates, which a reader takes from git, are taken from this checkout (the same versions);
 //! the workspace's `Cargo.lock` seeds the crate's, so registry crates resolve as the
 //! workspace's do and their builds are shared with it.
@@ -54,7 +55,7 @@ pub(crate) fn run() -> Result<(), String> {
             snippets.len()
         );
         let status = cargo(&root)
-            .args(["build", "--examples", "--manifest-path"])
+            .args(["check", "--examples", "--manifest-path"])
             .arg(dir.join("Cargo.toml"))
             .status()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -72,7 +73,7 @@ pub(crate) fn run() -> Result<(), String> {
     }
     if !failed.is_empty() {
         return Err(format!(
-            "these do not build as a downstream team would: {} (the crates are in target/guides/)",
+            "these do not compile as a downstream team would: {} (the crates are in target/guides/)",
             failed.join(", ")
         ));
     }
@@ -165,7 +166,7 @@ fn shop(root: &Path) -> Result<(), String> {
         .map_err(|e| format!("shop: {e}"))?;
     eprintln!("xtask: guides: examples/shop as a crate outside the workspace");
     let status = cargo(root)
-        .args(["build", "--all-targets", "--manifest-path"])
+        .args(["check", "--all-targets", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
