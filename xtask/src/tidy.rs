@@ -39,7 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("soulbase-net-observe", &["soulbase-net-core"]),
-    ("soulbase-net-testkit", &["soulbase-net-core"]),
+    ("soulbase-net-testkit", &[]),
     (
         "soulbase-net-outbox",
         &["soulbase-net-core", "soulbase-net-store"],
@@ -71,15 +71,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// depend on (the crates a service builds on; the testkit as a dev-dependency only, as for any
 /// crate). They are held to the members' manifest and source rules, must not be published, and
 /// `docs/architecture.md` states their layer too.
-const EXAMPLES: &[(&str, &[&str])] = &[(
-    "shop",
-    &[
-        "soulbase-net-policy",
-        "soulbase-net-runtime",
-        "soulbase-net-interceptors",
-        "soulbase-net-observe",
-    ],
-)];
+const EXAMPLES: &[(&str, &[&str])] = &[("shop", &["soulbase-net-runtime", "soulbase-net-observe"])];
 
 /// Where the example services live.
 const EXAMPLES_DIR: &str = "examples";
@@ -109,13 +101,17 @@ const PATH_ENDINGS: &[&str] = &[".rs", ".md", ".toml", ".json", "/"];
 /// Runs every rule; `Err` lists every problem found.
 pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
-    match cargo_metadata(root) {
+    let meta = match cargo_metadata(root) {
         Ok(meta) => {
             check_layering(&meta, &mut problems);
             check_forbidden_packages(&meta, &mut problems);
+            Some(meta)
         }
-        Err(e) => problems.push(format!("Cargo.toml: cargo metadata failed: {e}")),
-    }
+        Err(e) => {
+            problems.push(format!("Cargo.toml: cargo metadata failed: {e}"));
+            None
+        }
+    };
     let members = member_dirs(root);
     for dir in &members {
         check_manifest(root, dir, &mut problems);
@@ -124,7 +120,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
         check_source(root, &file, &mut problems);
     }
     check_error_codes(&mut problems);
-    check_architecture(root, &mut problems);
+    check_architecture(root, meta.as_ref(), &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -192,16 +188,16 @@ fn check_layering(meta: &Value, problems: &mut Vec<String>) {
             if name == "xtask" {
                 continue;
             }
-            if name == "soulbase-net-testkit" && dep_name != "soulbase-net-core" {
+            let allowed = layers.get(name).copied().unwrap_or(&[]);
+            if name == "soulbase-net-testkit" && !allowed.contains(&dep_name) {
                 problems.push(format!(
-                    "{manifest}: testkit depends on `{dep_name}` ({kind}); it is the other side of the wire and may use core only"
+                    "{manifest}: testkit depends on `{dep_name}` ({kind}); it is the other side of the wire and may use only {allowed:?}, dev-dependencies included"
                 ));
                 continue;
             }
             if kind == "dev" {
                 continue;
             }
-            let allowed = layers.get(name).copied().unwrap_or(&[]);
             if !allowed.contains(&dep_name) {
                 problems.push(format!(
                     "{manifest}: depends on `{dep_name}`, which the layering of {ARCHITECTURE} forbids (allowed: {allowed:?})"
@@ -412,18 +408,32 @@ fn check_error_codes(problems: &mut Vec<String>) {
 
 /// `docs/architecture.md` must state the layering tidy enforces, in its `layering` block, and
 /// every path it names in backticks must exist in the repository, so the document cannot go
-/// stale without tidy saying so.
-fn check_architecture(root: &Path, problems: &mut Vec<String>) {
-    match fs::read_to_string(root.join(ARCHITECTURE)) {
-        Ok(text) => check_architecture_text(&text, &|path| root.join(path).exists(), problems),
-        Err(e) => problems.push(format!("{ARCHITECTURE}: cannot be read: {e}")),
+/// stale without tidy saying so. With the workspace's metadata, the block must also name every
+/// workspace member and nothing else, and each of its arrows must be a declared dependency.
+fn check_architecture(root: &Path, meta: Option<&Value>, problems: &mut Vec<String>) {
+    let text = match fs::read_to_string(root.join(ARCHITECTURE)) {
+        Ok(text) => text,
+        Err(e) => {
+            problems.push(format!("{ARCHITECTURE}: cannot be read: {e}"));
+            return;
+        }
+    };
+    check_architecture_text(&text, &|path| root.join(path).exists(), problems);
+    // A block that does not parse was reported above.
+    if let (Some(meta), Some(layering)) = (meta, parse_layering(&text, &mut Vec::new())) {
+        check_block_against_workspace(&layering, &Workspace::from_metadata(meta), problems);
     }
+}
+
+/// A crate's name in the layering block's terms: `runtime` for `soulbase-net-runtime`.
+fn short_name(name: &str) -> &str {
+    name.strip_prefix(CRATE_PREFIX).unwrap_or(name)
 }
 
 /// The layering as tidy enforces it, in the block's terms: short crate names, and `*` for
 /// "everything" (xtask).
 fn enforced_layering() -> BTreeMap<String, BTreeSet<String>> {
-    let short = |name: &str| name.strip_prefix(CRATE_PREFIX).unwrap_or(name).to_owned();
+    let short = |name: &str| short_name(name).to_owned();
     LAYERS
         .iter()
         .chain(EXAMPLES)
@@ -477,9 +487,18 @@ fn is_path(span: &str) -> bool {
         && PATH_ENDINGS.iter().any(|end| span.ends_with(end))
 }
 
-/// Compares the document's `layering` block (`crate -> dep, dep`, `#` comments) with
-/// [`enforced_layering`].
-fn check_layering_block(text: &str, problems: &mut Vec<String>) {
+/// The document's `layering` block as written.
+#[derive(Debug)]
+struct Layering {
+    /// The 1-based line of the block's opening fence.
+    fence: usize,
+    /// Each crate the block states, with its 1-based line and what it may depend on.
+    stated: BTreeMap<String, (usize, BTreeSet<String>)>,
+}
+
+/// Parses the document's one `layering` block (`crate -> dep, dep`, `#` comments). `None`
+/// when there is no usable block; what is wrong with it goes to `problems`.
+fn parse_layering(text: &str, problems: &mut Vec<String>) -> Option<Layering> {
     let lines: Vec<&str> = text.lines().collect();
     let starts: Vec<usize> = lines
         .iter()
@@ -493,14 +512,14 @@ fn check_layering_block(text: &str, problems: &mut Vec<String>) {
             problems.push(format!(
                 "{ARCHITECTURE}: has no {LAYERING_FENCE} block stating the crate layering"
             ));
-            return;
+            return None;
         }
         [_, second, ..] => {
             problems.push(format!(
                 "{ARCHITECTURE}:{}: a second {LAYERING_FENCE} block; state the layering once",
                 second + 1
             ));
-            return;
+            return None;
         }
     };
     let mut stated: BTreeMap<String, (usize, BTreeSet<String>)> = BTreeMap::new();
@@ -542,21 +561,37 @@ fn check_layering_block(text: &str, problems: &mut Vec<String>) {
             "{ARCHITECTURE}:{}: the {LAYERING_FENCE} block is not closed",
             start + 1
         ));
-        return;
+        return None;
     }
-    let show = |deps: &BTreeSet<String>| deps.iter().cloned().collect::<Vec<_>>().join(", ");
+    Some(Layering {
+        fence: start + 1,
+        stated,
+    })
+}
+
+/// Compares the document's `layering` block with [`enforced_layering`].
+fn check_layering_block(text: &str, problems: &mut Vec<String>) {
+    let Some(Layering { fence, stated }) = parse_layering(text, problems) else {
+        return;
+    };
+    // `core ->` for a crate that may depend on nothing, `policy -> core` otherwise.
+    let arrow = |name: &str, deps: &BTreeSet<String>| {
+        let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+        format!("{name} -> {}", deps.join(", "))
+            .trim_end()
+            .to_owned()
+    };
     let enforced = enforced_layering();
     for (name, deps) in &enforced {
         match stated.get(name) {
             None => problems.push(format!(
-                "{ARCHITECTURE}:{}: the layering has no line for `{name}`; tidy enforces `{name} -> {}`",
-                start + 1,
-                show(deps)
+                "{ARCHITECTURE}:{fence}: the layering has no line for `{name}`; tidy enforces `{}`",
+                arrow(name, deps)
             )),
             Some((line_no, said)) if said != deps => problems.push(format!(
-                "{ARCHITECTURE}:{line_no}: states `{name} -> {}`; tidy enforces `{name} -> {}`",
-                show(said),
-                show(deps)
+                "{ARCHITECTURE}:{line_no}: states `{}`; tidy enforces `{}`",
+                arrow(name, said),
+                arrow(name, deps)
             )),
             Some(_) => {}
         }
@@ -565,6 +600,75 @@ fn check_layering_block(text: &str, problems: &mut Vec<String>) {
         if !enforced.contains_key(name) {
             problems.push(format!(
                 "{ARCHITECTURE}:{line_no}: states a layer for `{name}`, a crate tidy does not know"
+            ));
+        }
+    }
+}
+
+/// The workspace as `cargo metadata` declares it, in the layering block's terms (short names).
+#[derive(Debug, Default)]
+struct Workspace {
+    /// Every workspace member: library crates, binaries, examples and xtask.
+    members: BTreeSet<String>,
+    /// What each member declares on other members as a normal or build dependency, optional
+    /// (behind a feature) or not. Dev-dependencies are not edges of the layering.
+    deps: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Workspace {
+    fn from_metadata(meta: &Value) -> Self {
+        let packages = workspace_packages(meta);
+        let names: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+        let mut ws = Workspace::default();
+        for pkg in packages {
+            let Some(name) = pkg["name"].as_str() else {
+                continue;
+            };
+            ws.members.insert(short_name(name).to_owned());
+            let deps = ws.deps.entry(short_name(name).to_owned()).or_default();
+            for dep in pkg["dependencies"].as_array().into_iter().flatten() {
+                let Some(dep_name) = dep["name"].as_str() else {
+                    continue;
+                };
+                if names.contains(dep_name) && dep["kind"].as_str() != Some("dev") {
+                    deps.insert(short_name(dep_name).to_owned());
+                }
+            }
+        }
+        ws
+    }
+}
+
+/// Keeps the block true to the workspace: every crate it names (on either side of an arrow)
+/// is a workspace member, every member has a line, and every arrow is a dependency the crate
+/// declares (`*`, "everything", is exempt). An arrow that no manifest uses is a sentence of
+/// the document that is not true.
+fn check_block_against_workspace(layering: &Layering, ws: &Workspace, problems: &mut Vec<String>) {
+    for (name, (line_no, deps)) in &layering.stated {
+        if !ws.members.contains(name) {
+            problems.push(format!(
+                "{ARCHITECTURE}:{line_no}: the layering names `{name}`, which is not a workspace member"
+            ));
+            continue;
+        }
+        let declared = ws.deps.get(name);
+        for dep in deps.iter().filter(|d| *d != "*") {
+            if !ws.members.contains(dep) {
+                problems.push(format!(
+                    "{ARCHITECTURE}:{line_no}: the layering allows `{name} -> {dep}`, but `{dep}` is not a workspace member"
+                ));
+            } else if !declared.is_some_and(|d| d.contains(dep)) {
+                problems.push(format!(
+                    "{ARCHITECTURE}:{line_no}: the layering allows `{name} -> {dep}` but {name} does not depend on {dep} (normal or build, optional or not); remove the arrow"
+                ));
+            }
+        }
+    }
+    for member in &ws.members {
+        if !layering.stated.contains_key(member) {
+            problems.push(format!(
+                "{ARCHITECTURE}:{}: workspace member `{member}` has no line in the layering",
+                layering.fence
             ));
         }
     }
@@ -710,11 +814,19 @@ mod tests {
 
     #[test]
     fn tidy_architecture_doc_with_another_layering_fails() {
-        // observe gains policy, testkit is left out, and a crate tidy does not know appears.
+        // observe gains policy, outbox is left out, testkit gains core, and a crate tidy does
+        // not know appears.
         let layering = enforced_block()
             .replace("observe -> core", "observe -> core, policy")
             .lines()
-            .filter(|l| !l.starts_with("testkit"))
+            .filter(|l| !l.starts_with("outbox"))
+            .map(|l| {
+                if l.starts_with("testkit") {
+                    "testkit -> core"
+                } else {
+                    l
+                }
+            })
             .chain(["mailer -> core, policy"])
             .collect::<Vec<_>>()
             .join("\n")
@@ -726,8 +838,12 @@ mod tests {
         );
         assert!(
             problems.contains(
-                "the layering has no line for `testkit`; tidy enforces `testkit -> core`"
+                "the layering has no line for `outbox`; tidy enforces `outbox -> core, store`"
             ),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("states `testkit -> core`; tidy enforces `testkit ->`"),
             "{problems}"
         );
         assert!(
@@ -736,6 +852,131 @@ mod tests {
         );
         let none = architecture_problems("no block here\n").join("\n");
         assert!(none.contains("has no ```layering block"), "{none}");
+    }
+
+    /// A workspace of `members`, each with the normal dependencies listed.
+    fn workspace(members: &[(&str, &[&str])]) -> Workspace {
+        Workspace {
+            members: members.iter().map(|(m, _)| (*m).to_owned()).collect(),
+            deps: members
+                .iter()
+                .map(|(m, deps)| {
+                    let deps = deps.iter().map(|d| (*d).to_owned()).collect();
+                    ((*m).to_owned(), deps)
+                })
+                .collect(),
+        }
+    }
+
+    fn block_problems(block: &str, ws: &Workspace) -> String {
+        let text = architecture_doc(block, "");
+        let mut problems = Vec::new();
+        let layering = parse_layering(&text, &mut problems).expect("the block parses");
+        assert!(problems.is_empty(), "{problems:?}");
+        check_block_against_workspace(&layering, ws, &mut problems);
+        problems.join("\n")
+    }
+
+    #[test]
+    fn tidy_layering_block_parses_crates_arrows_and_comments() {
+        let text = architecture_doc(
+            "core ->\npolicy -> core   # a comment, core\n\nx -> *\n",
+            "",
+        );
+        let mut problems = Vec::new();
+        let layering = parse_layering(&text, &mut problems).expect("the block parses");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(layering.fence, 3);
+        let stated: Vec<(&str, usize, Vec<&str>)> = layering
+            .stated
+            .iter()
+            .map(|(name, (line, deps))| {
+                (
+                    name.as_str(),
+                    *line,
+                    deps.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            stated,
+            [
+                ("core", 4, vec![]),
+                ("policy", 5, vec!["core"]),
+                ("x", 7, vec!["*"])
+            ]
+        );
+        let unclosed = format!("{LAYERING_FENCE}\ncore ->\n");
+        assert!(parse_layering(&unclosed, &mut problems).is_none());
+        assert!(
+            problems.join("\n").contains("is not closed"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn tidy_layering_block_names_every_member_and_nothing_else() {
+        let ws = workspace(&[
+            ("core", &[]),
+            ("policy", &["core"]),
+            ("observe", &["core"]),
+            ("xtask", &["core", "policy", "observe"]),
+        ]);
+        let full = "core ->\npolicy -> core\nobserve -> core\nxtask -> *\n";
+        assert_eq!(block_problems(full, &ws), "");
+        // observe is left out, mailer is no member, and policy may use a crate that is none.
+        let block = "core ->\npolicy -> core, ghost\nmailer -> core\nxtask -> *\n";
+        let problems = block_problems(block, &ws);
+        assert!(
+            problems.contains("docs/architecture.md:3: workspace member `observe` has no line"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("docs/architecture.md:6: the layering names `mailer`, which is not a workspace member"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("allows `policy -> ghost`, but `ghost` is not a workspace member"),
+            "{problems}"
+        );
+        assert_eq!(problems.lines().count(), 3, "{problems}");
+    }
+
+    #[test]
+    fn tidy_layering_block_arrow_without_a_dependency_fails() {
+        let ws = workspace(&[("core", &[]), ("policy", &[]), ("outbox", &["core"])]);
+        let problems = block_problems("core ->\npolicy ->\noutbox -> core, policy\n", &ws);
+        assert_eq!(
+            problems,
+            "docs/architecture.md:6: the layering allows `outbox -> policy` but outbox does not depend on policy (normal or build, optional or not); remove the arrow"
+        );
+    }
+
+    #[test]
+    fn tidy_workspace_edges_count_optional_and_build_dependencies_not_dev_ones() {
+        let meta = serde_json::json!({
+            "workspace_members": ["c", "p", "r", "i"],
+            "packages": [
+                {"id": "c", "name": "soulbase-net-core", "dependencies": []},
+                {"id": "p", "name": "soulbase-net-policy", "dependencies": [
+                    {"name": "soulbase-net-core", "kind": "build", "optional": false}]},
+                {"id": "r", "name": "soulbase-net-runtime", "dependencies": [
+                    {"name": "soulbase-net-interceptors", "kind": null, "optional": true},
+                    {"name": "soulbase-net-policy", "kind": "dev", "optional": false},
+                    {"name": "serde", "kind": null, "optional": false}]},
+                {"id": "i", "name": "soulbase-net-interceptors", "dependencies": []},
+                {"id": "elsewhere", "name": "not-a-member", "dependencies": []},
+            ]
+        });
+        let ws = Workspace::from_metadata(&meta);
+        let members: Vec<&str> = ws.members.iter().map(String::as_str).collect();
+        assert_eq!(members, ["core", "interceptors", "policy", "runtime"]);
+        let block = "core ->\npolicy -> core\nruntime -> interceptors, policy\ninterceptors ->\n";
+        let problems = block_problems(block, &ws);
+        assert_eq!(
+            problems,
+            "docs/architecture.md:6: the layering allows `runtime -> policy` but runtime does not depend on policy (normal or build, optional or not); remove the arrow"
+        );
     }
 
     #[test]
