@@ -49,6 +49,18 @@ impl ByteCount {
 /// still in flight stay held across the roll, and are charged to the window in which they
 /// settle.
 ///
+/// # Bounded memory
+/// The counts are kept for at most [`max_keys`](QosBytes::max_keys) (tenant, host) pairs
+/// (10 000 by default). When a new pair would go past that, the pairs not counted for
+/// [`idle_evict`](QosBytes::idle_evict) (10 minutes by default) are forgotten, and if that
+/// is not enough, the least recently counted eighth of them: [`counts`](QosBytes::counts)
+/// and [`tenant_counts`](QosBytes::tenant_counts) then cover what was counted since.
+///
+/// Eviction never touches a budget. Budgets are kept apart from the counts, one account per
+/// budget given to the builder (so as many as were configured, whatever the traffic), and
+/// are never dropped: a tenant calling many distinct hosts cannot push its own account out,
+/// and so cannot reset a window or a lifetime budget and go past its limit.
+///
 /// # Examples
 /// ```
 /// use soulbase_net_core::{ErrorKind, Interceptor, NetRequest};
@@ -65,6 +77,11 @@ pub struct QosBytes {
     state: Arc<State>,
 }
 
+/// Pairs counted, at most by default.
+const MAX_KEYS: usize = 10_000;
+/// A pair not counted for this long may be forgotten, by default.
+const IDLE_EVICT: Duration = Duration::from_secs(600);
+
 /// How many bytes a budget allows, and whether it refills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteBudget {
@@ -74,8 +91,23 @@ pub struct ByteBudget {
 
 #[derive(Default)]
 struct State {
-    counts: Mutex<HashMap<(String, String), ByteCount>>,
+    counts: Mutex<Counts>,
     budgets: Mutex<HashMap<String, TenantBudgets>>,
+}
+
+/// The counts per (tenant, host), bounded (see "Bounded memory" on [`QosBytes`]).
+#[derive(Debug)]
+struct Counts {
+    map: HashMap<(String, String), Counted>,
+    max_keys: usize,
+    idle: Duration,
+}
+
+/// One pair's count and when it was last counted.
+#[derive(Clone, Copy, Debug)]
+struct Counted {
+    count: ByteCount,
+    last: Instant,
 }
 
 /// A tenant's budgets: over all hosts, and per host.
@@ -160,26 +192,43 @@ impl QosBytes {
         self
     }
 
-    /// The bytes counted for `tenant` (`""` for none) and `host`.
+    /// Keeps counts for at most `n` (tenant, host) pairs (at least 1); default 10 000. Budgets
+    /// are not counted in this bound and never evicted (see "Bounded memory" above).
+    pub fn max_keys(self, n: usize) -> Self {
+        self.state.counts.lock().max_keys = n.max(1);
+        self
+    }
+
+    /// A pair not counted for `idle` is the first to be forgotten when the counts are full;
+    /// default 10 minutes.
+    pub fn idle_evict(self, idle: Duration) -> Self {
+        self.state.counts.lock().idle = idle;
+        self
+    }
+
+    /// The bytes counted for `tenant` (`""` for none) and `host` (since the pair was last
+    /// evicted, if it was).
     pub fn counts(&self, tenant: &str, host: &str) -> ByteCount {
         self.state
             .counts
             .lock()
+            .map
             .get(&(tenant.to_owned(), host.to_owned()))
-            .copied()
+            .map(|c| c.count)
             .unwrap_or_default()
     }
 
-    /// The bytes counted for `tenant` over all hosts.
+    /// The bytes counted for `tenant` over all hosts (of the pairs still kept).
     pub fn tenant_counts(&self, tenant: &str) -> ByteCount {
         self.state
             .counts
             .lock()
+            .map
             .iter()
             .filter(|((t, _), _)| t == tenant)
             .fold(ByteCount::default(), |acc, (_, c)| ByteCount {
-                bytes_out: acc.bytes_out.saturating_add(c.bytes_out),
-                bytes_in: acc.bytes_in.saturating_add(c.bytes_in),
+                bytes_out: acc.bytes_out.saturating_add(c.count.bytes_out),
+                bytes_in: acc.bytes_in.saturating_add(c.count.bytes_in),
             })
     }
 
@@ -254,12 +303,10 @@ impl QosBytes {
     }
 
     fn record(&self, tenant: &str, host: &str, count: ByteCount) {
-        let mut counts = self.state.counts.lock();
-        let c = counts
-            .entry((tenant.to_owned(), host.to_owned()))
-            .or_default();
-        c.bytes_out = c.bytes_out.saturating_add(count.bytes_out);
-        c.bytes_in = c.bytes_in.saturating_add(count.bytes_in);
+        self.state
+            .counts
+            .lock()
+            .add(tenant, host, count, Instant::now());
     }
 }
 
@@ -387,6 +434,58 @@ impl Drop for Reservation {
         if !self.settled {
             self.release(0, Instant::now());
         }
+    }
+}
+
+// === impl Counts ===
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts {
+            map: HashMap::new(),
+            max_keys: MAX_KEYS,
+            idle: IDLE_EVICT,
+        }
+    }
+}
+
+impl Counts {
+    /// Adds `count` to the pair's, making room first when the pair is new and the map full.
+    fn add(&mut self, tenant: &str, host: &str, count: ByteCount, now: Instant) {
+        let key = (tenant.to_owned(), host.to_owned());
+        if !self.map.contains_key(&key) && self.map.len() >= self.max_keys {
+            self.evict(now);
+        }
+        let c = self.map.entry(key).or_insert(Counted {
+            count: ByteCount::default(),
+            last: now,
+        });
+        c.count.bytes_out = c.count.bytes_out.saturating_add(count.bytes_out);
+        c.count.bytes_in = c.count.bytes_in.saturating_add(count.bytes_in);
+        c.last = now;
+    }
+
+    /// Forgets the pairs idle for `idle` and, when that leaves the map full, the least
+    /// recently counted eighth (at least one): one pass over the map every `max_keys / 8`
+    /// new pairs, so a constant cost per pair on average.
+    fn evict(&mut self, now: Instant) {
+        let idle = self.idle;
+        self.map
+            .retain(|_, c| now.saturating_duration_since(c.last) < idle);
+        if self.map.len() < self.max_keys {
+            return;
+        }
+        let mut lasts: Vec<Instant> = self.map.values().map(|c| c.last).collect();
+        let cut = (lasts.len() / 8).max(1);
+        let (_, &mut threshold, _) = lasts.select_nth_unstable(cut - 1);
+        let mut dropped = 0;
+        // Ties at the threshold go only while fewer than `cut` are gone, so a map of equal
+        // times is not emptied.
+        self.map.retain(|_, c| {
+            let go = c.last < threshold || (c.last == threshold && dropped < cut);
+            dropped += usize::from(go);
+            !go
+        });
     }
 }
 
@@ -577,6 +676,77 @@ mod tests {
         assert_eq!(qos.remaining("t"), Some(955));
         // Another tenant's calls to the same host are not under t's host budget.
         assert!(qos.reserve_for("u", "a.example", 1_000).is_ok());
+    }
+
+    fn one_out() -> ByteCount {
+        ByteCount {
+            bytes_out: 1,
+            bytes_in: 0,
+        }
+    }
+
+    #[test]
+    fn many_hosts_keep_the_counts_at_or_under_max_keys() {
+        let qos = QosBytes::new().max_keys(1_000);
+        let mut most = 0;
+        for i in 0..100_000u32 {
+            qos.record("t", &format!("h{i}.example"), one_out());
+            if i % 97 == 0 {
+                most = most.max(qos.state.counts.lock().map.len());
+            }
+            if i % 10 == 0 {
+                // A pair counted often is among the most recent, and is kept.
+                qos.record("t", "hot.example", one_out());
+            }
+        }
+        let len = qos.state.counts.lock().map.len();
+        assert!(len <= 1_000 && most <= 1_000, "{len} / {most} pairs kept");
+        assert!(len >= 800, "evicts an eighth at a time, not all: {len}");
+        assert_eq!(qos.counts("t", "hot.example").bytes_out, 10_000);
+        assert_eq!(qos.counts("t", "h99999.example").bytes_out, 1);
+        assert_eq!(qos.counts("t", "h0.example").bytes_out, 0, "evicted");
+    }
+
+    #[test]
+    fn idle_pairs_go_first() {
+        let qos = QosBytes::new()
+            .max_keys(3)
+            .idle_evict(Duration::from_secs(60));
+        let t0 = Instant::now();
+        let mut counts = qos.state.counts.lock();
+        counts.add("t", "old", one_out(), t0);
+        counts.add("t", "a", one_out(), t0 + Duration::from_secs(100));
+        counts.add("t", "b", one_out(), t0 + Duration::from_secs(101));
+        counts.add("t", "c", one_out(), t0 + Duration::from_secs(120));
+        let mut kept: Vec<&str> = counts.map.keys().map(|(_, h)| h.as_str()).collect();
+        kept.sort_unstable();
+        // "old" was idle past 60s at 120s; "a" (20s idle) is kept as there is then room.
+        assert_eq!(kept, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn an_active_budget_is_still_enforced_after_churn() {
+        let per_min = ByteBudget::per(100, Duration::from_secs(60));
+        let qos = QosBytes::new()
+            .max_keys(100)
+            .tenant_budget("t", per_min)
+            .host_budget("t", "a.example", ByteBudget::total(50));
+        qos.reserve_for("t", "a.example", 40).unwrap().settle(45);
+        // The tenant calls 100 000 other hosts (nothing more charged) and is counted for
+        // each: the counts churn through their bound many times over.
+        for i in 0..100_000u32 {
+            let host = format!("h{i}.example");
+            qos.reserve_for("t", &host, 0).unwrap().settle(0);
+            qos.record("t", &host, ByteCount::default());
+        }
+        assert!(qos.state.counts.lock().map.len() <= 100);
+        // Both accounts are as they were: nothing reset by the churn.
+        assert_eq!(qos.remaining("t"), Some(55));
+        assert_eq!(qos.host_remaining("t", "a.example"), Some(5));
+        let err = qos.reserve_for("t", "a.example", 6).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::QuotaExceeded);
+        let err = qos.reserve_for("t", "b.example", 56).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::QuotaExceeded);
     }
 
     #[tokio::test]

@@ -279,7 +279,9 @@ impl Outbox {
     /// [window](OutboxBuilder::workers) in flight; acknowledgements are committed in batches
     /// by a task of their own (one commit for whatever was delivered meanwhile). With nothing
     /// due, the loop sleeps until the next item is due, a new one is stored, or the poll
-    /// interval passes; the pending gauges are read once a second, not per delivery.
+    /// interval passes (then it looks at the store with one `next_due`, and claims only when
+    /// something is due); the pending gauges are read once a second while items move, once
+    /// every 30 s when idle, not per delivery.
     ///
     /// # Errors
     /// The store failing to claim items (reported, and the loop goes on after a poll
@@ -291,6 +293,11 @@ impl Outbox {
         let elsewhere = self.store.wakeups();
         let now = tokio::time::Instant::now();
         let (mut next_sweep, mut next_gauges) = (now, now);
+        // The gauges are read once a second while something changes (a claim, a delivery,
+        // an enqueue), else once every `IDLE_GAUGES_EVERY`.
+        let (mut idle_gauges_at, mut changed) = (now, true);
+        // When the store is next looked at (one `next_due`) if nothing wakes the loop.
+        let mut poll_at = now + self.poll;
         let window = Arc::new(Window::new(self.workers));
         let held = Held::default();
         let (acks, acker) = Acker::start(self.store.clone(), self.workers as usize, held.clone());
@@ -327,6 +334,7 @@ impl Outbox {
                 {
                     Ok(items) => {
                         exhausted = items.len() < want;
+                        changed |= !items.is_empty();
                         held.hold(&items);
                         queue.extend(items);
                         if exhausted {
@@ -336,14 +344,18 @@ impl Outbox {
                     Err(e) => {
                         tracing::warn!(error = %e, "outbox: claiming due items failed");
                         exhausted = true;
-                        due_at = None;
+                        // Claimed again after a poll interval.
+                        due_at = Some(tokio::time::Instant::now() + self.poll);
                     }
                 }
+                poll_at = tokio::time::Instant::now() + self.poll;
                 continue;
             }
             let now = tokio::time::Instant::now();
-            if now >= next_gauges {
+            if (changed && now >= next_gauges) || now >= idle_gauges_at {
                 next_gauges = now + GAUGES_EVERY;
+                idle_gauges_at = now + IDLE_GAUGES_EVERY;
+                changed = false;
                 self.note_gauges().await;
             }
             if now >= next_sweep {
@@ -353,17 +365,46 @@ impl Outbox {
                 }
             }
             // Until something is due, stored, or a slot frees (which may let the queue move
-            // or a claim go out); at most the poll interval and the next gauges reading.
+            // or a claim go out); at most the next poll and the next gauges reading. Idle,
+            // the loop costs one `next_due` (an indexed lookup) per poll interval: it claims
+            // only when that says something is due.
+            let gauges_at = if changed { next_gauges } else { idle_gauges_at };
             let until = match due_at.filter(|_| exhausted) {
-                Some(at) => at.min(now + self.poll),
-                None => now + self.poll,
+                Some(at) => at.min(poll_at),
+                None => poll_at,
             }
-            .min(next_gauges);
+            .min(gauges_at);
             tokio::select! {
-                () = self.wake.notified() => exhausted = false,
-                () = notified_or_never(elsewhere.as_deref()) => exhausted = false,
-                () = tokio::time::sleep_until(until) => exhausted = false,
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                () = self.wake.notified() => {
+                    exhausted = false;
+                    changed = true;
+                }
+                () = notified_or_never(elsewhere.as_deref()) => {
+                    exhausted = false;
+                    changed = true;
+                }
+                () = tokio::time::sleep_until(until) => {
+                    let now = tokio::time::Instant::now();
+                    if due_at.is_some_and(|at| at <= now) {
+                        exhausted = false;
+                    } else if now >= poll_at {
+                        poll_at = now + self.poll;
+                        match self.store.next_due().await {
+                            Ok(at) => {
+                                due_at = at.map(|at| {
+                                    let wait = at
+                                        .duration_since(SystemTime::now())
+                                        .unwrap_or(Duration::ZERO);
+                                    now + wait
+                                });
+                                exhausted = due_at.is_none_or(|at| at > now);
+                            }
+                            // Let the claim find out (and report) what is wrong.
+                            Err(_) => exhausted = false,
+                        }
+                    }
+                }
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => changed = true,
                 _ = stop.changed() => {}
             }
         }
@@ -704,8 +745,13 @@ impl Window {
 /// How often acknowledged items past the store's retention are forgotten.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
-/// How often the pending gauges are read from the store (two queries).
+/// How often the pending gauges are read from the store (two queries) while claims,
+/// deliveries or enqueues happen.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the pending gauges are read when nothing happened since the last reading (only
+/// other processes could have changed them).
+const IDLE_GAUGES_EVERY: Duration = Duration::from_secs(30);
 
 /// Woken by `n`, or never.
 async fn notified_or_never(n: Option<&Notify>) {

@@ -9,40 +9,47 @@ use std::{
 
 use foldhash::HashMap;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use soulbase_net_core::NetError;
 use soulbase_net_policy::{DynamicTimeout, EndpointPolicy, FreezeOn};
 use tokio::time::Instant;
 use url::Url;
 
-use crate::resilience::{attempt_timeout, Freezer, LatencyWindow};
+use crate::resilience::{attempt_timeout, Freezer, LatencyHistogram};
 
-/// Hosts whose latencies are kept; past this the map starts afresh.
+/// Hosts whose latencies are kept; past this a shard starts afresh.
 const MAX_HOSTS: usize = 10_000;
-/// Latencies kept per host.
-const WINDOW: usize = 512;
+/// Shards of the latency map (a power of two).
+const SHARDS: usize = 16;
 
-/// Recent time-to-first-byte per host.
+/// Recent time-to-first-byte per host, for the dynamic timeout: a
+/// [`LatencyHistogram`] per host (recorded and read with atomics, no copy), in a map split
+/// into shards by the host's hash. Recording and reading take only the host's shard's read
+/// lock (shared: callers do not wait for each other); a new host takes its write lock once.
 #[derive(Debug, Default)]
 pub(crate) struct Latencies {
-    windows: Mutex<HashMap<String, LatencyWindow>>,
+    shards: [RwLock<HashMap<String, LatencyHistogram>>; SHARDS],
 }
 
 impl Latencies {
+    fn shard(&self, host: &str) -> &RwLock<HashMap<String, LatencyHistogram>> {
+        use std::hash::BuildHasher;
+        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(host);
+        &self.shards[(hash as usize) & (SHARDS - 1)]
+    }
+
     /// Records a successful attempt's time to first byte.
     pub(crate) fn record(&self, host: &str, ttfb: Duration) {
-        let mut windows = self.windows.lock();
-        if let Some(window) = windows.get_mut(host) {
-            window.record(ttfb);
+        let shard = self.shard(host);
+        if let Some(h) = shard.read().get(host) {
+            h.record(ttfb);
             return;
         }
-        if windows.len() >= MAX_HOSTS {
-            windows.clear();
+        let mut map = shard.write();
+        if !map.contains_key(host) && map.len() >= MAX_HOSTS / SHARDS {
+            map.clear();
         }
-        windows
-            .entry(host.to_owned())
-            .or_insert_with(|| LatencyWindow::new(WINDOW))
-            .record(ttfb);
+        map.entry(host.to_owned()).or_default().record(ttfb);
     }
 
     /// The per-attempt timeout for `host`: learnt when the policy asks for it and enough
@@ -51,8 +58,8 @@ impl Latencies {
         if !cfg.enabled {
             return fixed;
         }
-        match self.windows.lock().get(host) {
-            Some(window) => attempt_timeout(cfg, window, fixed),
+        match self.shard(host).read().get(host) {
+            Some(h) => attempt_timeout(cfg, h, fixed),
             None => fixed,
         }
     }
@@ -194,6 +201,35 @@ fn rebase(url: &Url, origin: &str) -> Option<Url> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_do_not_share_latencies() {
+        let mut cfg = DynamicTimeout::default(); // p99 × 1.5 in 100ms..9s after 50
+        cfg.enabled = true;
+        let fixed = Duration::from_secs(9);
+        let l = Latencies::default();
+        for _ in 0..100 {
+            l.record("slow.example", Duration::from_secs(2));
+            l.record("fast.example", Duration::from_millis(80));
+        }
+        for _ in 0..30 {
+            l.record("new.example", Duration::from_millis(1));
+        }
+        let slow = l.timeout("slow.example", &cfg, fixed);
+        let fast = l.timeout("fast.example", &cfg, fixed);
+        // 2s × 1.5 and 80ms × 1.5, each within its bucket's 1/16.
+        assert!(
+            slow >= Duration::from_secs(3) && slow <= Duration::from_millis(3_188),
+            "{slow:?}"
+        );
+        assert!(
+            fast >= Duration::from_millis(120) && fast <= Duration::from_millis(128),
+            "{fast:?}"
+        );
+        // Too few of its own samples: the fixed timeout, whatever the other hosts know.
+        assert_eq!(l.timeout("new.example", &cfg, fixed), fixed);
+        assert_eq!(l.timeout("unknown.example", &cfg, fixed), fixed);
+    }
 
     #[test]
     fn a_failed_origin_is_frozen_and_skipped_until_it_thaws() {

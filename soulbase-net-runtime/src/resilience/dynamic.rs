@@ -5,7 +5,21 @@ use std::time::Duration;
 
 use soulbase_net_policy::DynamicTimeout;
 
-use super::latency::LatencyWindow;
+use super::LatencyWindow;
+
+/// Recent latencies that can tell a percentile: the host's
+/// [`LatencyHistogram`](super::LatencyHistogram) in the client, or the exact
+/// [`LatencyWindow`].
+pub(crate) trait Percentile {
+    /// The percentile `q` (in `[0, 1]`) once at least `min_samples` latencies are known.
+    fn percentile_after(&self, q: f64, min_samples: usize) -> Option<Duration>;
+}
+
+impl Percentile for LatencyWindow {
+    fn percentile_after(&self, q: f64, min_samples: usize) -> Option<Duration> {
+        LatencyWindow::percentile_after(self, q, min_samples)
+    }
+}
 
 /// The timeout for the next attempt to a host whose recent latencies are `window`.
 ///
@@ -15,7 +29,7 @@ use super::latency::LatencyWindow;
 /// attempts at `timeout.attempt`, still holds. A factor below 1 or NaN counts as 1.
 pub(crate) fn attempt_timeout(
     cfg: &DynamicTimeout,
-    window: &LatencyWindow,
+    window: &impl Percentile,
     fixed: Duration,
 ) -> Duration {
     if !cfg.enabled {
@@ -33,6 +47,7 @@ pub(crate) fn attempt_timeout(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resilience::LatencyHistogram;
     use proptest::prelude::*;
 
     const MS: Duration = Duration::from_millis(1);
@@ -84,6 +99,35 @@ mod tests {
         odd.min = Duration::from_secs(2);
         odd.max = Duration::from_secs(1);
         assert!(attempt_timeout(&odd, &window([500; 60]), FIXED) <= FIXED);
+    }
+
+    fn histogram(latencies_ms: impl IntoIterator<Item = u64>) -> LatencyHistogram {
+        let h = LatencyHistogram::new();
+        for ms in latencies_ms {
+            h.record(Duration::from_millis(ms));
+        }
+        h
+    }
+
+    /// The client's estimator gives the exact window's timeouts within its error: never
+    /// shorter, at most 1/16 longer (before clamping).
+    #[test]
+    fn the_histogram_gives_the_same_timeouts_within_one_sixteenth() {
+        let exact = attempt_timeout(&cfg(), &window(1..=100), FIXED);
+        let est = attempt_timeout(&cfg(), &histogram(1..=100), FIXED);
+        assert!(
+            est >= exact && est <= exact * 17 / 16,
+            "{est:?} vs {exact:?}"
+        );
+        assert_eq!(attempt_timeout(&cfg(), &histogram(1..=49), FIXED), FIXED);
+        assert_eq!(
+            attempt_timeout(&cfg(), &histogram([1; 60]), FIXED),
+            100 * MS
+        );
+        assert_eq!(
+            attempt_timeout(&cfg(), &histogram([60_000; 60]), FIXED),
+            FIXED
+        );
     }
 
     proptest! {

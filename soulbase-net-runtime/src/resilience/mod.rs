@@ -15,7 +15,7 @@
 //!    - choose the endpoint: [`Freezer::choose`] over the base URLs, and over the resolved
 //!      addresses (which the resolver has shuffled already when the DNS policy says so);
 //!    - the attempt runs with [`attempt_timeout`] (the dynamic timeout, learnt from a
-//!      [`LatencyWindow`]) and, when hedged, extra copies at [`HedgeSchedule::start_of`];
+//!      host's [`LatencyHistogram`]) and, when hedged, extra copies at [`HedgeSchedule::start_of`];
 //!    - record: [`BreakerPermit::record`](breaker::BreakerPermit::record) with [`is_failure`], [`LimitPermit::record`] for
 //!      AIMD, the latency into the window, and [`Freezer::freeze`] on a connect/DNS error;
 //!    - [`decide`] → [`RetryDecision::Retry`] or [`RetryDecision::Stop`] (emit
@@ -47,6 +47,7 @@ mod budget;
 mod dynamic;
 mod freeze;
 mod hedge;
+mod histogram;
 mod keymap;
 mod latency;
 mod limiter;
@@ -61,6 +62,7 @@ pub(crate) use self::budget::{budget_key, RetryBudgets};
 pub(crate) use self::dynamic::attempt_timeout;
 pub(crate) use self::freeze::Freezer;
 pub(crate) use self::hedge::HedgeSchedule;
+pub(crate) use self::histogram::LatencyHistogram;
 pub(crate) use self::latency::LatencyWindow;
 pub(crate) use self::limiter::{LimitPermit, Limiter};
 pub(crate) use self::random::FastRand;
