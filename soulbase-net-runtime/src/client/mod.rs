@@ -722,15 +722,18 @@ impl Client {
     /// that thaws first). For an operator draining an origin; saved like failures' freezes
     /// when the client persists them (see `endpoints` in the policy reference).
     ///
+    /// The frozen set is saved in the background, never on the caller's thread; a save that
+    /// fails is logged (`warn`) and the freeze holds all the same.
+    ///
     /// # Errors
-    /// `InvalidRequest` for a `url` that does not parse; `Io` when the frozen set cannot be
-    /// saved (the freeze holds all the same).
+    /// `InvalidRequest` for a `url` that does not parse.
     pub fn freeze_endpoint(&self, url: &str, duration: Duration) -> Result<(), NetError> {
         let url = parse_endpoint(url)?;
         self.inner
             .endpoints
             .freeze(&url, duration, tokio::time::Instant::now());
-        self.save_endpoints()
+        self.save_endpoints();
+        Ok(())
     }
 
     /// Thaws the base URL of `url` at once. Returns whether it was frozen.
@@ -740,7 +743,7 @@ impl Client {
     pub fn unfreeze_endpoint(&self, url: &str) -> Result<bool, NetError> {
         let url = parse_endpoint(url)?;
         let was = self.inner.endpoints.unfreeze(&url);
-        self.save_endpoints()?;
+        self.save_endpoints();
         Ok(was)
     }
 
@@ -750,11 +753,12 @@ impl Client {
         self.inner.endpoints.frozen(tokio::time::Instant::now())
     }
 
-    /// Saves the frozen set now (a small synchronous write), when the client persists it.
-    fn save_endpoints(&self) -> Result<(), NetError> {
-        match self.inner.endpoints.save() {
-            Some(save) => save(),
-            None => Ok(()),
+    /// Saves the frozen set, when the client persists it: handed to the persistence writer's
+    /// thread (the caller may be an async worker, which must not wait for a disk), in order
+    /// with the other saves; a failed save is logged.
+    fn save_endpoints(&self) {
+        if let Some(save) = self.inner.endpoints.save() {
+            crate::dns::write_behind("the frozen endpoints file", save);
         }
     }
 

@@ -120,7 +120,7 @@ impl Inner {
                 }
             }
             // The failures that freeze a base URL (`endpoints.freeze_on`); a change of the
-            // frozen set is saved before the next attempt when the client persists it.
+            // frozen set is saved in the background when the client persists it.
             let freeze_on = match &result {
                 Ok(res) if res.status.is_server_error() => Some(FreezeOn::Status5xx),
                 Err(e) => match e.kind() {
@@ -136,10 +136,10 @@ impl Inner {
                     .endpoints
                     .fail(&target, &policy.endpoints, on, Instant::now())
                 {
+                    // Handed to the persistence writer and not waited for: the next attempt
+                    // never waits for a disk. Writes stay in order; a failed one is logged.
                     if let Some(save) = self.endpoints.save() {
-                        if let Ok(Err(e)) = tokio::task::spawn_blocking(save).await {
-                            tracing::warn!(error = %e, "frozen endpoints not saved");
-                        }
+                        crate::dns::write_behind("the frozen endpoints file", save);
                     }
                 }
             }

@@ -52,22 +52,40 @@ async fn watch(resolver: Weak<SnapshotResolver>, path: PathBuf, every: Duration,
         let Some(resolver) = resolver.upgrade() else {
             return; // the client is gone
         };
-        let now = stamp(&path);
-        if now == seen {
-            continue;
-        }
-        // Remember the stamp even when the file is refused, so a bad file is reported once,
-        // not every interval; the next write is looked at again.
-        seen = now;
-        match resolver.reload_from_file(&path) {
-            Ok(version) => tracing::info!(path = %path.display(), version, "policy reloaded"),
-            Err(e) => tracing::warn!(
-                path = %path.display(),
-                problems = %e,
-                "policy file refused; the policy in force stays"
-            ),
+        // The `stat` and the read are blocking file I/O: made on the blocking pool, so a slow
+        // filesystem (a stalled network mount, a FIFO) holds up this task only, never the
+        // async worker the client's calls run on. One look at a time: the next waits for it.
+        let look = tokio::task::spawn_blocking({
+            let path = path.clone();
+            move || look(&resolver, &path, seen)
+        });
+        match look.await {
+            Ok(now) => seen = now,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "policy file watch stopped");
+                return;
+            }
         }
     }
+}
+
+/// Reloads `path` into `resolver` if its stamp differs from `seen`. Blocking. Returns the
+/// stamp now seen: remembered even when the file is refused, so a bad file is reported once,
+/// not every interval; the next write is looked at again.
+fn look(resolver: &SnapshotResolver, path: &Path, seen: Stamp) -> Stamp {
+    let now = stamp(path);
+    if now == seen {
+        return now;
+    }
+    match resolver.reload_from_file(path) {
+        Ok(version) => tracing::info!(path = %path.display(), version, "policy reloaded"),
+        Err(e) => tracing::warn!(
+            path = %path.display(),
+            problems = %e,
+            "policy file refused; the policy in force stays"
+        ),
+    }
+    now
 }
 
 /// The file's modification time and length; `(None, 0)` when it cannot be read.

@@ -6,8 +6,10 @@ mod background;
 pub(crate) mod cache;
 mod order;
 mod persist;
+mod writer;
 
 pub(crate) use persist::{frozen_path, load_frozen, save_frozen};
+pub(crate) use writer::write_behind;
 mod upstream;
 
 use std::collections::HashMap;
@@ -30,6 +32,11 @@ use self::upstream::{LookupError, Upstream};
 /// The most names the cache holds; past it, expired entries and then those closest to expiry
 /// are evicted, so a flood of distinct names cannot exhaust memory.
 const MAX_NAMES: usize = 10_000;
+
+/// How long dropping the last clone of a resolver waits for its last write (made on the
+/// persistence writer's thread): long enough for any working disk, short enough that a
+/// stalled one cannot hang a shutdown.
+const DROP_WRITE_GRACE: Duration = Duration::from_secs(1);
 
 /// The addresses of a host, in the order to try them, and where they came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,10 +63,17 @@ pub struct Resolution {
 /// With `persist_file`, the cache is loaded from the file when the resolver is built (expired
 /// entries are dropped, or kept as stale within `stale_for`; an unreadable file is ignored and
 /// the cache starts cold), written every `persist_interval`, and written once more when the
-/// last clone of the resolver is dropped. Every `refresh_interval`, expired names that requests
-/// asked for since their last lookup are looked up again (a name nobody asks for any more ages
-/// out after `stale_for` instead of being kept warm forever); the `prefetch` names are looked
-/// up right after [`DnsResolver::new`]. Both run in the
+/// last clone of the resolver is dropped. That last write is made on a thread of its own (no
+/// async worker waits for the disk); the drop waits for it up to one second, so on a working
+/// disk the file is written when the drop returns and nothing is lost at a normal shutdown. A
+/// write that takes longer (a stalled filesystem) goes on in the background and is lost if the
+/// process exits first; the file is then the previous one, whole (writes are atomic). To be
+/// sure of the last state, `persist().await` before the last drop.
+///
+/// Every `refresh_interval`, expired names that requests asked for since their last lookup are
+/// looked up again (a name nobody asks for any more ages out after `stale_for` instead of
+/// being kept warm forever); the `prefetch` names are looked up right after
+/// [`DnsResolver::new`]. Both run in the
 /// background with up to `resolve_retries` attempts `resolve_retry_delay` apart (each wait
 /// randomised to 50–100 % of it). Background work needs a Tokio runtime when the resolver is
 /// built; without one there is none. It stops when the resolver is dropped.
@@ -276,9 +290,15 @@ impl Drop for Inner {
         for task in self.tasks.get_mut().drain(..) {
             task.abort();
         }
-        if let Some(path) = &self.persist_file {
-            // Last write on shutdown; a small synchronous write, and nothing to report to.
-            let _ = persist::save(path, &self.cache.snapshot());
+        if let Some(path) = self.persist_file.clone() {
+            // The last write, on the persistence writer's thread: the dropping thread may be
+            // an async worker, which must not wait for a disk (see `DROP_WRITE_GRACE`).
+            let entries = self.cache.snapshot();
+            let written =
+                writer::write_behind("the dns cache file", move || persist::save(&path, &entries));
+            if !written.wait(DROP_WRITE_GRACE) {
+                tracing::warn!("the dns cache file is still being written; not waiting for it");
+            }
         }
     }
 }

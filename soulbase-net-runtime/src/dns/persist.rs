@@ -60,6 +60,11 @@ fn write_json<T: Serialize>(path: &Path, value: &T, which: &str) -> Result<(), N
             .with_message(format!("cannot encode {which}"))
             .with_source(e)
     })?;
+    if is_special(path) {
+        // A FIFO or a device (`/dev/null` to discard): written in place, since a rename would
+        // replace it with a regular file. Not atomic, and nothing to sync.
+        return write_in_place(path, &json).map_err(|e| io_error("write", which, path, e));
+    }
     let tmp = temp_path(path);
     let written = write_synced(&tmp, &json).and_then(|()| fs::rename(&tmp, path));
     if let Err(e) = written {
@@ -104,6 +109,18 @@ pub(crate) fn save(path: &Path, entries: &[Saved]) -> Result<(), NetError> {
             .collect(),
     };
     write_json(path, &file, "the dns cache file")
+}
+
+/// Whether `path` exists and is neither a regular file nor a directory (a FIFO, a device).
+fn is_special(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(bytes)
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
