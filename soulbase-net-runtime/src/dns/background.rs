@@ -76,6 +76,10 @@ async fn persist_loop(weak: Weak<Inner>, every: Duration) {
             let Some(path) = inner.persist_file.clone() else {
                 return;
             };
+            if !inner.loaded.is_done() {
+                // Not before the file is read: the write would replace its entries.
+                continue;
+            }
             (path, inner.cache.snapshot())
         };
         let _ = tokio::task::spawn_blocking(move || persist::save(&path, &entries)).await;

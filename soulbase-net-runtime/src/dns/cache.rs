@@ -154,7 +154,8 @@ impl<E: Clone> DnsCache<E> {
 
     /// Restores a persisted entry at `now` (`wall` by the wall clock). Its remaining life is
     /// cut to `max_ttl`; an entry already expired is kept, as stale, only within `stale_for`.
-    /// Returns whether it was kept.
+    /// An entry already cached for the name (an answer resolved while the file was loading,
+    /// so fresher) is kept instead. Returns whether the persisted one was kept.
     pub(crate) fn restore(&self, saved: &Saved, now: Instant, wall: SystemTime) -> bool {
         if saved.addrs.is_empty() {
             return false;
@@ -180,14 +181,27 @@ impl<E: Clone> DnsCache<E> {
             wall_expires,
             used: false,
         };
-        self.put(&saved.name, entry, now);
+        let mut entries = self.entries.lock();
+        if entries.contains_key(saved.name.as_str()) {
+            return false;
+        }
+        self.put_locked(&mut entries, &saved.name, entry, now);
         true
     }
 
     fn put(&self, name: &str, entry: Entry, now: Instant) {
-        let mut entries = self.entries.lock();
+        self.put_locked(&mut self.entries.lock(), name, entry, now);
+    }
+
+    fn put_locked(
+        &self,
+        entries: &mut HashMap<Box<str>, Entry>,
+        name: &str,
+        entry: Entry,
+        now: Instant,
+    ) {
         if entries.len() >= self.cfg.max_entries && !entries.contains_key(name) {
-            self.evict(&mut entries, now);
+            self.evict(entries, now);
         }
         if self.cfg.max_entries > 0 {
             entries.insert(name.into(), entry);

@@ -4,6 +4,7 @@
 
 mod background;
 pub(crate) mod cache;
+mod load;
 mod order;
 mod persist;
 mod writer;
@@ -17,7 +18,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use soulbase_net_core::{DnsSource, ErrorKind, NetError};
@@ -26,6 +27,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use self::cache::{CacheCfg, Caller, DnsCache, Source};
+use self::load::LoadState;
 use self::order::{order, parse_host, Host};
 use self::upstream::{LookupError, Upstream};
 
@@ -60,10 +62,18 @@ pub struct Resolution {
 /// cached for their TTL clamped to `[min_ttl, cache_ttl]`; when a lookup fails, an expired
 /// answer is served for up to `stale_for` if `serve_stale` is on.
 ///
-/// With `persist_file`, the cache is loaded from the file when the resolver is built (expired
-/// entries are dropped, or kept as stale within `stale_for`; an unreadable file is ignored and
-/// the cache starts cold), written every `persist_interval`, and written once more when the
-/// last clone of the resolver is dropped. That last write is made on a thread of its own (no
+/// With `persist_file`, the cache is loaded from the file (expired entries are dropped, or
+/// kept as stale within `stale_for`; an unreadable file is ignored and the cache starts cold),
+/// written every `persist_interval`, and written once more when the last clone of the
+/// resolver is dropped. Inside a Tokio runtime the file is read on the blocking pool, so
+/// building a resolver (which a client may do on a request) never waits for a disk: the
+/// resolver starts with an empty cache, and its first calls may look names up afresh while
+/// the file loads; the loaded entries are merged in when they arrive, never replacing an
+/// answer looked up meanwhile. [`DnsResolver::loaded`] waits for the load. Without a runtime,
+/// the file is read in [`DnsResolver::new`]. No write is made before the load is done (a
+/// write would replace entries not yet read): a periodic write waits for the next tick,
+/// [`DnsResolver::persist`] waits for the load, and a resolver dropped before it is done
+/// leaves the file as it was. The write at the last drop is made on a thread of its own (no
 /// async worker waits for the disk); the drop waits for it up to one second, so on a working
 /// disk the file is written when the drop returns and nothing is lost at a normal shutdown. A
 /// write that takes longer (a stalled filesystem) goes on in the background and is lost if the
@@ -110,12 +120,16 @@ struct Inner {
     resolve_retries: u32,
     resolve_retry_delay: Duration,
     tasks: Mutex<Vec<AbortHandle>>,
+    /// Whether the persisted cache has been read: until then no write is made, which would
+    /// replace the file's entries with the few resolved meanwhile.
+    loaded: LoadState,
 }
 
 // === impl DnsResolver ===
 
 impl DnsResolver {
-    /// Builds a resolver from `policy`, loads the persisted cache if there is one, and, when
+    /// Builds a resolver from `policy`, starts loading the persisted cache if there is one
+    /// (in the background inside a Tokio runtime, see [`DnsResolver::loaded`]), and, when
     /// called inside a Tokio runtime, starts the background prefetch, refresh and persistence.
     ///
     /// # Errors
@@ -152,8 +166,9 @@ impl DnsResolver {
             resolve_retries: policy.resolve_retries,
             resolve_retry_delay: policy.resolve_retry_delay,
             tasks: Mutex::new(Vec::new()),
+            loaded: LoadState::pending(),
         });
-        inner.load();
+        load::start(&inner);
         background::start(&inner, policy);
         Ok(DnsResolver { inner })
     }
@@ -208,7 +223,9 @@ impl DnsResolver {
         })
     }
 
-    /// Writes the cache to the policy's `persist_file` now; does nothing without one.
+    /// Writes the cache to the policy's `persist_file` now; does nothing without one. Waits
+    /// for the file to be loaded first (see [`DnsResolver::loaded`]), so that the write keeps
+    /// what the file held.
     ///
     /// # Errors
     /// `Io` when the file cannot be written.
@@ -216,6 +233,7 @@ impl DnsResolver {
         let Some(path) = self.inner.persist_file.clone() else {
             return Ok(());
         };
+        self.loaded().await;
         let entries = self.inner.cache.snapshot();
         tokio::task::spawn_blocking(move || persist::save(&path, &entries))
             .await
@@ -224,6 +242,15 @@ impl DnsResolver {
                     .with_message("the dns cache writer stopped")
                     .with_source(e)
             })?
+    }
+
+    /// Waits until the policy's `persist_file` has been loaded into the cache (or found
+    /// unreadable); returns at once without one, or when the resolver was built outside a
+    /// Tokio runtime (the file was then read in [`DnsResolver::new`]).
+    ///
+    /// Calls need not wait for it: until the load is done, names are looked up afresh.
+    pub async fn loaded(&self) {
+        self.inner.loaded.wait().await;
     }
 
     /// How many names the cache holds (fresh or stale); static overrides are not counted.
@@ -257,24 +284,6 @@ impl Inner {
             .resolve(name, caller, || self.upstream.lookup(name))
             .await
     }
-
-    /// Fills the cache from the persistence file. An unreadable file is ignored: it is only a
-    /// cache, and the next write replaces it.
-    fn load(&self) {
-        let Some(path) = &self.persist_file else {
-            return;
-        };
-        let Ok(saved) = persist::load(path) else {
-            return;
-        };
-        let (now, wall) = (Instant::now(), SystemTime::now());
-        for mut entry in saved {
-            if let Ok(Host::Name(name)) = parse_host(&entry.name) {
-                entry.name = name;
-                self.cache.restore(&entry, now, wall);
-            }
-        }
-    }
 }
 
 impl DnsResolver {
@@ -289,6 +298,11 @@ impl Drop for Inner {
     fn drop(&mut self) {
         for task in self.tasks.get_mut().drain(..) {
             task.abort();
+        }
+        if !self.loaded.is_done() {
+            // The file was never read (a stalled disk, or a resolver dropped at once):
+            // writing it would replace its entries with the few resolved meanwhile.
+            return;
         }
         if let Some(path) = self.persist_file.clone() {
             // The last write, on the persistence writer's thread: the dropping thread may be

@@ -193,9 +193,13 @@ fn dropping_a_resolver_does_not_wait_for_a_stalled_disk_and_loses_nothing() {
         p.prefetch.clear();
         p.persist_file = Some(fifo.clone());
         let resolver = DnsResolver::new(&p).unwrap();
+        // The file is read in the background: once it has been (there is none yet), the
+        // last write blocks until someone opens the pipe, which nobody does before the drop
+        // has returned.
+        tokio::time::timeout(BOUND, resolver.loaded())
+            .await
+            .expect("a missing cache file was not loaded in time");
         resolver.resolve("kept.example.test").await.unwrap();
-        // After the build (which reads the file): the last write blocks until someone opens
-        // the pipe, which nobody does before the drop has returned.
         mkfifo(&fifo);
         let dropping = tokio::time::Instant::now();
         drop(resolver);
@@ -286,5 +290,144 @@ fn calls_do_not_wait_for_a_watched_policy_file_on_a_stalled_disk() {
     assert!(
         dropped_in < BOUND,
         "dropping the client took {dropped_in:?}"
+    );
+}
+
+#[test]
+fn calls_do_not_wait_for_the_dns_cache_file_to_be_read() {
+    let dir = temp_dir("load");
+    let fifo = dir.join("dns.json");
+    // A cache file on a "disk" that never answers: opening it to read blocks until someone
+    // opens the pipe to write, which nobody does before the scenario has ended.
+    mkfifo(&fifo);
+    let file = fifo.clone();
+    let done = on_one_thread(move || async move {
+        let srv = FaultServer::http1()
+            .route("/ok", Reply::ok("ok"))
+            .start()
+            .await
+            .unwrap();
+        let mut p = loopback_policy();
+        p.dns.persist_file = Some(file);
+        p.dns.persist_interval = None;
+        // The resolver (which loads the file) is created when the transport is first built:
+        // here, or on the call.
+        let client = Client::builder().policy(p).build().unwrap();
+        let call = client.send(NetRequest::get(srv.url("/ok")));
+        let status = tokio::time::timeout(BOUND, call)
+            .await
+            .map(|r| r.map(|r| r.status.as_u16()).map_err(|e| e.to_string()));
+        let dropping = tokio::time::Instant::now();
+        drop(client);
+        let dropped_in = dropping.elapsed();
+        srv.join().await;
+        (status, dropped_in)
+    });
+    let outcome = done.recv_timeout(BOUND);
+    // Opens the pipe to write and closes it: the blocked read ends (at end of file, which is
+    // not a cache file, so it is ignored) and the runtime's blocking pool can shut down.
+    unblock(&fifo);
+    let _ = fs::remove_dir_all(&dir);
+    let (status, dropped_in) = outcome.expect("the call waited for the dns cache file to be read");
+    assert_eq!(status.expect("the call did not end in time"), Ok(200));
+    assert!(
+        dropped_in < BOUND,
+        "dropping the client took {dropped_in:?}"
+    );
+}
+
+#[test]
+fn a_late_cache_file_never_replaces_answers_looked_up_while_it_loaded() {
+    let dir = temp_dir("merge");
+    let fifo = dir.join("dns.json");
+    mkfifo(&fifo);
+    let (file, pipe) = (fifo.clone(), fifo.clone());
+    // Far in the future: both entries are fresh when they arrive.
+    let saved = r#"{"version":1,"entries":[
+        {"name":"fresh.example.test","addrs":["192.0.2.1"],"expires_unix_ms":4102444800000},
+        {"name":"saved.example.test","addrs":["192.0.2.2"],"expires_unix_ms":4102444800000}]}"#;
+    let done = on_one_thread(move || async move {
+        let dns = MockDns::start().await.unwrap();
+        dns.set_ips("fresh.example.test", &["192.0.2.9".parse().unwrap()], 300);
+        let mut p = DnsPolicy::default();
+        p.nameservers = vec![dns.addr()];
+        p.timeout = Duration::from_secs(2);
+        p.refresh_interval = None;
+        p.persist_interval = None;
+        p.prefetch.clear();
+        p.persist_file = Some(file);
+        let resolver = DnsResolver::new(&p).unwrap();
+        // The file is still being read (nobody has written the pipe): looked up afresh.
+        let before = tokio::time::timeout(BOUND, resolver.resolve("fresh.example.test"))
+            .await
+            .map(|r| {
+                r.map(|r| (r.source, r.addrs.to_vec()))
+                    .map_err(|e| e.to_string())
+            });
+        // Now the file arrives.
+        let (written_tx, written_rx) = tokio::sync::oneshot::channel();
+        thread::spawn(move || {
+            let written = fs::OpenOptions::new()
+                .write(true)
+                .open(&pipe)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, saved.as_bytes()));
+            let _ = written_tx.send(written.is_ok());
+        });
+        let wrote = tokio::time::timeout(BOUND, written_rx).await;
+        let loaded = tokio::time::timeout(BOUND, resolver.loaded()).await.is_ok();
+        let fresh = resolver.resolve("fresh.example.test").await;
+        let saved = resolver.resolve("saved.example.test").await;
+        let queries = dns.queries().len();
+        drop(resolver);
+        (
+            before,
+            wrote.map(|w| w.unwrap_or(false)),
+            loaded,
+            fresh
+                .map(|r| (r.source, r.addrs.to_vec()))
+                .map_err(|e| e.to_string()),
+            saved
+                .map(|r| (r.source, r.addrs.to_vec()))
+                .map_err(|e| e.to_string()),
+            queries,
+        )
+    });
+    let outcome = done.recv_timeout(BOUND);
+    unblock(&fifo);
+    let _ = fs::remove_dir_all(&dir);
+    let (before, wrote, loaded, fresh, saved, queries) =
+        outcome.expect("the resolver waited for the dns cache file to be read");
+    let looked_up = (
+        soulbase_net_core::DnsSource::Lookup,
+        vec!["192.0.2.9".parse().unwrap()],
+    );
+    assert_eq!(
+        before.expect("the lookup did not end in time"),
+        Ok(looked_up)
+    );
+    assert_eq!(
+        wrote,
+        Ok(true),
+        "the cache file was not written to the pipe"
+    );
+    assert!(loaded, "the cache file was never loaded");
+    // The answer looked up meanwhile is kept; the file's other entry is served from the cache.
+    assert_eq!(
+        fresh,
+        Ok((
+            soulbase_net_core::DnsSource::Cache,
+            vec!["192.0.2.9".parse().unwrap()]
+        ))
+    );
+    assert_eq!(
+        saved,
+        Ok((
+            soulbase_net_core::DnsSource::Cache,
+            vec!["192.0.2.2".parse().unwrap()]
+        ))
+    );
+    assert_eq!(
+        queries, 2,
+        "one lookup (A and AAAA) of the fresh name, none of the saved one"
     );
 }

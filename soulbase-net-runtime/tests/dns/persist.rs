@@ -26,6 +26,7 @@ async fn a_restarted_resolver_starts_warm_from_the_file() {
     let queries = dns.queries().len();
 
     let second = resolver(&p);
+    second.loaded().await;
     assert_eq!(second.cached_names(), 2);
     let one = second.resolve("one.example.test").await.unwrap();
     assert_eq!(
@@ -49,6 +50,8 @@ async fn dropping_the_resolver_writes_the_file() {
     let mut p = policy(&dns);
     p.persist_file = Some(file.clone());
     let r = resolver(&p);
+    // A resolver dropped before its file is read leaves the file alone.
+    r.loaded().await;
     r.resolve("drop.example.test").await.unwrap();
     let clone = r.clone();
     drop(r);
@@ -56,6 +59,7 @@ async fn dropping_the_resolver_writes_the_file() {
     drop(clone);
     assert!(file.exists());
     let warm = resolver(&p);
+    warm.loaded().await;
     assert_eq!(
         warm.resolve("drop.example.test").await.unwrap().source,
         DnsSource::Cache
@@ -75,6 +79,7 @@ async fn expired_entries_load_as_stale_and_bad_files_start_cold() {
     let mut p = policy(&dns);
     p.persist_file = Some(file.clone());
     let first = resolver(&p);
+    first.loaded().await;
     first.resolve(name).await.unwrap();
     drop(first);
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -82,6 +87,7 @@ async fn expired_entries_load_as_stale_and_bad_files_start_cold() {
     // Expired in the file, the server now failing: served stale.
     dns.servfail(name);
     let second = resolver(&p);
+    second.loaded().await;
     assert_eq!(second.cached_names(), 1);
     let res = second.resolve(name).await.unwrap();
     assert_eq!(
@@ -93,12 +99,16 @@ async fn expired_entries_load_as_stale_and_bad_files_start_cold() {
     // Without serve_stale, an expired entry is not loaded.
     let mut strict = p.clone();
     strict.serve_stale = false;
-    assert_eq!(resolver(&strict).cached_names(), 0);
+    let strict = resolver(&strict);
+    strict.loaded().await;
+    assert_eq!(strict.cached_names(), 0);
+    drop(strict);
 
     // A corrupt file: the resolver starts cold and works.
     std::fs::write(&file, b"{ not json").unwrap();
     dns.set_ips(name, &ips(&["192.0.2.5"]), 60);
     let cold = resolver(&p);
+    cold.loaded().await;
     assert_eq!(cold.cached_names(), 0);
     assert_eq!(cold.resolve(name).await.unwrap().source, DnsSource::Lookup);
     drop(cold);
