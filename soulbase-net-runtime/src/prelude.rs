@@ -21,11 +21,11 @@
 //! - the policy's sections a service sets in code most often: [`ProxyPolicy`],
 //!   [`HttpVersionPolicy`];
 //! - the `http` crate (as reqwest re-exports it): [`http`], with [`Method`], [`StatusCode`],
-//!   [`HeaderMap`], [`HeaderValue`] and the [`header`] names at hand;
-//! - with feature `interceptors` (on by default), the interceptors a service adds most (from
-//!   `soulbase-net-interceptors`, its default features): `TraceUa`, `Bearer`, `Token`,
-//!   `TokenProvider`, `IdempotencyKey`, `SandboxGuard`, `CacheHook`, `MemoryStore`,
-//!   `QosBytes`, `ByteBudget`, `A2aJws`.
+//!   [`HeaderMap`], [`HeaderValue`] and the [`header`] names at hand.
+//!
+//! The interceptors (TraceUa, Bearer, IdempotencyKey, …) are a crate of their own beside this
+//! one (`soulbase_net_interceptors`), which this crate never depends on: a service that adds
+//! them imports that crate too.
 //!
 //! # Examples
 //! ```
@@ -66,9 +66,3 @@ pub use soulbase_net_policy::{
     HttpVersionPolicy, NetPolicy, PolicyDocument, PolicyResolver, ProxyPolicy, SnapshotResolver,
 };
 pub use tokio_util::sync::CancellationToken;
-
-#[cfg(feature = "interceptors")]
-pub use soulbase_net_interceptors::{
-    A2aJws, Bearer, ByteBudget, CacheHook, IdempotencyKey, MemoryStore, QosBytes, SandboxGuard,
-    Token, TokenProvider, TraceUa,
-};

@@ -27,7 +27,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "soulbase-net-core",
             "soulbase-net-policy",
             "soulbase-net-store",
-            "soulbase-net-interceptors",
         ],
     ),
     (
