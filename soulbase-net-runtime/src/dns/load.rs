@@ -17,16 +17,17 @@ use super::cache::Saved;
 use super::order::{parse_host, Host};
 use super::{persist, Inner};
 
-/// Whether the persisted cache has been loaded (or there was nothing to load).
-#[derive(Debug)]
-pub(super) struct LoadState(watch::Sender<bool>);
+/// Whether the persisted cache has been loaded (or there was nothing to load). Cloned by the
+/// loading thread, so that it can mark the load done after letting go of the resolver.
+#[derive(Debug, Clone)]
+pub(super) struct LoadState(Arc<watch::Sender<bool>>);
 
 // === impl LoadState ===
 
 impl LoadState {
     /// A load not yet done.
     pub(super) fn pending() -> Self {
-        LoadState(watch::Sender::new(false))
+        LoadState(Arc::new(watch::Sender::new(false)))
     }
 
     /// Whether the load is done (succeeded or failed).
@@ -60,18 +61,26 @@ pub(super) fn start(inner: &Arc<Inner>) {
             // and once the resolver is gone its result is simply dropped.
             drop(handle.spawn_blocking(move || {
                 let saved = persist::load(&path);
-                if let Some(inner) = weak.upgrade() {
-                    merge(&inner, saved);
-                }
+                let Some(inner) = weak.upgrade() else { return };
+                restore(&inner, saved);
+                let state = inner.loaded.clone();
+                // Let go of the resolver before saying the load is done: a caller that
+                // awaited `loaded()` and then dropped the last handle must see the resolver
+                // dropped (and its file written) on its own thread, not later on this one.
+                drop(inner);
+                state.finish();
             }));
         }
-        Err(_) => merge(inner, persist::load(&path)),
+        Err(_) => {
+            restore(inner, persist::load(&path));
+            inner.loaded.finish();
+        }
     }
 }
 
-/// Merges what was read into the cache, then marks the load done. An unreadable file is
-/// ignored: it is only a cache, and the next write replaces it.
-fn merge(inner: &Inner, saved: Result<Vec<Saved>, NetError>) {
+/// Merges what was read into the cache. An unreadable file is ignored: it is only a cache,
+/// and the next write replaces it.
+fn restore(inner: &Inner, saved: Result<Vec<Saved>, NetError>) {
     match saved {
         Ok(saved) => {
             let (now, wall) = (Instant::now(), SystemTime::now());
@@ -84,5 +93,4 @@ fn merge(inner: &Inner, saved: Result<Vec<Saved>, NetError>) {
         }
         Err(e) => tracing::debug!(error = %e, "the dns cache file was not loaded"),
     }
-    inner.loaded.finish();
 }
