@@ -66,22 +66,19 @@ pub mod bench_hooks;
 pub mod body;
 mod classify;
 mod client;
-mod connect;
 mod dns;
 pub mod fleet;
-#[cfg(feature = "http3")]
-mod h3;
-mod pool;
 pub mod prelude;
 mod pruned;
 mod redirect;
 mod resilience;
 pub mod testing;
 pub mod tls;
+mod transport;
 
 pub use crate::client::{Client, ClientBuilder, ResponseFuture};
-pub use crate::connect::{DialFuture, Dialer, TcpDialer};
 pub use crate::dns::{DnsResolver, Resolution};
+pub use crate::transport::{DialFuture, Dialer, TcpDialer};
 /// Put one in `NetRequest::extensions` to cancel the call from elsewhere: the call stops at
 /// once, no further attempt starts, and it ends with `ErrorKind::Cancelled`.
 pub use tokio_util::sync::CancellationToken;

@@ -1,5 +1,6 @@
 //! [`TestNet`]: production host names pointed at loopback servers (a wiremock `MockServer`,
-//! a testkit `FaultServer`), for tests that keep the service's production URLs and policy.
+//! a testkit `FaultServer`), for tests that keep the service's production URLs and policy;
+//! and [`LoopbackDialer`], the dialer of tests that name loopback servers directly.
 //!
 //! Why here and not in the testkit: the testkit depends on core only (it is the other side of
 //! the wire), while this helper must shape what the client resolves, guards and dials — a
@@ -27,7 +28,7 @@ use soulbase_net_core::NetError;
 use soulbase_net_policy::{NetPolicy, PolicyDocument};
 
 use crate::client::ClientBuilder;
-use crate::connect::{DialFuture, Dialer, TcpDialer};
+use crate::transport::{DialFuture, Dialer, TcpDialer};
 
 /// The name server a [`TestNet`] policy uses unless [`TestNet::name_server`] gives one: port 0
 /// on loopback, to which the operating system refuses to send, so every lookup of a name that
@@ -532,6 +533,28 @@ impl TestNetDialer {
 }
 
 impl Dialer for TestNetDialer {
+    /// QUIC cannot be sent to a mapped server (a stand-in names no UDP port of it), so only
+    /// loopback peers outside the stand-ins are allowed, as for TCP; each is recorded.
+    fn udp_peer(&self, peer: SocketAddr) -> io::Result<()> {
+        let (host, to) = self.route(peer);
+        self.shared.state.lock().dials.push(Dial {
+            addr: peer,
+            host: host.clone(),
+            to: to.filter(|to| *to == peer),
+        });
+        match (host, to) {
+            (None, Some(to)) if to == peer => Ok(()),
+            (Some(host), _) => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("TestNet: {host} ({peer}) is mapped for tcp only; http/3 cannot reach it"),
+            )),
+            _ => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("TestNet: {peer} is not on loopback; tests never leave the machine"),
+            )),
+        }
+    }
+
     fn dial(&self, addr: SocketAddr) -> DialFuture {
         let (host, to) = self.route(addr);
         self.shared.state.lock().dials.push(Dial {
@@ -564,6 +587,103 @@ impl fmt::Display for Dial {
             (Some(host), None) => write!(f, "{host} ({}) refused", self.addr),
             (None, Some(to)) => write!(f, "{} -> {to}", self.addr),
             (None, None) => write!(f, "{} refused", self.addr),
+        }
+    }
+}
+
+/// A [`Dialer`] for tests: records every peer the client asks for, over TCP and over QUIC
+/// (HTTP/3's UDP peers and the sockets it binds), and refuses — without dialling or sending —
+/// any peer that is not loopback. A guard that let a private or metadata address through then
+/// shows up in the record and fails the test, and the connection never leaves the machine.
+///
+/// ```
+/// use std::sync::Arc;
+/// use soulbase_net_runtime::{testing::LoopbackDialer, Client};
+///
+/// let dialer = Arc::new(LoopbackDialer::default());
+/// let client = Client::builder().dialer(dialer.clone()).build()?;
+/// # drop(client);
+/// assert!(dialer.dialled().is_empty());
+/// assert!(dialer.off_loopback().is_empty());
+/// # Ok::<(), soulbase_net_core::NetError>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct LoopbackDialer {
+    record: Mutex<LoopbackRecord>,
+}
+
+/// What a [`LoopbackDialer`] was asked for, in order.
+#[derive(Debug, Default)]
+struct LoopbackRecord {
+    tcp: Vec<SocketAddr>,
+    udp_peers: Vec<SocketAddr>,
+    udp_binds: Vec<SocketAddr>,
+}
+
+// === impl LoopbackDialer ===
+
+impl LoopbackDialer {
+    /// Every TCP address asked for, in order (refused ones too).
+    pub fn dialled(&self) -> Vec<SocketAddr> {
+        self.record.lock().tcp.clone()
+    }
+
+    /// Every QUIC (HTTP/3) peer asked for, in order (refused ones too).
+    pub fn udp_peers(&self) -> Vec<SocketAddr> {
+        self.record.lock().udp_peers.clone()
+    }
+
+    /// Every local address a UDP socket was bound at for QUIC, in order.
+    pub fn udp_binds(&self) -> Vec<SocketAddr> {
+        self.record.lock().udp_binds.clone()
+    }
+
+    /// The peers asked for, TCP then QUIC, that are not loopback (each one refused).
+    pub fn off_loopback(&self) -> Vec<SocketAddr> {
+        let record = self.record.lock();
+        record
+            .tcp
+            .iter()
+            .chain(&record.udp_peers)
+            .copied()
+            .filter(|a| !a.ip().is_loopback())
+            .collect()
+    }
+
+    /// Forgets what was recorded.
+    pub fn clear(&self) {
+        *self.record.lock() = LoopbackRecord::default();
+    }
+}
+
+/// The refusal of a peer off loopback.
+fn off_loopback(peer: SocketAddr) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("the test dialer reaches loopback only, not {peer}; tests never leave the machine"),
+    )
+}
+
+impl Dialer for LoopbackDialer {
+    fn dial(&self, addr: SocketAddr) -> DialFuture {
+        self.record.lock().tcp.push(addr);
+        if addr.ip().is_loopback() {
+            return TcpDialer.dial(addr);
+        }
+        Box::pin(async move { Err(off_loopback(addr)) })
+    }
+
+    fn bind_udp(&self, local: SocketAddr) -> io::Result<std::net::UdpSocket> {
+        self.record.lock().udp_binds.push(local);
+        std::net::UdpSocket::bind(local)
+    }
+
+    fn udp_peer(&self, peer: SocketAddr) -> io::Result<()> {
+        self.record.lock().udp_peers.push(peer);
+        if peer.ip().is_loopback() {
+            Ok(())
+        } else {
+            Err(off_loopback(peer))
         }
     }
 }

@@ -22,7 +22,7 @@ use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::{Client, DialFuture, Dialer};
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 
-use crate::loopback::LoopbackDialer;
+use soulbase_net_runtime::testing::LoopbackDialer;
 
 pub(crate) mod slo;
 use crate::table::{self, print_table, row, Row};

@@ -25,7 +25,7 @@ use soulbase_net_runtime::{
     Client,
 };
 
-use crate::loopback::LoopbackDialer;
+use soulbase_net_runtime::testing::LoopbackDialer;
 use tokio::time::Instant;
 
 /// What one fleet instance is to do.

@@ -11,7 +11,6 @@ mod demo;
 mod fleet;
 mod guides;
 mod interop;
-mod loopback;
 mod outbox;
 mod outbox_kit;
 mod table;

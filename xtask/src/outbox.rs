@@ -19,7 +19,7 @@ use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use tokio::time::Instant;
 
-use crate::loopback::LoopbackDialer;
+use soulbase_net_runtime::testing::LoopbackDialer;
 
 pub(crate) fn worker(args: &[String]) -> Result<(), String> {
     let mut db = None;

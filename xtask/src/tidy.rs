@@ -10,6 +10,8 @@ use std::{
 
 use serde_json::Value;
 
+mod modules;
+
 /// The crate layering: what each library crate may depend on (normal and build
 /// dependencies). `xtask` may depend on everything; nothing may depend on `xtask`.
 /// `docs/architecture.md` states the same in its `layering` block, and
@@ -118,6 +120,7 @@ pub(crate) fn check(root: &Path) -> Result<(), Vec<String>> {
     for file in rust_files(root) {
         check_source(root, &file, &mut problems);
     }
+    modules::check_module_cycles(root, &mut problems);
     check_error_codes(&mut problems);
     check_architecture(root, meta.as_ref(), &mut problems);
     if problems.is_empty() {

@@ -66,6 +66,32 @@ const fn upstream_status(status: StatusCode) -> (StatusCode, GrpcCode) {
     }
 }
 
+impl ErrorKind {
+    /// The HTTP status a service answers its own caller with when an outbound call failed
+    /// with this kind; the table is on [`NetError::http_status`](crate::NetError::http_status).
+    ///
+    /// ```
+    /// use soulbase_net_core::{ErrorKind, Phase};
+    ///
+    /// assert_eq!(ErrorKind::Timeout(Phase::Read).http_status(), http::StatusCode::GATEWAY_TIMEOUT);
+    /// ```
+    pub const fn http_status(self) -> http::StatusCode {
+        boundary(self).0
+    }
+
+    /// The gRPC code a service answers its own caller with when an outbound call failed with
+    /// this kind; the table is on [`NetError::http_status`](crate::NetError::http_status).
+    ///
+    /// ```
+    /// use soulbase_net_core::{ErrorKind, GrpcCode};
+    ///
+    /// assert_eq!(ErrorKind::CircuitOpen.grpc_code(), GrpcCode::Unavailable);
+    /// ```
+    pub const fn grpc_code(self) -> GrpcCode {
+        boundary(self).1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,6 +119,13 @@ pub(crate) const fn kind_code(kind: ErrorKind) -> ErrorCode {
     }
 }
 
+impl ErrorKind {
+    /// The stable SB-02 code of this kind.
+    pub const fn code(self) -> ErrorCode {
+        kind_code(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,10 +2,6 @@
 
 use std::fmt;
 
-use super::boundary::boundary;
-use super::code::{kind_code, ErrorCode};
-use super::grpc::GrpcCode;
-
 /// The phase of a request, used to say which timeout fired and to label latencies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -167,35 +163,6 @@ impl ErrorKind {
         ErrorKind::Interceptor,
         ErrorKind::Cancelled,
     ];
-
-    /// The stable SB-02 code of this kind.
-    pub const fn code(self) -> ErrorCode {
-        kind_code(self)
-    }
-
-    /// The HTTP status a service answers its own caller with when an outbound call failed
-    /// with this kind; the table is on [`NetError::http_status`](crate::NetError::http_status).
-    ///
-    /// ```
-    /// use soulbase_net_core::{ErrorKind, Phase};
-    ///
-    /// assert_eq!(ErrorKind::Timeout(Phase::Read).http_status(), http::StatusCode::GATEWAY_TIMEOUT);
-    /// ```
-    pub const fn http_status(self) -> http::StatusCode {
-        boundary(self).0
-    }
-
-    /// The gRPC code a service answers its own caller with when an outbound call failed with
-    /// this kind; the table is on [`NetError::http_status`](crate::NetError::http_status).
-    ///
-    /// ```
-    /// use soulbase_net_core::{ErrorKind, GrpcCode};
-    ///
-    /// assert_eq!(ErrorKind::CircuitOpen.grpc_code(), GrpcCode::Unavailable);
-    /// ```
-    pub const fn grpc_code(self) -> GrpcCode {
-        boundary(self).1
-    }
 
     /// Whether this is a timeout in any phase.
     pub const fn is_timeout(self) -> bool {

@@ -27,7 +27,7 @@ async fn metadata_address_is_refused_with_no_dial() {
     assert_eq!(err.kind(), ErrorKind::Blocked);
     assert_eq!(err.code().as_str(), "AUTH.FORBIDDEN");
     assert!(err.find_source::<Denied>().is_some());
-    assert!(dialer.dialled.lock().is_empty());
+    assert!(dialer.dialled().is_empty());
 }
 
 #[tokio::test]

@@ -1,33 +1,12 @@
 //! A client that can reach only loopback, with the interceptors under test.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
-use parking_lot::Mutex;
 use soulbase_net_core::Interceptor;
 use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::{Client, DialFuture, Dialer, TcpDialer};
+use soulbase_net_runtime::Client;
 
-/// Records each address it is asked to dial and refuses any that is not loopback, so a broken
-/// guard fails the test instead of reaching the network.
-#[derive(Debug, Default)]
-pub(crate) struct RecordingDialer {
-    pub(crate) dialled: Mutex<Vec<SocketAddr>>,
-}
-
-impl Dialer for RecordingDialer {
-    fn dial(&self, addr: SocketAddr) -> DialFuture {
-        self.dialled.lock().push(addr);
-        if !addr.ip().is_loopback() {
-            return Box::pin(async move {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    format!("test dialer refuses non-loopback {addr}"),
-                ))
-            });
-        }
-        TcpDialer.dial(addr)
-    }
-}
+pub(crate) use soulbase_net_runtime::testing::LoopbackDialer as RecordingDialer;
 
 /// The default policy with loopback granted and the system resolver out of reach.
 pub(crate) fn loopback_policy() -> NetPolicy {

@@ -20,14 +20,15 @@ use tokio::time::Instant;
 use tracing::{field::Empty as Unset, Instrument, Span};
 use url::Url;
 
-use super::send::{host_of, record_outcome, shown_url, Call};
+use super::send::{record_outcome, Call};
+use super::urls::{host_of, shown_url};
 use super::{
     body::{MeteredBody, Progress, SendBody},
     Inner,
 };
 use crate::{
     body::{check_content_length, check_declared_length, decode, LimitedBody},
-    pool::ReqBody,
+    transport::body::ReqBody,
 };
 
 impl Inner {
@@ -350,7 +351,7 @@ fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Span {
 
 /// The proxy credentials for an `http` request that goes to a proxy in absolute form; the
 /// proxy consumes them. `https` requests carry none (the tunnel was authorised by CONNECT).
-fn proxy_auth(transport: &super::transport::Transport, uri: &http::Uri) -> Option<HeaderValue> {
+fn proxy_auth(transport: &crate::transport::Transport, uri: &http::Uri) -> Option<HeaderValue> {
     if uri.scheme_str() != Some("http") {
         return None;
     }

@@ -166,14 +166,14 @@ pub(crate) struct OwnedInfo {
     pub(crate) scheme: &'static str,
     /// The URL the call was made to, as validated (shared with the call, not copied).
     pub(crate) target: Arc<url::Url>,
-    /// Where the call's host label is in `target`'s text (see [`host_span`](super::send::host_span)).
+    /// Where the call's host label is in `target`'s text (see [`host_span`](super::urls::host_span)).
     pub(crate) host: std::ops::Range<usize>,
     pub(crate) tenant: Option<String>,
     /// The URL as events show it.
     pub(crate) shown: Shown,
 }
 
-/// How events show the call's URL (the text of [`shown_url`](super::send::shown_url)),
+/// How events show the call's URL (the text of [`shown_url`](super::urls::shown_url)),
 /// without a copy of it where it can be a slice of the URL the call holds.
 #[derive(Debug)]
 pub(crate) enum Shown {
@@ -191,7 +191,7 @@ impl Shown {
         if url.username().is_empty() && url.password().is_none() {
             Shown::Prefix(url[..url::Position::AfterPath].len())
         } else {
-            Shown::Redacted(super::send::shown_url(url))
+            Shown::Redacted(super::urls::shown_url(url))
         }
     }
 }

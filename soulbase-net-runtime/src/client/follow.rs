@@ -8,7 +8,8 @@ use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse, Outco
 use soulbase_net_policy::NetPolicy;
 use url::Url;
 
-use super::send::{host_of, shown_url, unknown_policy_key, Attempts, Call};
+use super::send::{unknown_policy_key, Attempts, Call};
+use super::urls::{host_of, shown_url};
 use super::Inner;
 use crate::{
     redirect::{Action, Redirect, RedirectState},

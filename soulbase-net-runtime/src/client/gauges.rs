@@ -9,8 +9,8 @@ use std::{fmt, sync::Arc};
 use soulbase_net_core::{GaugeReading, GaugeSource};
 use tokio::time::Instant;
 
-use super::transport::Transports;
 use crate::resilience::{Limiter, RetryBudgets, SloControllers};
+use crate::transport::Transports;
 
 /// Shares the client's limiter and budgets; the client holds the only strong handle given to
 /// observers, so their weak handles die with it.

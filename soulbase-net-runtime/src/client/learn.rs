@@ -87,21 +87,25 @@ impl Endpoints {
     /// Frozen origins saved to (and first loaded from) `file`. Entries already thawed, or
     /// that cannot be read, are left out; an unreadable file is an error.
     pub(crate) fn persisted(file: PathBuf) -> Result<Self, NetError> {
+        let read = crate::dns::load_frozen(&file)?;
+        Ok(Self::restored(file, read))
+    }
+
+    /// As [`Endpoints::persisted`], with `file` already read into `read` (the frozen origins
+    /// and when each thaws).
+    pub(crate) fn restored(file: PathBuf, read: Vec<(String, SystemTime)>) -> Self {
         let now = Instant::now();
         let wall = SystemTime::now();
-        let this = Endpoints {
-            frozen: Freezer::new(MAX_HOSTS),
-            file: None,
-        };
-        for (origin, thaws) in crate::dns::load_frozen(&file)? {
+        let frozen = Freezer::new(MAX_HOSTS);
+        for (origin, thaws) in read {
             if let Ok(left) = thaws.duration_since(wall) {
-                this.frozen.freeze(&origin, left, now);
+                frozen.freeze(&origin, left, now);
             }
         }
-        Ok(Endpoints {
+        Endpoints {
+            frozen,
             file: Some(file),
-            ..this
-        })
+        }
     }
 
     /// The URL to use for this attempt: `url` itself, or — when the policy lists alternative

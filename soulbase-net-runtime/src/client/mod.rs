@@ -13,7 +13,7 @@ mod replay;
 mod retries;
 mod send;
 mod service;
-mod transport;
+mod urls;
 mod watch;
 
 pub use self::service::ResponseFuture;
@@ -35,9 +35,9 @@ use soulbase_net_core::{
 };
 use soulbase_net_policy::{NetPolicy, PolicyDocument, PolicyResolver, SnapshotResolver};
 
-use self::transport::Transports;
-use crate::connect::{Dialer, TcpDialer};
 use crate::resilience::{Breakers, Limiter, RetryBudgets, SloControllers, Transition};
+use crate::transport::{self, Transports};
+use crate::transport::{Dialer, TcpDialer};
 
 /// The default `User-Agent`, sent when a request sets none.
 const DEFAULT_USER_AGENT: &str = concat!("soulbase-net/", env!("CARGO_PKG_VERSION"));
@@ -67,7 +67,7 @@ pub struct ClientBuilder {
     user_agent: HeaderValue,
     pool_idle_timeout: Duration,
     pool_max_idle_per_host: usize,
-    /// `None`: [`crate::pool::IdleBudget::default_max`].
+    /// `None`: [`crate::transport::pool::IdleBudget::default_max`].
     pool_max_idle: Option<usize>,
     pool_max_lifetime: Option<Duration>,
     pool_keep_alive: Option<Duration>,
@@ -78,6 +78,9 @@ pub struct ClientBuilder {
     rate_store: Option<Arc<dyn crate::fleet::RateStore>>,
     store: Option<soulbase_net_policy::StoreConfig>,
     max_in_flight: Option<usize>,
+    /// The frozen endpoints file as [`build_async`](ClientBuilder::build_async) read it, so
+    /// that `build` does not read it again; `None`: `build` reads it.
+    frozen: Option<Vec<(String, std::time::SystemTime)>>,
 }
 
 /// Where [`ClientBuilder::policy_document`] and [`ClientBuilder::policy_file`] take the
@@ -86,6 +89,11 @@ enum DocumentSource {
     Document(PolicyDocument),
     File(PathBuf),
     Watched(PathBuf, Duration),
+    /// A file already read (by [`ClientBuilder::build_async`]), watched when `watch` is set.
+    Loaded {
+        resolver: Arc<SnapshotResolver>,
+        watch: Option<watch::Loaded>,
+    },
 }
 
 /// The soulbase-net HTTP client: cheap to clone (an `Arc` inside), safe to share.
@@ -191,6 +199,7 @@ impl ClientBuilder {
             rate_store: None,
             store: None,
             max_in_flight: None,
+            frozen: None,
         }
     }
 
@@ -516,6 +525,72 @@ impl ClientBuilder {
         self
     }
 
+    /// As [`build`](Self::build), with the files a build reads — the policy file
+    /// ([`policy_file`](Self::policy_file), [`policy_file_watched`](Self::policy_file_watched))
+    /// and the frozen endpoints kept beside the DNS cache file (`dns.persist_file`) — read on
+    /// Tokio's blocking pool, so that building a client never holds up an async worker: what
+    /// a service that builds clients while serving (one per tenant, say) should call. `build`
+    /// reads them on the calling thread, which is right at start-up and outside a runtime.
+    ///
+    /// # Errors
+    /// As [`build`](Self::build); `Io` when the blocking pool is gone (the runtime is
+    /// shutting down).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), soulbase_net_core::NetError> {
+    /// use soulbase_net_runtime::prelude::*;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("sbn-build-async-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let path = dir.join("policy.toml");
+    /// std::fs::write(&path, "[default]\nretry.max_attempts = 2\n").unwrap();
+    /// let client = Client::builder().policy_file(&path).build_async().await?;
+    /// assert_eq!(client.policy_version(), 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(()) }
+    /// ```
+    pub async fn build_async(mut self) -> Result<Client, NetError> {
+        let loaded = match self.document.take() {
+            Some(DocumentSource::File(path)) => {
+                let resolver = blocking(move || {
+                    SnapshotResolver::new(PolicyDocument::from_path(&path)?).map_err(NetError::from)
+                })
+                .await?;
+                Some(DocumentSource::Loaded {
+                    resolver: Arc::new(resolver),
+                    watch: None,
+                })
+            }
+            Some(DocumentSource::Watched(path, every)) => {
+                let (resolver, loaded) = blocking(move || watch::load(path, every)).await?;
+                Some(DocumentSource::Loaded {
+                    resolver,
+                    watch: Some(loaded),
+                })
+            }
+            Some(DocumentSource::Document(doc)) => Some(DocumentSource::Loaded {
+                resolver: Arc::new(SnapshotResolver::new(doc)?),
+                watch: None,
+            }),
+            other => other,
+        };
+        self.document = loaded;
+        // The frozen endpoints file, when the default policy keeps one.
+        let persist_file = match (&self.resolver, &self.document, &self.policy) {
+            (Some(r), _, _) => r.resolve(None, "").dns.persist_file.clone(),
+            (None, Some(DocumentSource::Loaded { resolver, .. }), _) => {
+                resolver.resolve(None, "").dns.persist_file.clone()
+            }
+            (None, _, policy) => policy.as_ref().and_then(|p| p.dns.persist_file.clone()),
+        };
+        if let Some(file) = persist_file {
+            let path = crate::dns::frozen_path(&file);
+            self.frozen = Some(blocking(move || crate::dns::load_frozen(&path)).await?);
+        }
+        self.build()
+    }
+
     /// Builds the client.
     ///
     /// # Errors
@@ -531,6 +606,12 @@ impl ClientBuilder {
                 PolicyDocument::from_path(&path)?,
             )?)),
             Some(DocumentSource::Watched(path, every)) => Some(watch::watched(&path, every)?),
+            Some(DocumentSource::Loaded { resolver, watch }) => {
+                if let Some(loaded) = watch {
+                    watch::start(&resolver, loaded)?;
+                }
+                Some(resolver)
+            }
             None => None,
         };
         let store = self.store.or_else(|| {
@@ -566,9 +647,9 @@ impl ClientBuilder {
             extra_roots: self.extra_roots,
             pool_idle_timeout: self.pool_idle_timeout,
             pool_max_idle_per_host: self.pool_max_idle_per_host,
-            idle_budget: crate::pool::IdleBudget::new(
+            idle_budget: crate::transport::pool::IdleBudget::new(
                 self.pool_max_idle
-                    .unwrap_or_else(crate::pool::IdleBudget::default_max),
+                    .unwrap_or_else(crate::transport::pool::IdleBudget::default_max),
             ),
             pool_max_lifetime: self.pool_max_lifetime,
             pool_keep_alive: self.pool_keep_alive,
@@ -584,9 +665,12 @@ impl ClientBuilder {
             transports.warm_dns(&default_policy)?;
         }
         // Frozen base URLs survive a restart next to the DNS cache file, when there is one.
-        let endpoints = match &default_policy.dns.persist_file {
-            Some(file) => learn::Endpoints::persisted(crate::dns::frozen_path(file))?,
-            None => learn::Endpoints::default(),
+        let endpoints = match (&default_policy.dns.persist_file, self.frozen) {
+            (Some(file), Some(read)) => {
+                learn::Endpoints::restored(crate::dns::frozen_path(file), read)
+            }
+            (Some(file), None) => learn::Endpoints::persisted(crate::dns::frozen_path(file))?,
+            (None, _) => learn::Endpoints::default(),
         };
         let events = observer.clone();
         let listener: crate::resilience::Listener = Box::new(move |key: &str, t: Transition| {
@@ -636,6 +720,17 @@ impl ClientBuilder {
             ready: service::Readiness::default(),
         })
     }
+}
+
+/// Runs `work` (blocking file I/O) on Tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, NetError> + Send + 'static,
+) -> Result<T, NetError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        NetError::new(soulbase_net_core::ErrorKind::Io)
+            .with_message("the blocking pool stopped before the client's files were read")
+            .with_source(e)
+    })?
 }
 
 impl Default for ClientBuilder {

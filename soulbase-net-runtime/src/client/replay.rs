@@ -25,7 +25,7 @@ use http_body::{Frame, SizeHint};
 use http_body_util::combinators::BoxBody;
 use soulbase_net_core::{Body, BoxError, ErrorKind, NetRequest, Outcome, Phase};
 
-use super::{send::host_of, Inner};
+use super::{urls::host_of, Inner};
 
 /// The mark of a request that came through the tower face (in its extensions).
 ///

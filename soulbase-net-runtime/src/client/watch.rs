@@ -23,24 +23,65 @@ type Stamp = (Option<SystemTime>, u64);
 /// # Errors
 /// The problems of the file, or `InvalidRequest` outside a Tokio runtime.
 pub(super) fn watched(path: &Path, every: Duration) -> Result<Arc<SnapshotResolver>, NetError> {
-    let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+    runtime()?;
+    let (resolver, loaded) = load(path.to_path_buf(), every)?;
+    start(&resolver, loaded)?;
+    Ok(resolver)
+}
+
+/// The current Tokio runtime, which the watch runs on.
+fn runtime() -> Result<tokio::runtime::Handle, NetError> {
+    tokio::runtime::Handle::try_current().map_err(|e| {
         NetError::invalid_request("policy_file_watched needs a Tokio runtime to watch the file")
             .with_source(e)
-    })?;
+    })
+}
+
+/// A watched policy file as first read: what [`start`] needs to watch it. Made by [`load`].
+pub(super) struct Loaded {
+    path: PathBuf,
+    every: Duration,
+    /// The file's stamp before it was read.
+    before: Stamp,
+}
+
+/// Reads the watched file at `path` the first time. Blocking.
+///
+/// # Errors
+/// As [`SnapshotResolver::from_path`]; `InvalidRequest` when `every` is zero.
+pub(super) fn load(
+    path: PathBuf,
+    every: Duration,
+) -> Result<(Arc<SnapshotResolver>, Loaded), NetError> {
     if every.is_zero() {
         return Err(NetError::invalid_request(
             "policy_file_watched needs an interval above zero",
         ));
     }
-    let before = stamp(path);
-    let resolver = Arc::new(SnapshotResolver::from_path(path)?);
-    runtime.spawn(watch(
-        Arc::downgrade(&resolver),
-        path.to_path_buf(),
-        every,
-        before,
+    let before = stamp(&path);
+    let resolver = Arc::new(SnapshotResolver::from_path(&path)?);
+    Ok((
+        resolver,
+        Loaded {
+            path,
+            every,
+            before,
+        },
+    ))
+}
+
+/// Starts watching the file [`load`] read into `resolver`, on the current Tokio runtime.
+///
+/// # Errors
+/// `InvalidRequest` outside a Tokio runtime.
+pub(super) fn start(resolver: &Arc<SnapshotResolver>, loaded: Loaded) -> Result<(), NetError> {
+    runtime()?.spawn(watch(
+        Arc::downgrade(resolver),
+        loaded.path,
+        loaded.every,
+        loaded.before,
     ));
-    Ok(resolver)
+    Ok(())
 }
 
 async fn watch(resolver: Weak<SnapshotResolver>, path: PathBuf, every: Duration, mut seen: Stamp) {

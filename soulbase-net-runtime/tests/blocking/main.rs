@@ -431,3 +431,94 @@ fn a_late_cache_file_never_replaces_answers_looked_up_while_it_loaded() {
         "one lookup (A and AAAA) of the fresh name, none of the saved one"
     );
 }
+
+/// Writes `text` into the pipe at `path` once `go` says so (opening it blocks until a reader
+/// opens the other end).
+fn feed(path: &Path, text: String) -> (mpsc::Sender<()>, thread::JoinHandle<()>) {
+    let (go, wait) = mpsc::channel::<()>();
+    let path = path.to_path_buf();
+    let writer = thread::spawn(move || {
+        if wait.recv_timeout(CLEANUP).is_ok() {
+            if let Ok(mut pipe) = fs::OpenOptions::new().write(true).open(&path) {
+                let _ = std::io::Write::write_all(&mut pipe, text.as_bytes());
+            }
+        }
+    });
+    (go, writer)
+}
+
+#[test]
+fn build_async_reads_the_policy_file_off_the_async_worker() {
+    let dir = temp_dir("build-policy");
+    let fifo = dir.join("policy.toml");
+    mkfifo(&fifo);
+    // A document the build refuses, so that its error shows the file was read and used.
+    let (go, writer) = feed(&fifo, "[default]\nretry.max_attempts = 0\n".to_owned());
+    let path = fifo.clone();
+    let done = on_one_thread(move || async move {
+        let building = tokio::spawn(Client::builder().policy_file(&path).build_async());
+        // The file has no data until `go`: a build that read it on this runtime's one thread
+        // would hold the thread, and this timer would never fire.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let pending = !building.is_finished();
+        let _ = go.send(());
+        let built = tokio::time::timeout(BOUND, building)
+            .await
+            .expect("the build did not end once the file was written")
+            .unwrap();
+        (pending, built.map(|_| ()).map_err(|e| e.to_string()))
+    });
+    let outcome = done.recv_timeout(BOUND);
+    unblock(&fifo);
+    let _ = writer.join();
+    let _ = fs::remove_dir_all(&dir);
+    let (pending, built) = outcome.expect("the runtime's thread waited for the policy file");
+    assert!(pending, "the build ended before its file was written");
+    let err = built.expect_err("the document in the file is invalid");
+    assert!(err.contains("default.retry.max_attempts"), "{err}");
+}
+
+#[test]
+fn build_async_reads_the_frozen_endpoints_off_the_async_worker() {
+    let dir = temp_dir("build-frozen");
+    let dns_file = dir.join("dns.json");
+    let frozen = dir.join("dns.json.frozen");
+    mkfifo(&frozen);
+    let thaws = std::time::SystemTime::now() + Duration::from_secs(600);
+    let thaws_ms = thaws
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let (go, writer) = feed(
+        &frozen,
+        format!(
+            r#"{{"version":1,"frozen":[{{"origin":"http://frozen.test:8080","thaws_unix_ms":{thaws_ms}}}]}}"#
+        ),
+    );
+    let mut policy = loopback_policy();
+    policy.dns.persist_file = Some(dns_file);
+    let done = on_one_thread(move || async move {
+        let building = tokio::spawn(Client::builder().policy(policy).build_async());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let pending = !building.is_finished();
+        let _ = go.send(());
+        let client = tokio::time::timeout(BOUND, building)
+            .await
+            .expect("the build did not end once the file was written")
+            .unwrap()
+            .unwrap();
+        let frozen: Vec<String> = client
+            .frozen_endpoints()
+            .into_iter()
+            .map(|(origin, _)| origin)
+            .collect();
+        (pending, frozen)
+    });
+    let outcome = done.recv_timeout(BOUND);
+    unblock(&frozen);
+    let _ = writer.join();
+    let _ = fs::remove_dir_all(&dir);
+    let (pending, frozen) = outcome.expect("the runtime's thread waited for the frozen file");
+    assert!(pending, "the build ended before its file was written");
+    assert_eq!(frozen, vec!["http://frozen.test:8080".to_owned()]);
+}

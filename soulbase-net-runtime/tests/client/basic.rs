@@ -35,7 +35,7 @@ async fn get_json_post_json_and_echoed_headers() {
         .header("user-agent")
         .unwrap()
         .starts_with("soulbase-net/"));
-    assert!(h.dialer.non_loopback().is_empty());
+    assert!(h.dialer.off_loopback().is_empty());
     srv.join().await;
 }
 

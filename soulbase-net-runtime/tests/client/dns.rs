@@ -78,7 +78,7 @@ async fn rebinding_to_loopback_never_reaches_the_canary() {
     let err = h.client.send(NetRequest::get(&url)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connect, "{err}");
     assert_eq!(
-        h.dialer.non_loopback(),
+        h.dialer.off_loopback(),
         [SocketAddr::from(([93, 184, 215, 14], canary.addr().port()))]
     );
     // Then private, lookup after lookup: refused before any dial.
@@ -89,8 +89,7 @@ async fn rebinding_to_loopback_never_reaches_the_canary() {
     assert_eq!(canary.connections(), 0);
     let loopback_dials = h
         .dialer
-        .dialled
-        .lock()
+        .dialled()
         .iter()
         .filter(|a| a.ip().is_loopback())
         .count();

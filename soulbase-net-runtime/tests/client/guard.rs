@@ -25,7 +25,7 @@ async fn default_policy_refuses_loopback_without_dialling() {
     assert_eq!(err.code(), ErrorCode::AuthForbidden);
     assert!(err.to_string().contains("loopback"), "{err}");
     assert!(
-        h.dialer.dialled.lock().is_empty(),
+        h.dialer.dialled().is_empty(),
         "a denied address reached the dialer"
     );
     assert_eq!(srv.connections(), 0);
@@ -224,9 +224,9 @@ async fn the_url_corpus_is_refused_and_nothing_is_dialled() {
         assert_eq!(err.code(), code, "{url}: {err}");
     }
     assert!(
-        h.dialer.dialled.lock().is_empty(),
+        h.dialer.dialled().is_empty(),
         "dialled: {:?}",
-        h.dialer.dialled.lock()
+        h.dialer.dialled()
     );
 }
 
@@ -258,7 +258,7 @@ async fn names_resolving_inside_are_refused_at_connect() {
         assert_eq!(err.kind(), ErrorKind::Blocked, "{name}");
         assert!(err.to_string().contains(name), "{err}");
     }
-    assert!(h.dialer.dialled.lock().is_empty());
+    assert!(h.dialer.dialled().is_empty());
 }
 
 #[tokio::test]
@@ -277,7 +277,7 @@ async fn mixed_answers_dial_only_allowed_addresses() {
     let url = format!("http://svc.example:{}/m", srv.addr().port());
     let res = h.client.send(NetRequest::get(url)).await.unwrap();
     assert_eq!(res.status, 200);
-    let dialled = h.dialer.dialled.lock().clone();
+    let dialled = h.dialer.dialled();
     assert_eq!(dialled, vec![srv.addr()]);
     srv.join().await;
 }
@@ -299,6 +299,6 @@ async fn allow_hosts_is_checked_before_anything_is_resolved() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Blocked);
     assert!(err.to_string().contains("allow_hosts"), "{err}");
-    assert!(h.dialer.dialled.lock().is_empty());
+    assert!(h.dialer.dialled().is_empty());
     srv.join().await;
 }

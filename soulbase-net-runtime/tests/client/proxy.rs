@@ -65,7 +65,7 @@ async fn https_goes_through_an_authenticated_connect_tunnel() {
         assert_eq!(seen[0].version, http::Version::HTTP_2);
         assert_eq!(seen[0].header("proxy-authorization"), None);
         // Only the proxy was dialled.
-        assert_eq!(*h.dialer.dialled.lock(), vec![proxy.addr()]);
+        assert_eq!(h.dialer.dialled(), vec![proxy.addr()]);
         srv.join().await;
     }
 }
@@ -148,7 +148,7 @@ async fn no_proxy_goes_direct() {
     let res = h.client.send(NetRequest::get(srv.url("/d"))).await.unwrap();
     assert_eq!(res.text().await.unwrap(), "direct");
     assert!(proxy.requests().is_empty());
-    assert_eq!(*h.dialer.dialled.lock(), vec![srv.addr()]);
+    assert_eq!(h.dialer.dialled(), vec![srv.addr()]);
     srv.join().await;
 }
 
@@ -196,7 +196,7 @@ async fn proxy_faults_are_proxy_errors_and_literals_are_still_guarded() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Blocked);
     assert!(proxy.requests().is_empty());
-    assert!(h.dialer.dialled.lock().is_empty());
+    assert!(h.dialer.dialled().is_empty());
     srv.join().await;
 }
 
@@ -295,7 +295,7 @@ async fn a_name_resolving_to_a_private_address_never_reaches_the_proxy_when_reso
                 );
             }
         }
-        assert!(h.dialer.non_loopback().is_empty());
+        assert!(h.dialer.off_loopback().is_empty());
     }
 }
 

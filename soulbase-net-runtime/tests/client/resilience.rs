@@ -483,13 +483,7 @@ async fn a_failing_origin_is_frozen_and_the_alternative_serves() {
     // The frozen origin is skipped at once on the next call.
     let res = h.client.send(NetRequest::get(&url)).await.unwrap();
     assert_eq!(res.attempts, 1);
-    let dials_to_dead = h
-        .dialer
-        .dialled
-        .lock()
-        .iter()
-        .filter(|a| **a == dead)
-        .count();
+    let dials_to_dead = h.dialer.dialled().iter().filter(|a| **a == dead).count();
     assert_eq!(dials_to_dead, 1);
     assert_eq!(good.hits("/v1/x"), 2);
     good.join().await;
@@ -623,7 +617,7 @@ async fn frozen_origins_survive_a_restart_next_to_the_dns_cache_file() {
     assert!(frozen[0].1 > Duration::from_secs(500), "{frozen:?}");
     let res = h.client.send(NetRequest::get(&url)).await.unwrap();
     assert_eq!(res.attempts, 1);
-    assert!(h.dialer.dialled.lock().iter().all(|a| *a != dead));
+    assert!(h.dialer.dialled().iter().all(|a| *a != dead));
     assert_eq!(good.hits("/v1/x"), 2);
     good.join().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -725,14 +719,8 @@ async fn an_address_that_refuses_is_frozen_and_skipped() {
         );
     }
     let dead: std::net::SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
-    let dials_to_dead = h
-        .dialer
-        .dialled
-        .lock()
-        .iter()
-        .filter(|a| **a == dead)
-        .count();
-    assert_eq!(dials_to_dead, 1, "{:?}", h.dialer.dialled.lock());
+    let dials_to_dead = h.dialer.dialled().iter().filter(|a| **a == dead).count();
+    assert_eq!(dials_to_dead, 1, "{:?}", h.dialer.dialled());
     assert_eq!(srv.hits("/a"), 3);
     srv.join().await;
 }

@@ -1,45 +1,14 @@
-//! Shared helpers: a dialer that records every address and refuses anything off loopback,
+//! Shared helpers: the runtime's test dialer (every address recorded, nothing off loopback),
 //! an observer that keeps events, and a policy that lets loopback through the guard.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use soulbase_net_core::{NetEvent, Observer};
 use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::{Client, DialFuture, Dialer, TcpDialer};
+use soulbase_net_runtime::Client;
 
-/// Records each address it is asked to dial; refuses (without dialling) any that is not
-/// loopback, so a broken guard fails the test instead of reaching the network.
-#[derive(Debug, Default)]
-pub(crate) struct RecordingDialer {
-    pub(crate) dialled: Mutex<Vec<SocketAddr>>,
-}
-
-impl Dialer for RecordingDialer {
-    fn dial(&self, addr: SocketAddr) -> DialFuture {
-        self.dialled.lock().push(addr);
-        if !addr.ip().is_loopback() {
-            return Box::pin(async move {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    format!("test dialer refuses non-loopback {addr}"),
-                ))
-            });
-        }
-        TcpDialer.dial(addr)
-    }
-}
-
-impl RecordingDialer {
-    pub(crate) fn non_loopback(&self) -> Vec<SocketAddr> {
-        self.dialled
-            .lock()
-            .iter()
-            .copied()
-            .filter(|a| !a.ip().is_loopback())
-            .collect()
-    }
-}
+pub(crate) use soulbase_net_runtime::testing::LoopbackDialer as RecordingDialer;
 
 /// Keeps a short description of every event.
 #[derive(Debug, Default)]

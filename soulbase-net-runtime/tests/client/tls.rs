@@ -72,7 +72,7 @@ async fn assert_refused(h: &Harness, srv: &FaultServer, kind: ErrorKind, case: &
     assert_eq!(srv.hits("/t"), 0, "{case}: a request reached the handler");
     assert_eq!(srv.total_hits(), 0, "{case}: a request reached the server");
     assert!(srv.connections() >= 1, "{case}: the client never connected");
-    assert!(h.dialer.non_loopback().is_empty(), "{case}");
+    assert!(h.dialer.off_loopback().is_empty(), "{case}");
     err
 }
 

@@ -12,7 +12,8 @@ use soulbase_net_runtime::{
 use soulbase_net_testkit::RedisCluster;
 use tokio::time::Instant;
 
-use super::{global, policy, server, Loopback, Seen};
+use super::{global, policy, server, Seen};
+use soulbase_net_runtime::testing::LoopbackDialer;
 
 /// Tenants whose buckets land on every node of `cluster`, `per_node` on each.
 fn tenants_on_every_node(cluster: &RedisCluster, per_node: usize) -> Vec<String> {
@@ -51,14 +52,14 @@ async fn the_global_rate_limit_is_exact_over_a_cluster() {
     let store = StoreConfig::redis_cluster(cluster.urls()).unwrap();
     let a = Client::builder()
         .policy(policy(g.clone()))
-        .dialer(Arc::new(Loopback))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .store(store)
         .observer(seen.clone())
         .build()
         .unwrap();
     let b = Client::builder()
         .policy(policy(g))
-        .dialer(Arc::new(Loopback))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .rate_store(Arc::new(
             RedisRateStore::from_target(&RedisTarget::Cluster(cluster.urls())).unwrap(),
         ))
@@ -191,7 +192,7 @@ async fn through_the_client_a_stalled_node_refuses_only_its_own_tenants() {
     g.store_timeout = Duration::from_millis(100);
     let client = Client::builder()
         .policy(policy(g))
-        .dialer(Arc::new(Loopback))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .store(StoreConfig::redis_cluster(cluster.urls()).unwrap())
         .build()
         .unwrap();

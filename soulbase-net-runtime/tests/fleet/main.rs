@@ -9,36 +9,20 @@
 mod cluster;
 mod sentinel;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use parking_lot::Mutex;
 use soulbase_net_core::{
     ErrorKind, LimitScope, NetError, NetEvent, NetRequest, NetResponse, Observer,
 };
 use soulbase_net_policy::{GlobalLimit, NetPolicy, OnStoreError};
+use soulbase_net_runtime::testing::LoopbackDialer;
 use soulbase_net_runtime::{
     fleet::{Counted, RateStore, RedisRateStore, RedisStore},
-    Client, DialFuture, Dialer, TcpDialer,
+    Client,
 };
 use soulbase_net_testkit::{FaultServer, RedisServer, Reply};
 use tokio::time::Instant;
-
-/// Dials loopback only.
-#[derive(Debug)]
-struct Loopback;
-
-impl Dialer for Loopback {
-    fn dial(&self, addr: SocketAddr) -> DialFuture {
-        if !addr.ip().is_loopback() {
-            return Box::pin(async move {
-                Err(std::io::Error::other(format!(
-                    "refused {addr}: not loopback"
-                )))
-            });
-        }
-        TcpDialer.dial(addr)
-    }
-}
 
 /// Keeps store errors and the scopes of refusals.
 #[derive(Debug, Default)]
@@ -81,7 +65,7 @@ fn global(rps: u32, burst: u32) -> GlobalLimit {
 fn client(p: NetPolicy, store: Arc<dyn RateStore>, seen: Arc<Seen>) -> Client {
     Client::builder()
         .policy(p)
-        .dialer(Arc::new(Loopback))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .rate_store(store)
         .observer(seen)
         .build()
@@ -314,7 +298,7 @@ async fn a_slow_redis_is_cut_at_the_store_timeout() {
     let metrics = Arc::new(soulbase_net_observe::Metrics::new());
     let c = Client::builder()
         .policy(policy(g))
-        .dialer(Arc::new(Loopback))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .rate_store(Arc::new(RedisRateStore::new(&redis.url()).unwrap()))
         .observer(Arc::new(
             soulbase_net_observe::Fanout::new()
@@ -365,7 +349,7 @@ async fn a_store_section_connects_the_shared_limits() {
     let build = || {
         Client::builder()
             .policy(policy(global(5, 6)))
-            .dialer(Arc::new(Loopback))
+            .dialer(Arc::new(LoopbackDialer::default()))
             .store(store.clone())
             .build()
             .unwrap()

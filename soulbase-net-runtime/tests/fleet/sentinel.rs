@@ -12,7 +12,8 @@ use soulbase_net_runtime::{
 use soulbase_net_testkit::RedisSentinel as Sentinel;
 use tokio::time::Instant;
 
-use super::{global, policy, run_calls, server, Loopback, Seen};
+use super::{global, policy, run_calls, server, Seen};
+use soulbase_net_runtime::testing::LoopbackDialer;
 
 fn take(key: &str) -> TakeRequest<'_> {
     TakeRequest {
@@ -44,7 +45,7 @@ async fn the_rate_store_finds_its_master_through_sentinel() {
     let build = || {
         Client::builder()
             .policy(policy(g.clone()))
-            .dialer(Arc::new(Loopback))
+            .dialer(Arc::new(LoopbackDialer::default()))
             .store(store.clone())
             .observer(seen.clone())
             .build()
@@ -185,7 +186,7 @@ async fn a_master_name_the_sentinel_does_not_know_is_a_clear_store_error() {
     g.on_store_error = OnStoreError::Deny;
     let c = Client::builder()
         .policy(policy(g))
-        .dialer(Arc::new(Loopback))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .store(
             StoreConfig::redis_sentinel(RedisSentinel::new("no-such-master", [sentinel.url()]))
                 .unwrap(),

@@ -1,6 +1,7 @@
 //! The client over HTTP/3 against a FaultServer on QUIC.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -8,9 +9,10 @@ use http::Version;
 use soulbase_net_core::{ErrorCode, ErrorKind, NetRequest, Phase};
 use soulbase_net_policy::HttpVersionPolicy;
 use soulbase_net_runtime::prelude::*;
+use soulbase_net_runtime::testing::LoopbackDialer;
 use soulbase_net_testkit::{CapturedLogs, CertKit, FaultServer, MockDns, Reply, Script};
 
-use crate::support::{bounded, client, h3_server, policy, serving};
+use crate::support::{bounded, client, client_with, h3_server, policy, serving};
 
 #[tokio::test]
 async fn get_and_post_go_over_http3() {
@@ -104,6 +106,60 @@ async fn the_guard_refuses_before_any_packet() {
         }
         assert_eq!(srv.connections(), 0, "no QUIC handshake reached the server");
         assert_eq!(srv.total_hits(), 0);
+        assert_eq!(client.connections_opened(), 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn every_quic_socket_and_peer_goes_through_the_dialer() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        let srv = serving(&kit, "/", Reply::ok("through the seam")).await;
+        let dialer = Arc::new(LoopbackDialer::default());
+        let client = client_with(policy(&kit, HttpVersionPolicy::H3), dialer.clone());
+        let res = client.send(NetRequest::get(srv.url("/"))).await.unwrap();
+        assert_eq!(res.text().await.unwrap(), "through the seam");
+        assert_eq!(dialer.udp_peers(), vec![srv.h3_addr().unwrap()]);
+        assert_eq!(dialer.udp_binds(), vec!["127.0.0.1:0".parse().unwrap()]);
+        assert!(
+            dialer.dialled().is_empty(),
+            "no tcp: {:?}",
+            dialer.dialled()
+        );
+        assert!(dialer.off_loopback().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_peer_the_dialer_refuses_gets_no_packet() {
+    bounded(async {
+        let kit = CertKit::new().unwrap();
+        // A name the guard allows (its documentation range granted) and the dialer refuses:
+        // a broken dialer seam would send QUIC packets off the machine, and the test dialer
+        // would not have seen them.
+        let dns = MockDns::start().await.unwrap();
+        dns.set_ips(
+            "outside.test",
+            &["192.0.2.10".parse::<IpAddr>().unwrap()],
+            60,
+        );
+        let mut p = policy(&kit, HttpVersionPolicy::H3);
+        p.security.grants.cidrs = vec!["192.0.2.0/24".parse().unwrap()];
+        p.dns.nameservers = vec![dns.addr()];
+        p.retry.enabled = false;
+        let dialer = Arc::new(LoopbackDialer::default());
+        let client = client_with(p, dialer.clone());
+        let err = client
+            .send(NetRequest::get("https://outside.test:4433/"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Connect, "{err:?}");
+        assert!(err.to_string().contains("refused the quic peer"), "{err}");
+        let peer: std::net::SocketAddr = "192.0.2.10:4433".parse().unwrap();
+        assert_eq!(dialer.udp_peers(), vec![peer]);
+        assert_eq!(dialer.off_loopback(), vec![peer]);
         assert_eq!(client.connections_opened(), 0);
     })
     .await;

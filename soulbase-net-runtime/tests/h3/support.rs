@@ -1,10 +1,11 @@
 //! Shared helpers: a CertKit-trusting HTTP/3 policy, FaultServers on QUIC, a bound on time.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use soulbase_net_policy::{HttpVersionPolicy, NetPolicy};
-use soulbase_net_runtime::Client;
+use soulbase_net_runtime::{testing::LoopbackDialer, Client};
 use soulbase_net_testkit::{CertKit, FaultServer, FaultServerBuilder, Script};
 
 /// Every test finishes within this bound, or fails.
@@ -33,9 +34,18 @@ pub(crate) fn policy(kit: &CertKit, version: HttpVersionPolicy) -> NetPolicy {
     p
 }
 
-/// A client under `policy`.
+/// A client under `policy`, reaching loopback only (over TCP and QUIC alike).
 pub(crate) fn client(policy: NetPolicy) -> Client {
-    Client::builder().policy(policy).build().unwrap()
+    client_with(policy, Arc::new(LoopbackDialer::default()))
+}
+
+/// A client under `policy` whose sockets go through `dialer`.
+pub(crate) fn client_with(policy: NetPolicy, dialer: Arc<LoopbackDialer>) -> Client {
+    Client::builder()
+        .policy(policy)
+        .dialer(dialer)
+        .build()
+        .unwrap()
 }
 
 /// A TLS FaultServer builder with the kit's `localhost` certificate, serving HTTP/3 too.

@@ -11,7 +11,7 @@ use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Script};
 use tower::ServiceExt;
 
-use super::{bounded, loopback_policy, LoopbackOnly};
+use super::{bounded, loopback_policy, LoopbackDialer};
 
 #[tokio::test]
 async fn a_breaker_of_four_opens_after_four_failed_attempts_of_two_calls() {
@@ -30,7 +30,7 @@ async fn a_breaker_of_four_opens_after_four_failed_attempts_of_two_calls() {
     b.min_samples = 100;
     let client = Client::builder()
         .policy(policy)
-        .dialer(std::sync::Arc::new(LoopbackOnly))
+        .dialer(std::sync::Arc::new(LoopbackDialer::default()))
         .build()
         .unwrap();
     let get = || {

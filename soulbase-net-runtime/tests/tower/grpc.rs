@@ -33,7 +33,7 @@ use super::{
         echo_server::{Echo, EchoServer},
         CountRequest, SayReply, SayRequest,
     },
-    loopback_policy, LoopbackOnly,
+    loopback_policy, LoopbackDialer,
 };
 
 /// The service: echoes, naming the `x-through` header it got; counts up; or never answers
@@ -174,7 +174,7 @@ fn grpc_client(policy: NetPolicy, calls: Arc<Calls>) -> Client {
     Client::builder()
         .policy(policy)
         .http2_prior_knowledge(true)
-        .dialer(Arc::new(LoopbackOnly))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .interceptor(Through)
         .observer(calls)
         .build()
@@ -403,7 +403,7 @@ async fn a_policy_override_speaks_h2c_to_the_grpc_host_only() {
     let resolver = soulbase_net_policy::SnapshotResolver::new(doc).unwrap();
     let client = Client::builder()
         .policy_resolver(Arc::new(resolver))
-        .dialer(Arc::new(LoopbackOnly))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .build()
         .unwrap();
 

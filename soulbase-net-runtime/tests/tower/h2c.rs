@@ -12,7 +12,7 @@ use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Reply};
 use tower::ServiceExt;
 
-use super::{bounded, loopback_policy, LoopbackOnly};
+use super::{bounded, loopback_policy, LoopbackDialer};
 
 /// An HTTP/2-only server (h2c on plain TCP: it cannot answer HTTP/1.1) and an HTTP/1.1-only
 /// one (it cannot answer h2c), named `h2.test` and `h1.test`.
@@ -46,7 +46,7 @@ impl Pair {
         Client::builder()
             .policy_resolver(Arc::new(SnapshotResolver::new(doc).unwrap()))
             .http2_prior_knowledge(builder_h2c)
-            .dialer(Arc::new(LoopbackOnly))
+            .dialer(Arc::new(LoopbackDialer::default()))
             .build()
             .unwrap()
     }

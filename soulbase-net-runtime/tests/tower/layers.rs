@@ -10,12 +10,12 @@ use soulbase_net_testkit::{CapturedLogs, FaultServer, Reply, Script};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_http::{set_header::SetRequestHeaderLayer, trace::TraceLayer};
 
-use super::{bounded, loopback_policy, LoopbackOnly};
+use super::{bounded, loopback_policy, LoopbackDialer};
 
 fn client(policy: NetPolicy) -> Client {
     Client::builder()
         .policy(policy)
-        .dialer(std::sync::Arc::new(LoopbackOnly))
+        .dialer(std::sync::Arc::new(LoopbackDialer::default()))
         .build()
         .unwrap()
 }

@@ -17,29 +17,12 @@ mod replay;
 #[allow(unreachable_pub, clippy::all, clippy::pedantic)]
 mod echo;
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::{DialFuture, Dialer, TcpDialer};
 
-/// Refuses (without dialling) any address that is not loopback, so a broken guard fails the
-/// test instead of reaching the network.
-#[derive(Debug)]
-struct LoopbackOnly;
-
-impl Dialer for LoopbackOnly {
-    fn dial(&self, addr: SocketAddr) -> DialFuture {
-        if !addr.ip().is_loopback() {
-            return Box::pin(async move {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    format!("test dialer refuses non-loopback {addr}"),
-                ))
-            });
-        }
-        TcpDialer.dial(addr)
-    }
-}
+/// The runtime's test dialer: nothing off loopback.
+use soulbase_net_runtime::testing::LoopbackDialer;
 
 /// The default policy with loopback granted, quick retries, and no name server off the
 /// machine.

@@ -16,7 +16,7 @@ use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{FaultServer, Gate, Reply};
 use tower::{Service, ServiceExt};
 
-use super::{bounded, loopback_policy, LoopbackOnly};
+use super::{bounded, loopback_policy, LoopbackDialer};
 
 /// Counts the calls refused by the client's own cap.
 #[derive(Debug, Default)]
@@ -37,7 +37,7 @@ impl Observer for Refusals {
 fn capped(policy: NetPolicy, max: usize, refusals: Arc<Refusals>) -> Client {
     Client::builder()
         .policy(policy)
-        .dialer(Arc::new(LoopbackOnly))
+        .dialer(Arc::new(LoopbackDialer::default()))
         .observer(refusals)
         .max_in_flight(max)
         .build()

@@ -21,7 +21,7 @@ use soulbase_net_runtime::{Client, DialFuture, Dialer};
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 use tower::ServiceExt;
 
-use super::{bounded, loopback_policy, LoopbackOnly};
+use super::{bounded, loopback_policy, LoopbackDialer};
 
 /// A gRPC unary request's body: one length-prefixed message.
 fn grpc_frame(message: &[u8]) -> Bytes {
@@ -48,7 +48,7 @@ fn h2c_policy() -> NetPolicy {
 }
 
 fn client(policy: NetPolicy) -> Client {
-    client_with(policy, Arc::new(LoopbackOnly))
+    client_with(policy, Arc::new(LoopbackDialer::default()))
 }
 
 fn client_with(policy: NetPolicy, dialer: Arc<dyn Dialer>) -> Client {
@@ -215,7 +215,7 @@ impl Dialer for FailFirst {
                 ))
             });
         }
-        LoopbackOnly.dial(addr)
+        LoopbackDialer::default().dial(addr)
     }
 }
 

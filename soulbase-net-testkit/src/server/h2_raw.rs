@@ -23,9 +23,9 @@ use tokio::task::{JoinError, JoinSet};
 
 use super::body::FaultBody;
 use super::conn::ConnCtl;
+use super::handler::{answer, Kept, Shared};
 use super::reply::{Abort, Action};
 use super::retire::Retire;
-use super::serve::{answer, Kept, Shared};
 
 /// Serves one HTTP/2 connection on `io`, resetting every `every`-th stream it opens with
 /// `REFUSED_STREAM` before reading it, and retiring the connection (GOAWAY) when asked.

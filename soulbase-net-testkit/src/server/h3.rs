@@ -38,8 +38,8 @@ use tokio::time::Instant;
 use super::body::FaultBody;
 use super::conn::ConnCtl;
 use super::h3_settings::Conn;
+use super::handler::{answer, Kept, OpenConn, Shared};
 use super::reply::{Abort, Action};
-use super::serve::{answer, Kept, OpenConn, Shared};
 
 /// The QUIC application error code a fault closes a connection with (`H3_INTERNAL_ERROR`).
 const CLOSE_CODE: u32 = 0x102;

@@ -13,6 +13,7 @@ mod h2_raw;
 mod h3;
 #[cfg(feature = "http3")]
 mod h3_settings;
+mod handler;
 mod mock;
 mod reply;
 mod retire;
@@ -44,7 +45,8 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use crate::signal::Signal;
-use serve::{accept_loop, http_builder, ConnCfg, Route, Shared};
+use handler::{Route, Shared};
+use serve::{accept_loop, http_builder, ConnCfg};
 
 /// Which HTTP versions a [`FaultServer`] speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::conn::ConnCtl;
-use super::serve::Shared;
+use super::handler::Shared;
 
 /// When one connection is to retire; held by its serving loop.
 pub(super) struct Retire {

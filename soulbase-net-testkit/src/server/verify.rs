@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 
 use super::capture::CapturedRequest;
-use super::serve::Shared;
+use super::handler::Shared;
 use super::times::Times;
 
 /// Body bytes shown per unmatched request in a verification message.

@@ -25,6 +25,7 @@ use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 
 use super::scenario::{Proto, Scenario};
+use super::server::ServerProcess;
 
 /// The clients, in the order they take turns.
 pub(crate) const CLIENTS: [Kind; 4] = [
@@ -417,5 +418,53 @@ impl reqwest::dns::Resolve for LoopbackResolver {
         let addrs: reqwest::dns::Addrs =
             Box::new(std::iter::once(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))));
         Box::pin(std::future::ready(Ok(addrs))) as Pin<Box<dyn Future<Output = _> + Send>>
+    }
+}
+
+/// Which clients take part in a scenario, and where they send.
+impl Scenario {
+    /// Whether `kind` takes part (reqwest is built without TLS here).
+    pub(crate) fn runs(&self, kind: Kind) -> bool {
+        let versions = matches!(kind, Kind::SoulbaseH2 | Kind::SoulbaseH3);
+        match self.proto {
+            Proto::Quic => versions,
+            Proto::H2Tls => !versions && kind != Kind::Reqwest,
+            _ => !versions,
+        }
+    }
+
+    /// Its URLs on `server`: `127.0.0.1`, or `h<i>.bench.test` names for many hosts.
+    pub(crate) fn targets(&self, server: &ServerProcess) -> Result<Targets, String> {
+        let scheme = if matches!(self.proto, Proto::H2Tls | Proto::Quic) {
+            "https"
+        } else {
+            "http"
+        };
+        let port = server.port(self.listener());
+        let urls = if self.hosts <= 1 {
+            vec![format!("{scheme}://127.0.0.1:{port}{}", self.path)]
+        } else {
+            (0..self.hosts)
+                .map(|i| format!("{scheme}://h{i}.bench.test:{port}{}", self.path))
+                .collect()
+        };
+        Targets::new(urls, Some(server.root_pem()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_scenario_runs_the_clients_that_speak_its_protocol() {
+        let tls = super::super::scenario::all()
+            .into_iter()
+            .find(|s| s.proto == Proto::H2Tls)
+            .unwrap();
+        assert!(!tls.runs(Kind::Reqwest) && tls.runs(Kind::SoulbaseFull));
+        let h3 = super::super::scenario::h3();
+        assert!(h3.runs(Kind::SoulbaseH3) && h3.runs(Kind::SoulbaseH2));
+        assert!(!h3.runs(Kind::SoulbaseFull) && !tls.runs(Kind::SoulbaseH3));
     }
 }

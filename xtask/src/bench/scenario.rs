@@ -1,9 +1,6 @@
 //! The load scenarios: protocol, callers, route and hosts.
 
-use super::{
-    clients::{Kind, Targets},
-    server::{Listener, ServerProcess},
-};
+use super::server::Listener;
 
 /// The wire protocol of a scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,34 +114,6 @@ impl Scenario {
             Proto::Quic => Listener::Quic,
         }
     }
-
-    /// Whether `kind` takes part (reqwest is built without TLS here).
-    pub(crate) fn runs(&self, kind: Kind) -> bool {
-        let versions = matches!(kind, Kind::SoulbaseH2 | Kind::SoulbaseH3);
-        match self.proto {
-            Proto::Quic => versions,
-            Proto::H2Tls => !versions && kind != Kind::Reqwest,
-            _ => !versions,
-        }
-    }
-
-    /// Its URLs on `server`: `127.0.0.1`, or `h<i>.bench.test` names for many hosts.
-    pub(crate) fn targets(&self, server: &ServerProcess) -> Result<Targets, String> {
-        let scheme = if matches!(self.proto, Proto::H2Tls | Proto::Quic) {
-            "https"
-        } else {
-            "http"
-        };
-        let port = server.port(self.listener());
-        let urls = if self.hosts <= 1 {
-            vec![format!("{scheme}://127.0.0.1:{port}{}", self.path)]
-        } else {
-            (0..self.hosts)
-                .map(|i| format!("{scheme}://h{i}.bench.test:{port}{}", self.path))
-                .collect()
-        };
-        Targets::new(urls, Some(server.root_pem()))
-    }
 }
 
 #[cfg(test)]
@@ -166,10 +135,5 @@ mod tests {
                 "hosts-10k"
             ]
         );
-        let tls = all().into_iter().find(|s| s.proto == Proto::H2Tls).unwrap();
-        assert!(!tls.runs(Kind::Reqwest) && tls.runs(Kind::SoulbaseFull));
-        let h3 = h3();
-        assert!(h3.runs(Kind::SoulbaseH3) && h3.runs(Kind::SoulbaseH2));
-        assert!(!h3.runs(Kind::SoulbaseFull) && !tls.runs(Kind::SoulbaseH3));
     }
 }

@@ -18,7 +18,7 @@ use soulbase_net_testkit::{
 };
 use tokio::{task::JoinHandle, time::Instant};
 
-use crate::loopback::LoopbackDialer;
+use soulbase_net_runtime::testing::LoopbackDialer;
 
 /// The total deadline of a call that does not set its own.
 pub(crate) const POLICY_TOTAL: Duration = Duration::from_secs(2);

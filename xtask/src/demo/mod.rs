@@ -39,13 +39,12 @@ use soulbase_net_core::{
 use soulbase_net_interceptors::CacheHook;
 use soulbase_net_outbox::{Outbox, OutboxItem, SqliteStore};
 use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::Client;
+use soulbase_net_runtime::{testing::LoopbackDialer, Client};
 use soulbase_net_testkit::{FaultServer, FaultServerBuilder, RandomFaults, Reply, Script};
 use tokio::time::Instant;
 
 use crate::{
     contract::slo::{load, policy as slo_policy, storm},
-    loopback::LoopbackDialer,
     outbox_kit::{self, Applied, TempDir},
 };
 

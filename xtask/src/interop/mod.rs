@@ -148,7 +148,7 @@ fn inside(args: &[String]) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
-    let mut rows = rt.block_on(scenario::all(&layout, &setup));
+    let mut rows = rt.block_on(all(&layout, &setup));
     drop(rt);
     let pids = peers.stop();
     let left: Vec<u32> = pids
@@ -281,4 +281,36 @@ pub(crate) fn stable_copy(exe: &Path, target_dir: &Path) -> Result<std::path::Pa
         }
         Err(_) => Ok(exe.to_path_buf()),
     }
+}
+
+/// Every scenario, in order.
+///
+/// `XTASK_INTEROP_ONLY=lifecycle,dns` runs only the named groups (nginx, httpbin, proxies,
+/// dns, h3, lifecycle), for work on one of them; the suite runs them all.
+async fn all(layout: &peers::Layout, setup: &Setup) -> Vec<crate::table::Row> {
+    let only = std::env::var("XTASK_INTEROP_ONLY").ok();
+    let wanted = |group: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|g| g.trim() == group))
+    };
+    let mut rows = Vec::new();
+    if wanted("nginx") {
+        rows.extend(nginx::rows(layout, setup).await);
+    }
+    if wanted("httpbin") {
+        rows.extend(httpbin::rows(layout, setup).await);
+    }
+    if wanted("proxies") {
+        rows.extend(proxies::rows(layout, setup).await);
+    }
+    if wanted("dns") {
+        rows.extend(dns::rows(layout, setup).await);
+    }
+    if wanted("h3") {
+        rows.extend(h3::rows(layout, setup).await);
+    }
+    if wanted("lifecycle") {
+        rows.extend(lifecycle::rows(layout, setup).await);
+    }
+    rows
 }

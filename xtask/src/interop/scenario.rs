@@ -1,4 +1,4 @@
-//! What every scenario shares: the client as a user builds it (a `NetPolicy` that grants only
+//! What every scenario shares (the groups themselves are run by `super::all`): the client as a user builds it (a `NetPolicy` that grants only
 //! loopback and names dnsmasq as the name server, the run's CA as an extra root), an observer
 //! that counts attempts and retry delays, and short descriptions of outcomes.
 
@@ -9,40 +9,7 @@ use soulbase_net_core::{NetError, NetEvent, NetResponse, Observer};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::{Client, ClientBuilder};
 
-use super::{dns, h3, httpbin, lifecycle, nginx, peers::Layout, proxies, Setup};
-use crate::table::Row;
-
-/// Every scenario, in order.
-///
-/// `XTASK_INTEROP_ONLY=lifecycle,dns` runs only the named groups (nginx, httpbin, proxies,
-/// dns, h3, lifecycle), for work on one of them; the suite runs them all.
-pub(crate) async fn all(layout: &Layout, setup: &Setup) -> Vec<Row> {
-    let only = std::env::var("XTASK_INTEROP_ONLY").ok();
-    let wanted = |group: &str| {
-        only.as_deref()
-            .is_none_or(|o| o.split(',').any(|g| g.trim() == group))
-    };
-    let mut rows = Vec::new();
-    if wanted("nginx") {
-        rows.extend(nginx::rows(layout, setup).await);
-    }
-    if wanted("httpbin") {
-        rows.extend(httpbin::rows(layout, setup).await);
-    }
-    if wanted("proxies") {
-        rows.extend(proxies::rows(layout, setup).await);
-    }
-    if wanted("dns") {
-        rows.extend(dns::rows(layout, setup).await);
-    }
-    if wanted("h3") {
-        rows.extend(h3::rows(layout, setup).await);
-    }
-    if wanted("lifecycle") {
-        rows.extend(lifecycle::rows(layout, setup).await);
-    }
-    rows
-}
+use super::{peers::Layout, Setup};
 
 /// The policy normal scenarios use: private addresses denied except the granted loopback
 /// network, names resolved only by dnsmasq, the run's CA trusted, short backoff.

@@ -3,10 +3,9 @@
 //! One connect, in order: the host allow-list; name resolution (IP literals included); the
 //! address guard on every address; happy eyeballs through the [`Dialer`]; TLS. The whole of
 //! it is bounded by the connect timeout. A denied address is never handed to the dialer. The
-//! pool ([`crate::pool`]) decides when to connect and holds the per-origin connection cap; a
+//! pool ([`crate::transport::pool`]) decides when to connect and holds the per-origin connection cap; a
 //! connection keeps its slot under the cap for its life.
 
-mod dial;
 mod io;
 mod proxy;
 
@@ -23,10 +22,10 @@ use soulbase_net_core::{DnsSource, ErrorKind, NetError, NetEvent, Observer, Phas
 use soulbase_net_policy::AddressGuard;
 use tokio::{sync::OwnedSemaphorePermit, time::Instant};
 
-pub use self::dial::{DialFuture, Dialer, TcpDialer};
 pub(crate) use self::io::Conn;
 use self::io::MaybeTls;
 pub(crate) use self::proxy::matcher as proxy_matcher;
+pub(crate) use super::dial::Dialer;
 
 /// Resolves host names for the connector.
 #[async_trait::async_trait]
@@ -68,7 +67,7 @@ pub(crate) struct ConnectorConfig {
     pub(crate) opened: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Opens connections for the pool (see [`crate::pool`]).
+/// Opens connections for the pool (see [`crate::transport::pool`]).
 #[derive(Clone)]
 pub(crate) struct Connector {
     inner: Arc<Inner>,
@@ -171,6 +170,11 @@ impl Connector {
         Ok((host.to_owned(), targets))
     }
 
+    /// The client's dialer, which QUIC's sockets and peers go through too.
+    pub(crate) fn dialer(&self) -> &Arc<dyn Dialer> {
+        &self.inner.cfg.dialer
+    }
+
     /// The policy's connect timeout (for QUIC: the handshake).
     pub(crate) fn connect_timeout(&self) -> Duration {
         self.inner.cfg.connect_timeout
@@ -210,7 +214,7 @@ impl Inner {
 
         let targets = self.direct_targets(host, port).await?;
         let mut failed = Vec::new();
-        let dialled = dial::happy_eyeballs(
+        let dialled = super::dial::happy_eyeballs(
             &self.cfg.dialer,
             &targets,
             self.cfg.happy_eyeballs_delay,
@@ -306,7 +310,7 @@ impl Inner {
             .iter()
             .map(|ip| SocketAddr::new(*ip, proxy_port))
             .collect();
-        let (mut tcp, remote) = dial::happy_eyeballs(
+        let (mut tcp, remote) = super::dial::happy_eyeballs(
             &self.cfg.dialer,
             &targets,
             self.cfg.happy_eyeballs_delay,

@@ -2,7 +2,7 @@
 //! handshake that times out is `Timeout(Connect)`, a refused certificate `TlsVerify`
 //! (`AUTH.FORBIDDEN`), a connection that cannot be opened `Connect`, one lost after it was
 //! opened `Io` (retried for idempotent requests), a response head over
-//! `max_response_head_bytes` `TooLarge` (see [`on_response_head`]), and a stream the server
+//! `max_response_head_bytes` `TooLarge` (see [`head_too_big`]), and a stream the server
 //! refused before processing it (`H3_REQUEST_REJECTED`, a request sent after GOAWAY, or one
 //! still unanswered when the server closed the connection gracefully with `H3_NO_ERROR`)
 //! `NotProcessed`, which the retry loop sends again whatever the method (the rule HTTP/2's
@@ -115,8 +115,8 @@ fn not_processed(why: &'static str) -> NetError {
     crate::classify::not_processed(why)
 }
 
-/// A request stream on `live` that failed while its response head was awaited: as
-/// [`on_stream`], except that a head over the client's limit is `TooLarge`.
+/// A response head over the client's limit, as `TooLarge`; `None` for any other failure of
+/// a stream whose head was awaited ([`Live::head_failed`](super::conn::Live::head_failed)).
 ///
 /// The client announces `max_response_head_bytes` as `SETTINGS_MAX_FIELD_SECTION_SIZE`, so
 /// this is a server that sent a head it had been told is too large (h3 then refuses to decode
@@ -124,30 +124,27 @@ fn not_processed(why: &'static str) -> NetError {
 /// server that honours the setting sends no such head: what it does instead (reset the
 /// stream, end it without a head, answer 5xx) is its own choice, and reaches the client as
 /// that failure, which says nothing about the limit.
-pub(super) fn on_response_head(e: StreamError, live: &super::conn::Live) -> NetError {
+pub(super) fn head_too_big(e: &StreamError) -> Option<NetError> {
     match e {
         StreamError::HeaderTooBig {
             actual_size,
             max_size,
             ..
-        } => NetError::new(ErrorKind::TooLarge).with_message(format!(
+        } => Some(NetError::new(ErrorKind::TooLarge).with_message(format!(
             "the response head is over the header limits ({actual_size} bytes, \
              max_response_head_bytes is {max_size})"
-        )),
-        e => on_stream(e, live),
+        ))),
+        _ => None,
     }
 }
 
-/// A request stream on `live` that failed; a failure of the connection, or a GOAWAY, retires
-/// it (the next request opens a new one).
-pub(super) fn on_stream(e: StreamError, live: &super::conn::Live) -> NetError {
-    if matches!(
+/// Whether a failed request stream says its connection takes no new request: the
+/// connection failed, or the peer is going away (GOAWAY).
+pub(super) fn retires_connection(e: &StreamError) -> bool {
+    matches!(
         e,
         StreamError::RemoteClosing { .. } | StreamError::ConnectionError { .. }
-    ) {
-        live.retire();
-    }
-    stream_error(e)
+    )
 }
 
 #[cfg(test)]

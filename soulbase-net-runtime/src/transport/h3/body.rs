@@ -2,6 +2,7 @@
 
 use std::{
     fmt,
+    pin::Pin,
     task::{Context, Poll},
 };
 
@@ -10,12 +11,11 @@ use http_body::Frame;
 use soulbase_net_core::NetError;
 
 use super::conn::Live;
-use super::error;
 
 type Stream = h3::client::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 
 /// The data of an HTTP/3 response; keeps its connection alive while it is read. Errors are
-/// [`NetError`]s already (see [`error`]).
+/// [`NetError`]s already (see `Live::stream_failed`).
 pub(crate) struct H3Body {
     stream: Stream,
     live: Live,
@@ -32,10 +32,7 @@ impl H3Body {
     }
 
     /// The next data frame, `None` at the end (trailers are not read).
-    pub(crate) fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, NetError>>> {
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, NetError>>> {
         if self.done {
             return Poll::Ready(None);
         }
@@ -51,13 +48,24 @@ impl H3Body {
             }
             Poll::Ready(Err(e)) => {
                 self.done = true;
-                Poll::Ready(Some(Err(error::on_stream(e, &self.live))))
+                Poll::Ready(Some(Err(self.live.stream_failed(e))))
             }
         }
     }
+}
 
-    /// Whether the body has ended.
-    pub(crate) fn is_end_stream(&self) -> bool {
+impl http_body::Body for H3Body {
+    type Data = Bytes;
+    type Error = NetError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, NetError>>> {
+        self.get_mut().poll_data(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
         self.done
     }
 }

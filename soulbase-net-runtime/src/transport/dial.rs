@@ -1,8 +1,10 @@
-//! Opening TCP connections: the [`Dialer`] seam and happy eyeballs over several addresses.
+//! The one socket seam of the transport layer, [`Dialer`]: TCP connections, the UDP sockets
+//! QUIC sends from and every QUIC peer; and happy eyeballs over several TCP addresses.
 //!
-//! Why a seam: every socket the client opens goes through one [`Dialer`], so a test can put
-//! in a dialer that records each address and refuses anything off loopback — a broken guard
-//! then fails a test instead of reaching the network.
+//! Why a seam: every socket the client opens, over either transport, goes through one
+//! [`Dialer`], so a test can put in a dialer that records each peer and refuses anything off
+//! loopback (the runtime's `testing::LoopbackDialer`) — a broken guard then fails a test
+//! instead of reaching the network.
 
 use std::{fmt, future::Future, io, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
@@ -11,10 +13,63 @@ use tokio::{net::TcpStream, task::JoinSet};
 /// A boxed future returned by a [`Dialer`].
 pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
 
-/// Opens TCP connections for the client. The default is [`TcpDialer`].
+/// Opens the client's sockets: TCP connections, and for HTTP/3 (feature `http3`) the UDP
+/// sockets QUIC sends from, with a say on every QUIC peer. The default is [`TcpDialer`].
+///
+/// Only [`Dialer::dial`] must be written; the UDP methods default to the standard library's
+/// socket and to allowing every peer (the address guard has already allowed it).
+///
+/// ```
+/// use std::{io, net::{SocketAddr, UdpSocket}};
+/// use soulbase_net_runtime::{DialFuture, Dialer, TcpDialer};
+///
+/// /// Reaches loopback only, over TCP and QUIC alike.
+/// #[derive(Debug)]
+/// struct LoopbackOnly;
+///
+/// impl Dialer for LoopbackOnly {
+///     fn dial(&self, addr: SocketAddr) -> DialFuture {
+///         match self.udp_peer(addr) {
+///             Ok(()) => TcpDialer.dial(addr),
+///             Err(e) => Box::pin(async move { Err(e) }),
+///         }
+///     }
+///
+///     fn udp_peer(&self, peer: SocketAddr) -> io::Result<()> {
+///         if peer.ip().is_loopback() {
+///             Ok(())
+///         } else {
+///             Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{peer} is off loopback")))
+///         }
+///     }
+/// }
+/// let _ = LoopbackOnly.bind_udp("127.0.0.1:0".parse().unwrap());
+/// ```
 pub trait Dialer: Send + Sync + fmt::Debug + 'static {
-    /// Connects to `addr`.
+    /// Connects to `addr` over TCP.
     fn dial(&self, addr: SocketAddr) -> DialFuture;
+
+    /// Binds a UDP socket at `local` for QUIC to send from: the loopback address of the
+    /// family for loopback peers, the unspecified address otherwise, port 0. One socket
+    /// serves every peer of its kind (a QUIC endpoint), so the peers themselves are each
+    /// shown to [`Dialer::udp_peer`]. The client makes the socket non-blocking.
+    ///
+    /// # Errors
+    /// Any error refuses HTTP/3 to the peers this socket would have served (`Connect`).
+    fn bind_udp(&self, local: SocketAddr) -> io::Result<std::net::UdpSocket> {
+        std::net::UdpSocket::bind(local)
+    }
+
+    /// Called with each QUIC peer, after the address guard allowed it and before the first
+    /// datagram goes to it.
+    ///
+    /// # Errors
+    /// An error refuses the peer, as a failed [`Dialer::dial`] refuses a TCP address: the
+    /// next address is tried, and with none left the request fails with `Connect`.
+    fn udp_peer(&self, peer: SocketAddr) -> io::Result<()> {
+        let _ = peer;
+        Ok(())
+    }
 }
 
 /// The default dialer: `TcpStream::connect` with `TCP_NODELAY` on.

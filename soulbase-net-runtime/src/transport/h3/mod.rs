@@ -9,14 +9,12 @@
 //! Never touches: name resolution, the host allow-list and the address guard (the TCP
 //! [`Connector`]'s, run on every UDP peer before its first packet), TLS policy (the same
 //! [`crate::tls::client_config`] as TCP, TLS 1.3 only, ALPN `h3`), limits, timeouts and
-//! metering of bodies (the attempt's, as for TCP: the response body comes back as the pool's
-//! [`PoolBody`]).
+//! metering of bodies (the attempt's, as for TCP), and which transport a request takes
+//! (`transport::route`, which also wraps the [`H3Body`] as every transport's body).
 
-mod alt_svc;
 mod body;
 mod conn;
 mod error;
-mod route;
 
 use std::{fmt, sync::Arc, time::Duration};
 
@@ -27,17 +25,15 @@ use http_body_util::BodyExt;
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
 use soulbase_net_core::NetError;
-use soulbase_net_policy::{HttpPolicy, HttpVersionPolicy, NetPolicy};
+use soulbase_net_policy::{HttpPolicy, NetPolicy};
 use tokio::time::Instant;
 
-use crate::connect::Connector;
-use crate::pool::{PoolBody, ReqBody};
+use super::body::ReqBody;
+use super::connect::Connector;
 
-use self::alt_svc::Memory;
 pub(crate) use self::body::H3Body;
-use self::conn::{Endpoints, Live};
-pub(crate) use self::route::Way;
-use self::route::Won;
+use self::conn::Endpoints;
+pub(crate) use self::conn::Live;
 
 /// Origins remembered at most; past this, closed connections are forgotten.
 const MAX_ORIGINS: usize = 4096;
@@ -61,15 +57,9 @@ type Slot = Arc<tokio::sync::Mutex<Option<Live>>>;
 pub(crate) struct H3Pool {
     connector: Connector,
     endpoints: Endpoints,
-    /// The policy's `http.version`.
-    version: HttpVersionPolicy,
     /// The policy's `http` section, for which requests may go as 0-RTT early data
     /// (`zero_rtt`, `zero_rtt_methods`).
     http: HttpPolicy,
-    /// Same-host HTTP/3 ports origins advertised with `Alt-Svc` (`auto`).
-    advertised: Memory<u16>,
-    /// Which transport won an origin's race (`h3-or-tcp`).
-    won: Memory<Won>,
     /// Per origin (`host:port`): the live connection, behind an async lock that makes one
     /// request open it while the others wait for it.
     origins: Mutex<HashMap<Box<str>, Slot>>,
@@ -88,25 +78,29 @@ impl H3Pool {
         extra_roots: &[CertificateDer<'static>],
         limits: Limits,
     ) -> Result<Self, NetError> {
+        let endpoints = Endpoints::new(
+            connector.dialer().clone(),
+            &policy.tls,
+            extra_roots,
+            limits,
+            policy.http.zero_rtt,
+        )?;
         Ok(H3Pool {
             connector,
-            endpoints: Endpoints::new(&policy.tls, extra_roots, limits, policy.http.zero_rtt)?,
-            version: policy.http.version,
+            endpoints,
             http: policy.http.clone(),
-            advertised: Memory::new(),
-            won: Memory::new(),
             origins: Mutex::new(HashMap::new()),
         })
     }
 
     /// Sends `req` (absolute `https` URI) over HTTP/3 on `live`, a connection to its origin
     /// that took `connect` to open.
-    async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         live: Live,
         connect: Duration,
         req: Request<ReqBody>,
-    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+    ) -> Result<(Response<H3Body>, Duration), NetError> {
         if !self.may_send_early(req.method()) {
             // Never as 0-RTT early data, which can be replayed: on a connection still in its
             // 0-RTT phase (opened early for another request), wait for the handshake.
@@ -128,7 +122,7 @@ impl H3Pool {
         let mut stream = sender
             .send_request(head)
             .await
-            .map_err(|e| error::on_stream(e, &live))?;
+            .map_err(|e| live.stream_failed(e))?;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(error::body_error)?;
             if let Ok(mut data) = frame.into_data() {
@@ -137,19 +131,16 @@ impl H3Pool {
                     stream
                         .send_data(bytes)
                         .await
-                        .map_err(|e| error::on_stream(e, &live))?;
+                        .map_err(|e| live.stream_failed(e))?;
                 }
             }
         }
-        stream
-            .finish()
-            .await
-            .map_err(|e| error::on_stream(e, &live))?;
+        stream.finish().await.map_err(|e| live.stream_failed(e))?;
         let head = stream
             .recv_response()
             .await
-            .map_err(|e| error::on_response_head(e, &live))?;
-        let res = head.map(|()| PoolBody::h3(H3Body::new(stream, live)));
+            .map_err(|e| live.head_failed(e))?;
+        let res = head.map(|()| H3Body::new(stream, live));
         Ok((res, connect))
     }
 
@@ -179,11 +170,12 @@ impl H3Pool {
     }
 
     /// The live connection to the origin of `uri` (its host, UDP port `port`), opened when
-    /// there is none (or it closed), bounded by the connect timeout.
+    /// there is none (or it closed), bounded by the connect timeout; with how long opening
+    /// it took (zero for a live one).
     ///
     /// `early`: the request [may go early](Self::may_send_early), so a new connection may
     /// carry it as 0-RTT early data.
-    async fn checkout(
+    pub(crate) async fn checkout(
         &self,
         uri: &http::Uri,
         port: u16,

@@ -2,29 +2,51 @@
 //! `auto` TCP until the origin advertised HTTP/3 with `Alt-Svc` (then HTTP/3 while the
 //! advertisement is fresh, TCP again once HTTP/3 to it failed); `h3-or-tcp` a QUIC handshake
 //! raced with a TCP connect, the winner used and remembered.
+//!
+//! The one module that knows both transports: the pool (TCP) and HTTP/3 know nothing of each
+//! other, and it is here that an HTTP/3 response body becomes every transport's
+//! [`WireBody`](super::body::WireBody).
+
+mod alt_svc;
 
 use std::time::Duration;
 
 use http::{header::ALT_SVC, Request, Response, Uri};
+use http_body_util::BodyExt;
 use soulbase_net_core::{ErrorKind, NetError, Phase};
-use soulbase_net_policy::HttpVersionPolicy;
+use soulbase_net_policy::{HttpVersionPolicy, NetPolicy};
 use tokio::time::Instant;
 
-use super::alt_svc::{self, Advert};
-use super::H3Pool;
-use crate::pool::{Pool, PoolBody, ReqBody};
+use self::alt_svc::{Advert, Memory};
+use super::body::{ReqBody, WireBody};
+use super::connect::Connector;
+use super::h3::{H3Body, H3Pool, Live};
+use super::pool::{Pool, PoolBody};
 
 /// How long the winner of a race is remembered for its origin.
 const RACE_MEMORY: Duration = Duration::from_secs(3600);
 
-/// Which way a request goes (see [`H3Pool::way`]).
+/// The choice between TCP and HTTP/3 of one transport, and its HTTP/3 side.
+pub(crate) struct Route {
+    h3: H3Pool,
+    /// The TCP connector, to know which requests a proxy carries.
+    connector: Connector,
+    /// The policy's `http.version`.
+    version: HttpVersionPolicy,
+    /// Same-host HTTP/3 ports origins advertised with `Alt-Svc` (`auto`).
+    advertised: Memory<u16>,
+    /// Which transport won an origin's race (`h3-or-tcp`).
+    won: Memory<Won>,
+}
+
+/// Which way a request goes (see [`Route::way`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Way {
     /// Over the TCP pool, nothing to learn.
     Tcp,
-    /// Over the TCP pool, then [`H3Pool::learn`] from the response (`auto`, nothing advertised).
+    /// Over the TCP pool, then [`Route::learn`] from the response (`auto`, nothing advertised).
     TcpLearning,
-    /// Through [`H3Pool::route`]: HTTP/3, the race, or an advertised port.
+    /// Through [`Route::route`]: HTTP/3, the race, or an advertised port.
     Route,
 }
 
@@ -35,12 +57,29 @@ pub(crate) enum Won {
     Tcp,
 }
 
-impl H3Pool {
+impl Route {
+    /// The routing of a transport under `policy`, with `h3` its HTTP/3 side and `connector`
+    /// its TCP connector.
+    pub(crate) fn new(h3: H3Pool, connector: Connector, policy: &NetPolicy) -> Self {
+        Route {
+            h3,
+            connector,
+            version: policy.http.version,
+            advertised: Memory::new(),
+            won: Memory::new(),
+        }
+    }
+
+    /// The HTTP/3 side.
+    pub(crate) fn h3(&self) -> &H3Pool {
+        &self.h3
+    }
+
     /// Which way `req` goes, decided once and without copying anything: under `h3` always
     /// the routing; plain `http`, or a request a proxy carries, TCP whatever was advertised;
     /// under `h3-or-tcp` the routing (the race or its remembered winner); under `auto` the
     /// routing only while the origin's advertisement is fresh, else TCP, learning from the
-    /// response's `Alt-Svc` ([`H3Pool::learn`]). The common cases never enter the routing.
+    /// response's `Alt-Svc` ([`Route::learn`]). The common cases never enter the routing.
     pub(crate) fn way<B>(&self, req: &Request<B>) -> Way {
         let uri = req.uri();
         if self.version == HttpVersionPolicy::H3 {
@@ -60,7 +99,7 @@ impl H3Pool {
     }
 
     /// Sends `req` over HTTP/3 or over `tcp`, as the policy's `http.version` says, for a
-    /// request whose [`H3Pool::way`] is [`Way::Route`].
+    /// request whose [`Route::way`] is [`Way::Route`].
     pub(crate) async fn route(
         &self,
         tcp: &Pool,
@@ -70,7 +109,8 @@ impl H3Pool {
         if self.version == HttpVersionPolicy::H3 {
             let port = uri.port_u16().unwrap_or(443);
             let (live, connect) = self
-                .checkout(&uri, port, self.may_send_early(req.method()))
+                .h3
+                .checkout(&uri, port, self.h3.may_send_early(req.method()))
                 .await?;
             return self.exchange(live, connect, req).await;
         }
@@ -94,7 +134,8 @@ impl H3Pool {
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
         if let Some(port) = self.advertised.get(origin, Instant::now()) {
             match self
-                .checkout(uri, port, self.may_send_early(req.method()))
+                .h3
+                .checkout(uri, port, self.h3.may_send_early(req.method()))
                 .await
             {
                 Ok((live, connect)) => {
@@ -153,7 +194,8 @@ impl H3Pool {
         let raced = began.elapsed();
         let sent = match won {
             Won::Quic => match self
-                .checkout(uri, port, self.may_send_early(req.method()))
+                .h3
+                .checkout(uri, port, self.h3.may_send_early(req.method()))
                 .await
             {
                 Ok((live, connect)) => self.exchange(live, connect.max(raced), req).await,
@@ -172,9 +214,20 @@ impl H3Pool {
 
     /// Races a QUIC handshake with a TCP connect to the origin of `uri`: the first to
     /// succeed wins; when one fails, the other decides; when both fail, the last error.
+    /// Sends `req` over HTTP/3 on `live`, its body made every transport's.
+    async fn exchange(
+        &self,
+        live: Live,
+        connect: Duration,
+        req: Request<ReqBody>,
+    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        let (res, connect) = self.h3.exchange(live, connect, req).await?;
+        Ok((res.map(wire_body), connect))
+    }
+
     async fn race(&self, tcp: &Pool, uri: &Uri, port: u16) -> Result<Won, NetError> {
         // Nothing goes early on a connection opened by the race.
-        let quic = self.checkout(uri, port, false);
+        let quic = self.h3.checkout(uri, port, false);
         let plain = tcp.warm(uri);
         tokio::pin!(quic, plain);
         tokio::select! {
@@ -188,6 +241,11 @@ impl H3Pool {
             },
         }
     }
+}
+
+/// An HTTP/3 response body as every transport's (it holds its connection itself).
+fn wire_body(body: H3Body) -> PoolBody {
+    WireBody::boxed(body.map_err(Into::into).boxed_unsync())
 }
 
 /// Whether `e` says no connection could be opened (rather than a failure of a request).

@@ -1,8 +1,35 @@
-//! Transports: one connection pool per distinct connection policy.
+//! The transport layer: from a request on the wire to a response body, over TCP (HTTP/1.1
+//! and HTTP/2, [`pool`] over [`connect`]) and over QUIC (HTTP/3, `h3`, feature `http3`).
 //!
-//! Why per policy: TLS settings (pins, client certificates, versions), the address guard,
-//! DNS and the per-host connection cap are properties of a connection, so requests under
-//! different policies must not share pooled connections. Most clients have one transport.
+//! What lives where, lowest first:
+//! - [`dial`]: the one socket seam. Every socket the client opens — a TCP connection or the
+//!   UDP socket QUIC sends from, and every QUIC peer before its first datagram — goes through
+//!   the client's [`Dialer`], so a test dialer sees (and may refuse) every peer of both
+//!   transports.
+//! - [`body`]: the request body every transport sends and the response body every transport
+//!   produces ([`body::WireBody`]); it knows no transport's internals.
+//! - [`connect`]: the TCP connector (names, guard, happy eyeballs, proxy tunnel, TLS).
+//! - [`pool`]: TCP connections per origin, HTTP/1.1 and HTTP/2.
+//! - `h3`: QUIC endpoints and one HTTP/3 connection per origin.
+//! - `route`: which of the two a request takes under `http.version` (Alt-Svc, the race);
+//!   the only module that knows both.
+//! - this module: one [`Transport`] per distinct connection policy.
+//!
+//! Why one transport per policy: TLS settings (pins, client certificates, versions), the
+//! address guard, DNS and the per-host connection cap are properties of a connection, so
+//! requests under different policies must not share pooled connections. Most clients have
+//! one transport.
+
+pub(crate) mod body;
+pub(crate) mod connect;
+mod dial;
+#[cfg(feature = "http3")]
+pub(crate) mod h3;
+pub(crate) mod pool;
+#[cfg(feature = "http3")]
+mod route;
+
+pub use self::dial::{DialFuture, Dialer, TcpDialer};
 
 use std::{
     fmt,
@@ -25,11 +52,11 @@ use soulbase_net_policy::{AddressGuard, NetPolicy};
 
 use hyper_util::client::proxy::matcher::Matcher;
 
-use crate::{
-    connect::{proxy_matcher, Connector, ConnectorConfig, Dialer},
-    dns::DnsResolver,
+use self::{
+    connect::{proxy_matcher, Connector, ConnectorConfig},
     pool::{Pool, PoolConfig},
 };
+use crate::dns::DnsResolver;
 
 /// What every transport of a client shares.
 pub(crate) struct Settings {
@@ -39,7 +66,7 @@ pub(crate) struct Settings {
     pub(crate) pool_idle_timeout: Duration,
     pub(crate) pool_max_idle_per_host: usize,
     /// The client's budget of kept connections, shared by every transport's pool.
-    pub(crate) idle_budget: Arc<crate::pool::IdleBudget>,
+    pub(crate) idle_budget: Arc<crate::transport::pool::IdleBudget>,
     pub(crate) pool_max_lifetime: Option<Duration>,
     /// Pings pooled HTTP/2 and HTTP/3 connections at this interval (`None`: off).
     pub(crate) pool_keep_alive: Option<Duration>,
@@ -57,7 +84,7 @@ pub(crate) struct Transport {
     pub(crate) proxy: Option<Arc<Matcher>>,
     /// HTTP/3 beside the pool, choosing per request under `http.version`.
     #[cfg(feature = "http3")]
-    h3: crate::h3::H3Pool,
+    route: route::Route,
 }
 
 impl Transport {
@@ -69,26 +96,26 @@ impl Transport {
     /// an attempt's future does not carry the request a second time.
     pub(crate) fn send(
         &self,
-        req: http::Request<crate::pool::ReqBody>,
+        req: http::Request<body::ReqBody>,
     ) -> Sending<'_, impl Future<Output = Sent> + Send + '_> {
         #[cfg(feature = "http3")]
-        match self.h3.way(&req) {
-            crate::h3::Way::Route => {
+        match self.route.way(&req) {
+            route::Way::Route => {
                 // Boxed: the routing holds QUIC's handshake and streams, and every TCP
                 // request would otherwise carry their size in its future.
                 return Sending::Routed {
-                    routed: Box::pin(self.h3.route(&self.pool, req)),
+                    routed: Box::pin(self.route.route(&self.pool, req)),
                 };
             }
-            crate::h3::Way::TcpLearning => {
+            route::Way::TcpLearning => {
                 let origin = req.uri().authority().cloned();
                 return Sending::Learning {
                     pool: self.pool.send(req),
-                    h3: &self.h3,
+                    h3: &self.route,
                     origin,
                 };
             }
-            crate::h3::Way::Tcp => {}
+            route::Way::Tcp => {}
         }
         Sending::Tcp {
             pool: self.pool.send(req),
@@ -97,11 +124,11 @@ impl Transport {
 }
 
 /// What a transport's send ends with: the response and how long opening a connection took.
-pub(crate) type Sent = Result<(http::Response<crate::pool::PoolBody>, Duration), NetError>;
+pub(crate) type Sent = Result<(http::Response<pool::PoolBody>, Duration), NetError>;
 
 /// The HTTP/3 side a response is learnt from (nothing without the `http3` feature).
 #[cfg(feature = "http3")]
-type H3Side<'a> = &'a crate::h3::H3Pool;
+type H3Side<'a> = &'a route::Route;
 #[cfg(not(feature = "http3"))]
 type H3Side<'a> = std::marker::PhantomData<&'a ()>;
 
@@ -196,7 +223,7 @@ impl Transports {
         for transport in self.live() {
             transport.pool.read_gauges(visit);
             #[cfg(feature = "http3")]
-            transport.h3.read_gauges(visit);
+            transport.route.h3().read_gauges(visit);
         }
     }
 
@@ -351,16 +378,18 @@ impl Transports {
             .http2_prior_knowledge
             .unwrap_or(s.http2_prior_knowledge);
         #[cfg(feature = "http3")]
-        let h3 = crate::h3::H3Pool::new(
+        let h3 = h3::H3Pool::new(
             connector.clone(),
             policy,
             &s.extra_roots,
-            crate::h3::Limits {
+            h3::Limits {
                 idle: idle_timeout,
                 keep_alive,
                 max_head_bytes: s.max_response_head_bytes,
             },
         )?;
+        #[cfg(feature = "http3")]
+        let connector_for_route = connector.clone();
         let pool = Pool::new(
             connector,
             PoolConfig {
@@ -385,7 +414,7 @@ impl Transports {
             pool,
             proxy: proxy.filter(|_| absolute_form),
             #[cfg(feature = "http3")]
-            h3,
+            route: route::Route::new(h3, connector_for_route, policy),
         })
     }
 }

@@ -14,10 +14,13 @@ use std::{
 use bytes::Bytes;
 use parking_lot::Mutex;
 use rustls::pki_types::CertificateDer;
-use soulbase_net_core::NetError;
+use soulbase_net_core::{ErrorKind, NetError};
 use soulbase_net_policy::{TlsPolicy, TlsVersion};
 
+use h3::error::StreamError;
+
 use super::error;
+use crate::transport::Dialer;
 
 /// The ALPN protocol id of HTTP/3.
 const ALPN_H3: &[u8] = b"h3";
@@ -34,6 +37,8 @@ pub(super) type Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 /// address), all with the same QUIC configuration.
 pub(super) struct Endpoints {
     config: quinn::ClientConfig,
+    /// The client's dialer: it binds the sockets and is shown every peer.
+    dialer: Arc<dyn Dialer>,
     /// The most bytes of a response head.
     max_head_bytes: u64,
     /// `http.zero_rtt`: a resumed connection opened for a request that may go early
@@ -45,7 +50,7 @@ pub(super) struct Endpoints {
 
 /// One HTTP/3 connection, shared by the requests to its origin.
 #[derive(Clone)]
-pub(super) struct Live {
+pub(crate) struct Live {
     conn: quinn::Connection,
     sender: Sender,
     /// Set when the connection cannot take new requests (closed, or the peer sent GOAWAY).
@@ -62,6 +67,7 @@ impl Endpoints {
     /// timeout, keep-alive and head limit of `limits`; 0-RTT (for the requests that may go
     /// early) when `zero_rtt`.
     pub(super) fn new(
+        dialer: Arc<dyn Dialer>,
         policy: &TlsPolicy,
         extra_roots: &[CertificateDer<'static>],
         limits: super::Limits,
@@ -88,6 +94,7 @@ impl Endpoints {
         config.transport_config(Arc::new(transport));
         Ok(Endpoints {
             config,
+            dialer,
             max_head_bytes: u64::try_from(limits.max_head_bytes).unwrap_or(u64::MAX),
             zero_rtt,
             bound: Mutex::new(Default::default()),
@@ -105,6 +112,11 @@ impl Endpoints {
         early: bool,
     ) -> Result<Live, NetError> {
         let endpoint = self.endpoint_for(peer.ip())?;
+        self.dialer.udp_peer(peer).map_err(|e| {
+            NetError::new(ErrorKind::Connect)
+                .with_message(format!("the dialer refused the quic peer {peer} of {host}"))
+                .with_source(e)
+        })?;
         let connecting = endpoint
             .connect_with(self.config.clone(), peer, host)
             .map_err(|e| error::connect_error(e, host))?;
@@ -161,11 +173,24 @@ impl Endpoints {
         if let Some(endpoint) = &bound[slot] {
             return Ok(endpoint.clone());
         }
-        let endpoint = quinn::Endpoint::client(SocketAddr::new(bind, 0)).map_err(|e| {
-            NetError::new(soulbase_net_core::ErrorKind::Connect)
-                .with_message(format!("no udp socket could be bound on {bind}"))
-                .with_source(e)
-        })?;
+        let local = SocketAddr::new(bind, 0);
+        let endpoint = self
+            .dialer
+            .bind_udp(local)
+            .and_then(|socket| {
+                socket.set_nonblocking(true)?;
+                quinn::Endpoint::new(
+                    quinn::EndpointConfig::default(),
+                    None,
+                    socket,
+                    Arc::new(quinn::TokioRuntime),
+                )
+            })
+            .map_err(|e| {
+                NetError::new(ErrorKind::Connect)
+                    .with_message(format!("no udp socket could be bound on {bind}"))
+                    .with_source(e)
+            })?;
         bound[slot] = Some(endpoint.clone());
         Ok(endpoint)
     }
@@ -221,6 +246,24 @@ impl Live {
     /// No new request goes on this connection (the peer is going away, or it failed).
     pub(super) fn retire(&self) {
         self.closing.store(true, Ordering::Release);
+    }
+
+    /// The error of a request stream on this connection that failed; a failure of the
+    /// connection, or a GOAWAY, retires it (the next request opens a new one).
+    pub(super) fn stream_failed(&self, e: StreamError) -> NetError {
+        if error::retires_connection(&e) {
+            self.retire();
+        }
+        error::stream_error(e)
+    }
+
+    /// As [`Live::stream_failed`], for a stream whose response head was awaited: a head
+    /// over the client's limit is `TooLarge` ([`error::head_too_big`]).
+    pub(super) fn head_failed(&self, e: StreamError) -> NetError {
+        match error::head_too_big(&e) {
+            Some(too_big) => too_big,
+            None => self.stream_failed(e),
+        }
     }
 }
 
