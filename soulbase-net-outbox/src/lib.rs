@@ -43,7 +43,7 @@
 pub mod admin;
 mod outbox;
 
-pub use crate::outbox::{Outbox, OutboxBuilder};
+pub use crate::outbox::{NoClient, NoStore, Outbox, OutboxBuilder};
 pub use soulbase_net_store::outbox::{
     open_store, DeadLetter, Enqueued, OutboxItem, OutboxStore, SqliteStore, SqliteStoreBuilder,
     StoreOptions, StoredItem, SQLITE_SCHEMA_VERSION,

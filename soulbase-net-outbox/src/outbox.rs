@@ -21,9 +21,66 @@ use soulbase_net_store::{
 };
 
 /// Builds an [`Outbox`]; from [`Outbox::builder`].
-pub struct OutboxBuilder {
-    store: Option<Arc<dyn OutboxStore>>,
-    client: Option<Arc<dyn NetClient>>,
+///
+/// The store and the client are required, and the type keeps count of them (a typestate, as
+/// rustls' `ConfigBuilder`): `S` is [`NoStore`] until [`store`](Self::store) is called and
+/// `C` is [`NoClient`] until [`client`](Self::client) is, and [`build`](Self::build) exists
+/// only once both are given, so an outbox without either is a compile error rather than an
+/// error at run time. The other setters may be called in any state and in any order.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::{sync::Arc, time::Duration};
+/// use soulbase_net_outbox::{Outbox, OutboxStore, SqliteStore};
+///
+/// # let dir = std::env::temp_dir().join(format!("outbox-builder-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let store = Arc::new(SqliteStore::open(dir.join("outbox.db")).await?);
+/// let client = Arc::new(soulbase_net_runtime::Client::builder().build()?);
+/// let outbox = Outbox::builder()
+///     .workers(16)
+///     .store(store)
+///     .lease(Duration::from_secs(5))
+///     .client(client)
+///     .build()?;
+/// assert_eq!(outbox.store().pending().await?, 0);
+/// # drop(outbox);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+///
+/// Without a store there is no `build` to call:
+/// ```compile_fail,E0599
+/// # fn no_store(client: std::sync::Arc<dyn soulbase_net_core::NetClient>) {
+/// let outbox = soulbase_net_outbox::Outbox::builder().client(client).build();
+/// # }
+/// ```
+///
+/// Nor without a client:
+/// ```compile_fail,E0599
+/// # fn no_client(store: std::sync::Arc<dyn soulbase_net_outbox::OutboxStore>) {
+/// let outbox = soulbase_net_outbox::Outbox::builder().store(store).build();
+/// # }
+/// ```
+pub struct OutboxBuilder<S = NoStore, C = NoClient> {
+    store: S,
+    client: C,
+    settings: Settings,
+}
+
+/// An [`OutboxBuilder`] state: no store given yet (see [`OutboxBuilder::store`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoStore;
+
+/// An [`OutboxBuilder`] state: no client given yet (see [`OutboxBuilder::client`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoClient;
+
+/// What an [`OutboxBuilder`] holds besides the store and the client, whatever its state.
+#[derive(Clone)]
+struct Settings {
     workers: u32,
     lease: Duration,
     poll: Duration,
@@ -31,6 +88,21 @@ pub struct OutboxBuilder {
     backoff_cap: Duration,
     grace: Duration,
     observer: Option<Arc<dyn Observer>>,
+}
+
+impl Default for Settings {
+    /// The defaults each setter of [`OutboxBuilder`] states.
+    fn default() -> Self {
+        Self {
+            workers: 64,
+            lease: Duration::from_secs(10),
+            poll: Duration::from_millis(500),
+            backoff_base: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(300),
+            grace: Duration::from_secs(30),
+            observer: None,
+        }
+    }
 }
 
 /// Durable delivery of [`OutboxItem`]s (see the crate docs).
@@ -91,27 +163,34 @@ impl std::fmt::Debug for Outbox {
     }
 }
 
-impl std::fmt::Debug for OutboxBuilder {
+impl<S: std::fmt::Debug, C> std::fmt::Debug for OutboxBuilder<S, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OutboxBuilder")
             .field("store", &self.store)
-            .field("workers", &self.workers)
-            .field("lease", &self.lease)
+            .field("workers", &self.settings.workers)
+            .field("lease", &self.settings.lease)
             .finish_non_exhaustive()
     }
 }
 
-impl OutboxBuilder {
-    /// Where items live (required).
-    pub fn store(mut self, store: Arc<dyn OutboxStore>) -> Self {
-        self.store = Some(store);
-        self
+impl<S, C> OutboxBuilder<S, C> {
+    /// Where items live (required). Given again, the last one counts.
+    pub fn store(self, store: Arc<dyn OutboxStore>) -> OutboxBuilder<Arc<dyn OutboxStore>, C> {
+        OutboxBuilder {
+            store,
+            client: self.client,
+            settings: self.settings,
+        }
     }
 
     /// What delivers them (required): a `soulbase_net_runtime::Client`, with its policy.
-    pub fn client(mut self, client: Arc<dyn NetClient>) -> Self {
-        self.client = Some(client);
-        self
+    /// Given again, the last one counts.
+    pub fn client(self, client: Arc<dyn NetClient>) -> OutboxBuilder<S, Arc<dyn NetClient>> {
+        OutboxBuilder {
+            store: self.store,
+            client,
+            settings: self.settings,
+        }
     }
 
     /// The most deliveries in flight at once. Within it the outbox adapts to the upstream:
@@ -121,7 +200,7 @@ impl OutboxBuilder {
     /// `limits.per_host_concurrency` (64 by default) when the items go to one host: calls over
     /// the client's limit are refused and come back later. Default is 64.
     pub fn workers(mut self, n: u32) -> Self {
-        self.workers = n.max(1);
+        self.settings.workers = n.max(1);
         self
     }
 
@@ -130,29 +209,29 @@ impl OutboxBuilder {
     /// the store, so a live worker keeps its items however long a delivery takes, and a
     /// killed worker's items come back within one lease — two heartbeats. Default is 10s.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.settings.lease = lease;
         self
     }
 
     /// Longest sleep between looks at the store when nothing wakes the outbox. Default 500ms.
     pub fn poll(mut self, poll: Duration) -> Self {
-        self.poll = poll;
+        self.settings.poll = poll;
         self
     }
 
     /// Reports what happens to items (`NetEvent::Outbox`: enqueued, delivered with its
     /// lateness, retried, dead) and the pending gauges (`Observer::on_gauges`): give it the
-    /// same `Metrics` as the client for `net_outbox_*`.
+    /// same `Metrics` as the client for `net_outbox_*`. Default is none.
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
-        self.observer = Some(observer);
+        self.settings.observer = Some(observer);
         self
     }
 
     /// Backoff between delivery attempts: `base × 2^(attempt − 1)` up to `cap`, full jitter.
     /// Default is 1s up to 5m.
     pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
-        self.backoff_base = base;
-        self.backoff_cap = cap.max(base);
+        self.settings.backoff_base = base;
+        self.settings.backoff_cap = cap.max(base);
         self
     }
 
@@ -160,34 +239,43 @@ impl OutboxBuilder {
     /// [`run`](Outbox::run) abandons them (their items stay claimed until the lease ends, then
     /// are delivered again: nothing is lost). Default 30s.
     pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
+        self.settings.grace = grace;
         self
     }
+}
 
-    /// The outbox.
+impl OutboxBuilder<Arc<dyn OutboxStore>, Arc<dyn NetClient>> {
+    /// The outbox. Only a builder given both a [store](Self::store) and a
+    /// [client](Self::client) has this method.
     ///
     /// # Errors
-    /// `InvalidRequest` when the store or the client is missing.
+    /// None today: what was checked at run time (a missing store or client) is now checked by
+    /// the compiler, and every setting is clamped to a valid value when set. The `Result`
+    /// stays so that call chains written as `.build()?` compile unchanged and a check added
+    /// later does not change the signature.
     pub fn build(self) -> Result<Outbox, NetError> {
-        let store = self
-            .store
-            .ok_or_else(|| NetError::invalid_request("an outbox needs a store"))?;
-        let client = self
-            .client
-            .ok_or_else(|| NetError::invalid_request("an outbox needs a client"))?;
-        let observer = self.observer.unwrap_or_else(|| Arc::new(NoopObserver));
+        let Settings {
+            workers,
+            lease,
+            poll,
+            backoff_base,
+            backoff_cap,
+            grace,
+            observer,
+        } = self.settings;
+        let observer = observer.unwrap_or_else(|| Arc::new(NoopObserver));
         let gauges = Arc::new(Gauges::default());
         let source: Arc<dyn GaugeSource> = gauges.clone();
         observer.on_gauges(&source);
         Ok(Outbox {
-            store,
-            client,
-            workers: self.workers,
-            lease: self.lease,
-            poll: self.poll,
-            backoff_base: self.backoff_base,
-            backoff_cap: self.backoff_cap,
-            grace: self.grace,
+            store: self.store,
+            client: self.client,
+            workers,
+            lease,
+            poll,
+            backoff_base,
+            backoff_cap,
+            grace,
             wake: Notify::new(),
             stop: watch::Sender::new(false),
             observer,
@@ -204,18 +292,13 @@ enum Verdict {
 }
 
 impl Outbox {
-    /// A builder.
+    /// A builder, with neither a store nor a client yet: both must be given before
+    /// [`build`](OutboxBuilder::build) can be called.
     pub fn builder() -> OutboxBuilder {
         OutboxBuilder {
-            store: None,
-            client: None,
-            workers: 64,
-            lease: Duration::from_secs(10),
-            poll: Duration::from_millis(500),
-            backoff_base: Duration::from_secs(1),
-            backoff_cap: Duration::from_secs(300),
-            grace: Duration::from_secs(30),
-            observer: None,
+            store: NoStore,
+            client: NoClient,
+            settings: Settings::default(),
         }
     }
 
