@@ -96,6 +96,35 @@ where
         .map_err(|e| format!("bench: {flag}: {e}"))
 }
 
+/// The count a store bench takes as its one option, `flag N` (`bench --outbox --items N`,
+/// `bench --delay --pending N`), or `default` without it. One parser for both, so they
+/// refuse mistakes alike; `bench` names the command in the errors.
+fn count_option(args: &[String], bench: &str, flag: &str, default: usize) -> Result<usize, String> {
+    let mut count = default;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if arg != flag {
+            return Err(format!("{bench}: unknown option `{arg}`"));
+        }
+        count = it
+            .next()
+            .ok_or_else(|| format!("{bench}: {flag} needs a value"))?
+            .parse()
+            .map_err(|e| format!("{bench}: {flag}: {e}"))?;
+    }
+    Ok(count)
+}
+
+/// The runtime the store benches (outbox, delay) drive their clients on: the same two
+/// workers for both, so that their figures are taken alike.
+fn store_bench_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
 fn parse_args(args: &[String]) -> Result<Options, String> {
     let mut o = Options::default();
     let mut it = args.iter();

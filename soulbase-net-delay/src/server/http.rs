@@ -106,39 +106,16 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
             res
         }
         (Method::POST, "/tasks", _) => post_task(inner, req).await,
-        (Method::GET, _, Some(id)) => match lookup(inner, &id).await {
-            Ok(Some(found)) => json(StatusCode::OK, &found),
-            Ok(None) => error(
-                StatusCode::NOT_FOUND,
-                Some(id),
-                INVALID,
-                "no such task".into(),
-            ),
-            Err(e) => error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(id),
-                e.code().as_str(),
-                e.to_string(),
-            ),
-        },
-        (Method::DELETE, _, Some(id)) => match cancel(inner, &id).await {
-            Ok(true) => json(
-                StatusCode::OK,
-                &serde_json::json!({"id": id, "deleted": true}),
-            ),
-            Ok(false) => error(
-                StatusCode::NOT_FOUND,
-                Some(id),
-                INVALID,
-                "no such task".into(),
-            ),
-            Err(e) => error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(id),
-                e.code().as_str(),
-                e.to_string(),
-            ),
-        },
+        (Method::GET, _, Some(id)) => {
+            let found = lookup(inner, &id).await;
+            about_task(id, found)
+        }
+        (Method::DELETE, _, Some(id)) => {
+            let deleted = cancel(inner, &id)
+                .await
+                .map(|gone| gone.then(|| serde_json::json!({"id": &id, "deleted": true})));
+            about_task(id, deleted)
+        }
         _ => error(
             StatusCode::NOT_FOUND,
             None,
@@ -146,6 +123,30 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
             format!(
                 "no route {path} (GET /health, GET /metrics, POST /tasks, GET|DELETE /tasks/ID)"
             ),
+        ),
+    }
+}
+
+/// The answer to a request about the task `id` (a lookup, a cancel): `answer` with 200, 404
+/// when there was no such task, 503 when a store did not answer — one place, so that both
+/// requests fail alike and a client reads their errors the same way.
+fn about_task(
+    id: String,
+    answer: Result<Option<serde_json::Value>, NetError>,
+) -> Response<Full<Bytes>> {
+    match answer {
+        Ok(Some(body)) => json(StatusCode::OK, &body),
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            INVALID,
+            "no such task".into(),
+        ),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(id),
+            e.code().as_str(),
+            e.to_string(),
         ),
     }
 }

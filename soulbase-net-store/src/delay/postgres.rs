@@ -6,33 +6,14 @@ use soulbase_net_core::NetError;
 use sqlx::PgPool;
 
 use super::{
-    sql::{delay_store, DelaySql},
+    sql::{delay_migrations, delay_store, DelaySql},
     DelayStoreOptions, DelayTask, Scheduled,
 };
 use crate::outbox::sql::{migrate_postgres, Dialect, Migration};
 
 /// The schema's versions, oldest first (`{t}` is the table), recorded in `{t}_migrations`
 /// under an advisory lock (servers starting together apply each once).
-const MIGRATIONS: &[Migration] = &[(
-    1,
-    "delay tasks, due by next_at",
-    &[
-        "CREATE TABLE IF NOT EXISTS {t} (
-            id TEXT PRIMARY KEY,
-            route_key TEXT NOT NULL,
-            fire_at BIGINT NOT NULL,
-            next_at BIGINT NOT NULL,
-            compression TEXT NOT NULL,
-            payload BYTEA NOT NULL,
-            attempts BIGINT NOT NULL DEFAULT 0,
-            lease_until BIGINT,
-            claim_id BIGINT,
-            created_at BIGINT NOT NULL
-        )",
-        "CREATE INDEX IF NOT EXISTS {t}_due ON {t} (route_key, next_at)",
-        "CREATE INDEX IF NOT EXISTS {t}_next ON {t} (next_at)",
-    ],
-)];
+const MIGRATIONS: &[Migration] = delay_migrations!("BIGINT", "BYTEA");
 
 /// The delay tasks in a PostgreSQL table, shared by every server that connects to it.
 #[derive(Clone)]
@@ -112,11 +93,6 @@ impl PostgresDelayStore {
             sql,
             batch,
         })
-    }
-
-    /// How a write transaction begins.
-    fn begin(&self) -> &'static str {
-        "BEGIN"
     }
 
     /// Stores `tasks` and deletes the acknowledged `acks` inside `tx`: a statement for each

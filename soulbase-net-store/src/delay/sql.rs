@@ -1,5 +1,5 @@
-//! What the SQLite and the PostgreSQL delay stores share: the statements (one text, two
-//! dialects) and the [`DelayStore`](super::DelayStore) implementation, written once as a macro
+//! What the SQLite and the PostgreSQL delay stores share: the schema and the statements (one
+//! text, two dialects) and the [`DelayStore`](super::DelayStore) implementation, written once as a macro
 //! over the engine's concrete sqlx types, as the outbox's stores are.
 
 use soulbase_net_core::NetError;
@@ -7,12 +7,64 @@ use soulbase_net_core::NetError;
 use super::DelayTask;
 use crate::outbox::{
     io,
-    sql::{numbered, Dialect, Versions},
+    sql::{Dialect, Versions},
+    Columns,
 };
+
+/// The delay table's schema versions, oldest first (`{t}` is the table), for an engine whose
+/// 64-bit integer type is `$int` and whose byte-string type is `$bytes`: one schema text for
+/// both stores, so the two cannot drift apart. A macro because a [`Migration`] holds
+/// `'static` text, which only `concat!` of literals assembles at compile time.
+///
+/// [`Migration`]: crate::outbox::sql::Migration
+macro_rules! delay_migrations {
+    ($int:literal, $bytes:literal) => {
+        &[(
+            1,
+            "delay tasks, due by next_at",
+            &[
+                concat!(
+                    "CREATE TABLE IF NOT EXISTS {t} (
+            id TEXT PRIMARY KEY,
+            route_key TEXT NOT NULL,
+            fire_at ",
+                    $int,
+                    " NOT NULL,
+            next_at ",
+                    $int,
+                    " NOT NULL,
+            compression TEXT NOT NULL,
+            payload ",
+                    $bytes,
+                    " NOT NULL,
+            attempts ",
+                    $int,
+                    " NOT NULL DEFAULT 0,
+            lease_until ",
+                    $int,
+                    ",
+            claim_id ",
+                    $int,
+                    ",
+            created_at ",
+                    $int,
+                    " NOT NULL
+        )"
+                ),
+                "CREATE INDEX IF NOT EXISTS {t}_due ON {t} (route_key, next_at)",
+                "CREATE INDEX IF NOT EXISTS {t}_next ON {t} (next_at)",
+            ],
+        )]
+    };
+}
+
+pub(crate) use delay_migrations;
 
 /// The statements, with the table's name in them (built once when the store opens).
 #[derive(Debug, Clone)]
 pub(crate) struct DelaySql {
+    /// How a write transaction begins (see [`Dialect::begin`]).
+    pub(crate) begin: &'static str,
     pub(crate) insert: String,
     pub(crate) claim: String,
     pub(crate) extend: String,
@@ -36,11 +88,9 @@ impl DelaySql {
             Dialect::Postgres => ("route_key = ANY(?)", "FOR UPDATE SKIP LOCKED", "GREATEST"),
         };
         let int = dialect.int();
-        let place = |sql: String| match dialect {
-            Dialect::Sqlite => sql,
-            Dialect::Postgres => numbered(&sql),
-        };
+        let place = |sql: String| dialect.place(sql);
         Self {
+            begin: dialect.begin(),
             insert: place(format!(
                 "INSERT INTO {t} (id, route_key, fire_at, next_at, compression, payload, attempts,
                     created_at)
@@ -82,36 +132,24 @@ impl DelaySql {
 }
 
 /// Reads a [`DelayTask`] from a row of either engine (the same column names).
-pub(crate) fn task_from<'r, R>(row: &'r R) -> Result<DelayTask, NetError>
-where
-    R: sqlx::Row,
-    usize: sqlx::ColumnIndex<R>,
-    for<'n> &'n str: sqlx::ColumnIndex<R>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(crate) fn task_from(row: &impl Columns) -> Result<DelayTask, NetError> {
     let get = |e: sqlx::Error| io("reading a delay task", e);
-    let attempts: i64 = row.try_get("attempts").map_err(get)?;
-    let due_in: i64 = row.try_get("due_in_ms").map_err(get)?;
+    let attempts = row.int("attempts").map_err(get)?;
+    let due_in = row.int("due_in_ms").map_err(get)?;
     Ok(DelayTask {
-        id: row.try_get("id").map_err(get)?,
-        route_key: row.try_get("route_key").map_err(get)?,
-        fire_at: row.try_get("fire_at").map_err(get)?,
-        compression: row.try_get("compression").map_err(get)?,
-        payload: bytes::Bytes::from(row.try_get::<Vec<u8>, _>("payload").map_err(get)?),
+        id: row.text("id").map_err(get)?,
+        route_key: row.text("route_key").map_err(get)?,
+        fire_at: row.int("fire_at").map_err(get)?,
+        compression: row.text("compression").map_err(get)?,
+        payload: bytes::Bytes::from(row.bytes("payload").map_err(get)?),
         attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-        claim: row
-            .try_get::<Option<i64>, _>("claim_id")
-            .map_err(get)?
-            .unwrap_or(0),
+        claim: row.opt_int("claim_id").map_err(get)?.unwrap_or(0),
         due_in: std::time::Duration::from_millis(u64::try_from(due_in).unwrap_or(0)),
     })
 }
 
 /// Implements [`DelayStore`](super::DelayStore) for `$store`, a type with fields `pool`,
-/// `options` and `sql` (a [`DelaySql`]), an associated `fn routes(&[String]) -> impl
+/// `options` and `sql` (a [`DelaySql`], whose `begin` opens its write transactions), an associated `fn routes(&[String]) -> impl
 /// Encode` that binds a list of routes the way its engine's statements read it, and a
 /// `write_rows` that stores a batch inside a transaction (a statement a row where a
 /// statement is cheap, one statement for the batch where each costs a round trip).
@@ -128,7 +166,7 @@ macro_rules! delay_store {
                 let what = "storing delay tasks and acknowledgements";
                 let fail = |e| $crate::outbox::io(what, e);
                 $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let mut tx = self.pool.begin_with(self.begin()).await.map_err(fail)?;
+                    let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     let (stored, deleted) =
                         self.write_rows(&mut tx, tasks, acks).await.map_err(fail)?;
                     tx.commit().await.map_err(fail)?;
@@ -147,22 +185,21 @@ macro_rules! delay_store {
                 if routes.is_empty() || limit == 0 {
                     return Ok(Vec::new());
                 }
-                let what = "claiming due delay tasks";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    // A token of this claim: what fences its holder (a positive i64).
-                    let token = fastrand::i64(1..i64::MAX);
-                    let rows = sqlx::query(&self.sql.claim)
+                // A token of this claim: what fences its holder (a positive i64).
+                let token = fastrand::i64(1..i64::MAX);
+                let rows = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "claiming due delay tasks",
+                    sqlx::query(&self.sql.claim)
                         .bind($crate::outbox::millis(lease))
                         .bind(token)
                         .bind($crate::outbox::millis(ahead))
                         .bind(Self::routes(routes))
                         .bind(i64::from(limit))
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    rows.iter().map($crate::delay::sql::task_from).collect()
-                })
-                .await
+                        .fetch_all(&self.pool),
+                )
+                .await?;
+                rows.iter().map($crate::delay::sql::task_from).collect()
             }
 
             async fn extend(
@@ -176,7 +213,7 @@ macro_rules! delay_store {
                 let what = "extending delay task leases";
                 let fail = |e| $crate::outbox::io(what, e);
                 $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let mut tx = self.pool.begin_with(self.begin()).await.map_err(fail)?;
+                    let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
                     // In id order: two transactions locking the same rows never wait for each
                     // other in a cycle.
                     let mut order: Vec<&(String, i64)> = tasks.iter().collect();
@@ -201,18 +238,17 @@ macro_rules! delay_store {
                 claim: i64,
                 after: std::time::Duration,
             ) -> Result<bool, soulbase_net_core::NetError> {
-                let what = "rescheduling a delay task";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let done = sqlx::query(&self.sql.retry)
+                let done = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "rescheduling a delay task",
+                    sqlx::query(&self.sql.retry)
                         .bind($crate::outbox::millis(after))
                         .bind(id)
                         .bind(claim)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    Ok(done.rows_affected() > 0)
-                })
-                .await
+                        .execute(&self.pool),
+                )
+                .await?;
+                Ok(done.rows_affected() > 0)
             }
 
             async fn release(
@@ -220,17 +256,16 @@ macro_rules! delay_store {
                 id: &str,
                 claim: i64,
             ) -> Result<bool, soulbase_net_core::NetError> {
-                let what = "releasing a delay task";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let done = sqlx::query(&self.sql.release)
+                let done = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "releasing a delay task",
+                    sqlx::query(&self.sql.release)
                         .bind(id)
                         .bind(claim)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    Ok(done.rows_affected() > 0)
-                })
-                .await
+                        .execute(&self.pool),
+                )
+                .await?;
+                Ok(done.rows_affected() > 0)
             }
 
             async fn next_due(
@@ -240,45 +275,40 @@ macro_rules! delay_store {
                 if routes.is_empty() {
                     return Ok(None);
                 }
-                let what = "finding the next due delay task";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let (wait,): (Option<i64>,) = sqlx::query_as(&self.sql.next_due)
+                let (wait,): (Option<i64>,) = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "finding the next due delay task",
+                    sqlx::query_as(&self.sql.next_due)
                         .bind(Self::routes(routes))
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    Ok(wait
-                        .map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
-                })
-                .await
+                        .fetch_one(&self.pool),
+                )
+                .await?;
+                Ok(wait.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
             }
 
             async fn get(
                 &self,
                 id: &str,
             ) -> Result<Option<$crate::delay::DelayTask>, soulbase_net_core::NetError> {
-                let what = "reading a delay task";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let row = sqlx::query(&self.sql.get)
+                let row = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "reading a delay task",
+                    sqlx::query(&self.sql.get)
                         .bind(id)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    row.as_ref().map($crate::delay::sql::task_from).transpose()
-                })
-                .await
+                        .fetch_optional(&self.pool),
+                )
+                .await?;
+                row.as_ref().map($crate::delay::sql::task_from).transpose()
             }
 
             async fn pending(&self) -> Result<u64, soulbase_net_core::NetError> {
-                let what = "counting delay tasks";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let (n,): (i64,) = sqlx::query_as(&self.sql.pending)
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    Ok(u64::try_from(n).unwrap_or(0))
-                })
-                .await
+                let (n,): (i64,) = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "counting delay tasks",
+                    sqlx::query_as(&self.sql.pending).fetch_one(&self.pool),
+                )
+                .await?;
+                Ok(u64::try_from(n).unwrap_or(0))
             }
         }
     };

@@ -9,7 +9,7 @@ use sqlx::{
 };
 
 use super::{
-    sql::{delay_store, DelaySql},
+    sql::{delay_migrations, delay_store, DelaySql},
     DelayStoreOptions, DelayTask, Scheduled,
 };
 use crate::outbox::{
@@ -18,26 +18,7 @@ use crate::outbox::{
 };
 
 /// The schema's versions, oldest first (`{t}` is the table), recorded in `{t}_migrations`.
-const MIGRATIONS: &[Migration] = &[(
-    1,
-    "delay tasks, due by next_at",
-    &[
-        "CREATE TABLE IF NOT EXISTS {t} (
-            id TEXT PRIMARY KEY,
-            route_key TEXT NOT NULL,
-            fire_at INTEGER NOT NULL,
-            next_at INTEGER NOT NULL,
-            compression TEXT NOT NULL,
-            payload BLOB NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            lease_until INTEGER,
-            claim_id INTEGER,
-            created_at INTEGER NOT NULL
-        )",
-        "CREATE INDEX IF NOT EXISTS {t}_due ON {t} (route_key, next_at)",
-        "CREATE INDEX IF NOT EXISTS {t}_next ON {t} (next_at)",
-    ],
-)];
+const MIGRATIONS: &[Migration] = delay_migrations!("INTEGER", "BLOB");
 
 /// The delay tasks in one SQLite file (WAL, `synchronous = FULL`: a task is on disk before
 /// the server acknowledges it), four connections, one writer at a time.
@@ -73,11 +54,6 @@ impl SqliteDelayStore {
         let sql = DelaySql::new(&options.table, Dialect::Sqlite);
         migrate_sqlite(&pool, &sql.versions, &options.table, MIGRATIONS, i64::MAX).await?;
         Ok(Self { pool, options, sql })
-    }
-
-    /// How a write transaction begins: taking the file's write lock at once.
-    fn begin(&self) -> &'static str {
-        "BEGIN IMMEDIATE"
     }
 
     /// Stores `tasks` and deletes the acknowledged `acks` inside `tx`, a statement each (in

@@ -10,6 +10,7 @@ mod item;
 mod open;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod row;
 mod seal;
 pub(crate) mod sql;
 mod sqlite;
@@ -28,6 +29,7 @@ pub use self::item::OutboxItem;
 pub use self::open::open_store;
 #[cfg(feature = "postgres")]
 pub use self::postgres::{PostgresStore, PostgresStoreBuilder, POSTGRES_SCHEMA_VERSION};
+pub(crate) use self::row::Columns;
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SQLITE_SCHEMA_VERSION};
 
 /// An item as stored.
@@ -307,6 +309,20 @@ pub(crate) async fn timed<T>(
     }
 }
 
+/// Runs one sqlx `statement` as [`timed`] does, its failure an `Io` error saying `what`
+/// failed: most operations of the outbox and delay stores are one statement, and this keeps
+/// the bound and the error's wording the same for all of them.
+pub(crate) async fn run_statement<T>(
+    limit: Duration,
+    what: &str,
+    statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, NetError> {
+    timed(limit, what, async {
+        statement.await.map_err(|e| io(what, e))
+    })
+    .await
+}
+
 /// Milliseconds since the epoch (0 before it, saturating far after).
 pub(crate) fn ms(t: SystemTime) -> i64 {
     let d = t
@@ -355,66 +371,39 @@ pub(crate) fn decode_headers(text: &str) -> HeaderMap {
 }
 
 /// Reads a [`StoredItem`] from a row of either engine (the same column names).
-pub(crate) fn item_from<'r, R>(row: &'r R) -> Result<StoredItem, NetError>
-where
-    R: sqlx::Row,
-    usize: sqlx::ColumnIndex<R>,
-    for<'n> &'n str: sqlx::ColumnIndex<R>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(crate) fn item_from(row: &impl Columns) -> Result<StoredItem, NetError> {
     use std::str::FromStr as _;
     let get = |e: sqlx::Error| io("reading an item", e);
-    let method: String = row.try_get("method").map_err(get)?;
-    let int = |name: &str| -> Result<i64, NetError> { row.try_get::<i64, _>(name).map_err(get) };
+    let method = row.text("method").map_err(get)?;
+    let int = |name: &str| -> Result<i64, NetError> { row.int(name).map_err(get) };
     Ok(StoredItem {
         id: int("id")?,
-        dedup_id: row.try_get("dedup_id").map_err(get)?,
+        dedup_id: row.opt_text("dedup_id").map_err(get)?,
         method: Method::from_str(&method).map_err(|e| io("reading a method", e))?,
-        url: row.try_get("url").map_err(get)?,
-        headers: decode_headers(&row.try_get::<String, _>("headers").map_err(get)?),
-        body: Bytes::from(row.try_get::<Vec<u8>, _>("body").map_err(get)?),
-        tenant: row.try_get("tenant").map_err(get)?,
-        idempotency_key: row.try_get("idem_key").map_err(get)?,
+        url: row.text("url").map_err(get)?,
+        headers: decode_headers(&row.text("headers").map_err(get)?),
+        body: Bytes::from(row.bytes("body").map_err(get)?),
+        tenant: row.opt_text("tenant").map_err(get)?,
+        idempotency_key: row.text("idem_key").map_err(get)?,
         deliver_at: at(int("deliver_at")?),
-        deadline: row
-            .try_get::<Option<i64>, _>("deadline")
-            .map_err(get)?
-            .map(at),
+        deadline: row.opt_int("deadline").map_err(get)?.map(at),
         attempts: u32::try_from(int("attempts")?).unwrap_or(0),
         max_attempts: u32::try_from(int("max_attempts")?).unwrap_or(1),
         // Dead letters have no lease: no claim.
-        claim: row
-            .try_get::<Option<i64>, _>("claim_id")
-            .ok()
-            .flatten()
-            .unwrap_or(0),
+        claim: row.opt_int("claim_id").ok().flatten().unwrap_or(0),
     })
 }
 
 /// Reads a [`DeadLetter`] from a row of either engine.
-pub(crate) fn dead_from<'r, R>(row: &'r R) -> Result<DeadLetter, NetError>
-where
-    R: sqlx::Row,
-    usize: sqlx::ColumnIndex<R>,
-    for<'n> &'n str: sqlx::ColumnIndex<R>,
-    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
+pub(crate) fn dead_from(row: &impl Columns) -> Result<DeadLetter, NetError> {
     let get = |e: sqlx::Error| io("reading a dead letter", e);
     Ok(DeadLetter {
         item: item_from(row)?,
-        reason: row.try_get("reason").map_err(get)?,
+        reason: row.text("reason").map_err(get)?,
         status: row
-            .try_get::<Option<i64>, _>("status")
+            .opt_int("status")
             .map_err(get)?
             .and_then(|s| u16::try_from(s).ok()),
-        died_at: at(row.try_get("died_at").map_err(get)?),
+        died_at: at(row.int("died_at").map_err(get)?),
     })
 }

@@ -27,6 +27,26 @@ impl Dialect {
         }
     }
 
+    /// How a write transaction begins: on SQLite `BEGIN IMMEDIATE`, which takes the file's
+    /// one write lock at once (waiting for it as `busy_timeout` allows) rather than at the
+    /// first write, so that what the transaction computes meanwhile (a lease's end) is not
+    /// stale when it writes.
+    pub(crate) fn begin(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        }
+    }
+
+    /// `sql`, written with `?` placeholders, as this engine reads it: PostgreSQL numbers
+    /// them (see [`numbered`]), SQLite takes them as they are.
+    pub(crate) fn place(self, sql: String) -> String {
+        match self {
+            Dialect::Sqlite => sql,
+            Dialect::Postgres => numbered(&sql),
+        }
+    }
+
     /// The 64-bit integer type's name.
     pub(crate) fn int(self) -> &'static str {
         match self {
@@ -55,10 +75,7 @@ impl Versions {
                     version {int} PRIMARY KEY, name TEXT NOT NULL, applied_at {int} NOT NULL)"
             ),
             current: format!("SELECT CAST(COALESCE(MAX(version), 0) AS {int}) FROM {t}_migrations"),
-            record: match dialect {
-                Dialect::Sqlite => record,
-                Dialect::Postgres => numbered(&record),
-            },
+            record: dialect.place(record),
         }
     }
 }
@@ -69,10 +86,7 @@ pub(crate) type Migration = (i64, &'static str, &'static [&'static str]);
 /// The statements, with the table's name in them (built once when the store opens).
 #[derive(Debug, Clone)]
 pub(crate) struct Sql {
-    /// How a write transaction begins: on SQLite `BEGIN IMMEDIATE`, which takes the file's
-    /// one write lock at once (waiting for it as `busy_timeout` allows) rather than at the
-    /// first write, so that what the transaction computes meanwhile (a lease's end) is not
-    /// stale when it writes.
+    /// How a write transaction begins (see [`Dialect::begin`]).
     pub(crate) begin: &'static str,
     pub(crate) insert: String,
     pub(crate) find_dedup: String,
@@ -104,15 +118,9 @@ impl Sql {
             Dialect::Postgres => ("FOR UPDATE SKIP LOCKED", "GREATEST", "BIGINT"),
         };
         let now = dialect.now();
-        let place = |sql: String| match dialect {
-            Dialect::Sqlite => sql,
-            Dialect::Postgres => numbered(&sql),
-        };
+        let place = |sql: String| dialect.place(sql);
         Self {
-            begin: match dialect {
-                Dialect::Sqlite => "BEGIN IMMEDIATE",
-                Dialect::Postgres => "BEGIN",
-            },
+            begin: dialect.begin(),
             insert: place(format!(
                 "INSERT INTO {t} (dedup_id, method, url, headers, body, tenant, idem_key,
                     deliver_at, deadline, attempts, max_attempts)
@@ -388,22 +396,22 @@ macro_rules! sql_store {
                 limit: u32,
                 lease: std::time::Duration,
             ) -> Result<Vec<$crate::outbox::StoredItem>, soulbase_net_core::NetError> {
-                use $crate::outbox::{io, millis};
-                let rows = $crate::outbox::timed(self.options.op_timeout, "claiming due items", async {
-                    // A token of this claim: what fences its holder (a positive i64).
-                    let token = fastrand::i64(1..i64::MAX);
-                    let rows = sqlx::query(&self.sql.claim)
+                use $crate::outbox::millis;
+                // A token of this claim: what fences its holder (a positive i64).
+                let token = fastrand::i64(1..i64::MAX);
+                let rows = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "claiming due items",
+                    sqlx::query(&self.sql.claim)
                         .bind(millis(lease))
                         .bind(token)
                         .bind(i64::from(limit))
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err(|e| io("claiming due items", e))?;
-                    rows.iter()
-                        .map($crate::outbox::item_from)
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .await?;
+                        .fetch_all(&self.pool),
+                )
+                .await?
+                .iter()
+                .map($crate::outbox::item_from)
+                .collect::<Result<Vec<_>, _>>()?;
                 // Sealed parts opened for delivery; an item this store cannot open (sealed with
                 // another key) goes to the dead letters with the reason, still sealed.
                 let mut ready = Vec::with_capacity(rows.len());
@@ -458,23 +466,22 @@ macro_rules! sql_store {
             async fn next_due(
                 &self,
             ) -> Result<Option<std::time::SystemTime>, soulbase_net_core::NetError> {
-                $crate::outbox::timed(self.options.op_timeout, "finding the next due item", async {
-                    // How long until then on the store's clock, as a time on this instance's.
-                    let (wait,): (Option<i64>,) = sqlx::query_as(&self.sql.next_due)
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io("finding the next due item", e))?;
-                    Ok(wait.map(|ms| {
-                        let now = std::time::SystemTime::now();
-                        match u64::try_from(ms) {
-                            Ok(ahead) => now + std::time::Duration::from_millis(ahead),
-                            Err(_) => now
-                                .checked_sub(std::time::Duration::from_millis(ms.unsigned_abs()))
-                                .unwrap_or(now),
-                        }
-                    }))
-                })
-                .await
+                // How long until then on the store's clock, as a time on this instance's.
+                let (wait,): (Option<i64>,) = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "finding the next due item",
+                    sqlx::query_as(&self.sql.next_due).fetch_one(&self.pool),
+                )
+                .await?;
+                Ok(wait.map(|ms| {
+                    let now = std::time::SystemTime::now();
+                    match u64::try_from(ms) {
+                        Ok(ahead) => now + std::time::Duration::from_millis(ahead),
+                        Err(_) => now
+                            .checked_sub(std::time::Duration::from_millis(ms.unsigned_abs()))
+                            .unwrap_or(now),
+                    }
+                }))
             }
 
             async fn ack(
@@ -524,19 +531,19 @@ macro_rules! sql_store {
                 at: std::time::SystemTime,
                 attempts: u32,
             ) -> Result<bool, soulbase_net_core::NetError> {
-                $crate::outbox::timed(self.options.op_timeout, "rescheduling an item", async {
-                    let done = sqlx::query(&self.sql.reschedule)
+                let done = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "rescheduling an item",
+                    sqlx::query(&self.sql.reschedule)
                         .bind($crate::outbox::ms(at))
                         .bind($crate::outbox::ms(std::time::SystemTime::now()))
                         .bind(i64::from(attempts))
                         .bind(item.id)
                         .bind(item.claim)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io("rescheduling an item", e))?;
-                    Ok(done.rows_affected() > 0)
-                })
-                .await
+                        .execute(&self.pool),
+                )
+                .await?;
+                Ok(done.rows_affected() > 0)
             }
 
             async fn dead(
@@ -574,14 +581,13 @@ macro_rules! sql_store {
             async fn dead_letters(
                 &self,
             ) -> Result<Vec<$crate::outbox::DeadLetter>, soulbase_net_core::NetError> {
-                $crate::outbox::timed(self.options.op_timeout, "listing dead letters", async {
-                    let rows = sqlx::query(&self.sql.dead_letters)
-                        .fetch_all(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io("listing dead letters", e))?;
-                    rows.iter().map($crate::outbox::dead_from).collect()
-                })
-                .await
+                let rows = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "listing dead letters",
+                    sqlx::query(&self.sql.dead_letters).fetch_all(&self.pool),
+                )
+                .await?;
+                rows.iter().map($crate::outbox::dead_from).collect()
             }
 
             async fn requeue(&self, id: i64) -> Result<bool, soulbase_net_core::NetError> {
@@ -606,54 +612,48 @@ macro_rules! sql_store {
             }
 
             async fn purge_dead(&self) -> Result<u64, soulbase_net_core::NetError> {
-                $crate::outbox::timed(self.options.op_timeout, "purging dead letters", async {
-                    let done = sqlx::query(&self.sql.purge)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io("purging dead letters", e))?;
-                    Ok(done.rows_affected())
-                })
-                .await
+                let done = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "purging dead letters",
+                    sqlx::query(&self.sql.purge).execute(&self.pool),
+                )
+                .await?;
+                Ok(done.rows_affected())
             }
 
             async fn pending(&self) -> Result<u64, soulbase_net_core::NetError> {
-                $crate::outbox::timed(self.options.op_timeout, "counting items", async {
-                    let (n,): (i64,) = sqlx::query_as(&self.sql.pending)
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io("counting items", e))?;
-                    Ok(u64::try_from(n).unwrap_or(0))
-                })
-                .await
+                let (n,): (i64,) = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "counting items",
+                    sqlx::query_as(&self.sql.pending).fetch_one(&self.pool),
+                )
+                .await?;
+                Ok(u64::try_from(n).unwrap_or(0))
             }
 
             async fn find(
                 &self,
                 dedup_id: &str,
             ) -> Result<Option<$crate::outbox::StoredItem>, soulbase_net_core::NetError> {
-                let what = "looking an item up";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let row = sqlx::query(&self.sql.find)
+                let row = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "looking an item up",
+                    sqlx::query(&self.sql.find)
                         .bind(dedup_id)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    row.as_ref().map($crate::outbox::item_from).transpose()
-                })
-                .await
+                        .fetch_optional(&self.pool),
+                )
+                .await?;
+                row.as_ref().map($crate::outbox::item_from).transpose()
             }
 
             async fn cancel(&self, dedup_id: &str) -> Result<bool, soulbase_net_core::NetError> {
-                let what = "cancelling an item";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let done = sqlx::query(&self.sql.cancel)
-                        .bind(dedup_id)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    Ok(done.rows_affected() > 0)
-                })
-                .await
+                let done = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "cancelling an item",
+                    sqlx::query(&self.sql.cancel).bind(dedup_id).execute(&self.pool),
+                )
+                .await?;
+                Ok(done.rows_affected() > 0)
             }
 
             async fn sweep(
@@ -664,16 +664,15 @@ macro_rules! sql_store {
                 let Some(keep) = self.options.retain_acked else {
                     return Ok(0);
                 };
-                let what = "forgetting acknowledged items";
-                $crate::outbox::timed(self.options.op_timeout, what, async {
-                    let done = sqlx::query(&self.sql.sweep)
+                let done = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "forgetting acknowledged items",
+                    sqlx::query(&self.sql.sweep)
                         .bind($crate::outbox::millis(keep))
-                        .execute(&self.pool)
-                        .await
-                        .map_err(|e| $crate::outbox::io(what, e))?;
-                    Ok(done.rows_affected())
-                })
-                .await
+                        .execute(&self.pool),
+                )
+                .await?;
+                Ok(done.rows_affected())
             }
 
             $($extra)*

@@ -55,27 +55,11 @@ struct Row {
     restart_ms: f64,
 }
 
+/// `cargo xtask bench --delay [--pending N]`.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let mut pending = 1_000_000usize;
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--pending" => {
-                pending = it
-                    .next()
-                    .ok_or("--pending needs a number")?
-                    .parse()
-                    .map_err(|e| format!("--pending: {e}"))?;
-            }
-            other => return Err(format!("bench --delay: unknown option `{other}`")),
-        }
-    }
+    let pending = super::count_option(args, "bench --delay", "--pending", 1_000_000)?;
     let exe = build_server()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = super::store_bench_runtime()?;
     let mut rows = Vec::new();
     rows.push(rt.block_on(one_store("SQLite", &exe, None, pending))?);
     match PostgresServer::try_start() {

@@ -47,25 +47,8 @@ struct Row {
 
 /// `cargo xtask bench --outbox [--items N]`.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let mut items = 5000usize;
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--items" => {
-                items = it
-                    .next()
-                    .ok_or("bench --outbox: --items needs a value")?
-                    .parse()
-                    .map_err(|e| format!("bench --outbox: --items: {e}"))?;
-            }
-            other => return Err(format!("bench --outbox: unknown option `{other}`")),
-        }
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let items = super::count_option(args, "bench --outbox", "--items", 5000)?;
+    let rt = super::store_bench_runtime()?;
     rt.block_on(async move {
         println!(
             "outbox bench ({} build): {items} items per delivery run\n",
