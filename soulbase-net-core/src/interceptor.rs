@@ -112,6 +112,13 @@ pub trait Interceptor: Send + Sync {
         Hooks::ALL
     }
 
+    /// The window in which this interceptor drops a repeated idempotency key (a dedup
+    /// store's TTL), when it keeps one: the client holds a policy's declared
+    /// `delivery.dedup_window` to it (seed 001 P75-5). Default is `None`.
+    fn dedup_window(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// A short name for logs and events. Default is the type name.
     fn name(&self) -> &'static str {
         std::any::type_name::<Self>()
@@ -205,6 +212,10 @@ impl<T: Interceptor + ?Sized> Interceptor for Arc<T> {
         (**self).hooks()
     }
 
+    fn dedup_window(&self) -> Option<std::time::Duration> {
+        (**self).dedup_window()
+    }
+
     fn name(&self) -> &'static str {
         (**self).name()
     }
@@ -216,6 +227,23 @@ mod tests {
 
     struct Nothing;
     impl Interceptor for Nothing {}
+
+    #[test]
+    fn an_arc_forwards_what_the_interceptor_declares() {
+        struct Windowed;
+        impl Interceptor for Windowed {
+            fn dedup_window(&self) -> Option<std::time::Duration> {
+                Some(std::time::Duration::from_secs(7))
+            }
+        }
+        let inner: Arc<dyn Interceptor> = Arc::new(Windowed);
+        let outer: Arc<dyn Interceptor> = Arc::new(inner);
+        assert_eq!(
+            outer.dedup_window(),
+            Some(std::time::Duration::from_secs(7))
+        );
+        assert_eq!(Nothing.dedup_window(), None);
+    }
 
     #[tokio::test]
     async fn defaults_change_nothing() {

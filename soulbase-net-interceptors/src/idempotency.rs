@@ -444,6 +444,10 @@ impl Interceptor for IdempotencyKey {
         }
     }
 
+    fn dedup_window(&self) -> Option<Duration> {
+        self.limits.window
+    }
+
     fn hooks(&self) -> Hooks {
         Hooks::BEFORE | Hooks::RESPOND | Hooks::AFTER | Hooks::ON_ERROR
     }

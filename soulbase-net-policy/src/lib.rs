@@ -77,6 +77,7 @@ pub use crate::guard::{canonical, classify, AddressGuard, Denied, DenyRule, Spec
 pub use crate::host::{normalize_host, HostPattern, HostPatternError, HostPatternSet};
 pub use crate::policy::breaker::{CbKey, CircuitBreakerPolicy, SlowCallCfg};
 pub use crate::policy::cache::CacheHookPolicy;
+pub use crate::policy::delivery::{DeliveryPolicy, Semantics};
 pub use crate::policy::dns::DnsPolicy;
 pub use crate::policy::endpoints::{EndpointPolicy, FreezeOn};
 pub use crate::policy::hedge::HedgePolicy;

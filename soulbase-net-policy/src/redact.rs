@@ -12,7 +12,7 @@
 //! A URL's query and fragment, which may carry tokens, are masked too (`?***`, `#***`).
 //! (The `[store]` section's URLs and passwords are shown by scheme, host and port only; see
 //! `store/check.rs`.) A policy holds no header values, bearer tokens or signing keys:
-//! `security.strip_headers` are header names, and the interceptors keep their own secrets.
+//! `security.strip_headers` and `cross_origin_strip_headers` are header names, and the interceptors keep their own secrets.
 //!
 //! Only showing changes: the fields keep their values, for the client to use, and a document
 //! serialises (`to_toml_string`, `to_value`) exactly as written.

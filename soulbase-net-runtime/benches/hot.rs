@@ -11,8 +11,8 @@ use std::net::IpAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use soulbase_net_policy::{
-    classify, AddressGuard, BackoffCfg, CircuitBreakerPolicy, LimitsPolicy, PolicyDocument,
-    SecurityPolicy, SnapshotResolver,
+    classify, AddressGuard, BackoffCfg, CircuitBreakerPolicy, DynamicTimeout, LimitsPolicy,
+    PolicyDocument, SecurityPolicy, SnapshotResolver,
 };
 use soulbase_net_runtime::bench_hooks::HotParts;
 
@@ -33,6 +33,19 @@ fn hot(c: &mut Criterion) {
     assert!(parts.limiter_acquire_release("api.example.com", &limits));
     c.bench_function("limiter/acquire+release", |b| {
         b.iter(|| black_box(parts.limiter_acquire_release(black_box("api.example.com"), &limits)))
+    });
+    let mut dynamic = DynamicTimeout::default();
+    dynamic.enabled = true;
+    let ttfb = std::time::Duration::from_millis(12);
+    for _ in 0..1000 {
+        parts.dynamic_timeout("api.example.com", ttfb, &dynamic);
+    }
+    assert!(
+        parts.dynamic_timeout("api.example.com", ttfb, &dynamic)
+            < std::time::Duration::from_secs(30)
+    );
+    c.bench_function("dynamic timeout/record+read", |b| {
+        b.iter(|| black_box(parts.dynamic_timeout(black_box("api.example.com"), ttfb, &dynamic)))
     });
     assert_eq!(parts.dns_hit("api.example.com"), 2);
     c.bench_function("dns/cache hit", |b| {

@@ -9,9 +9,10 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use soulbase_net_policy::{BackoffCfg, CircuitBreakerPolicy, LimitsPolicy};
+use soulbase_net_policy::{BackoffCfg, CircuitBreakerPolicy, DynamicTimeout, LimitsPolicy};
 use tokio::time::Instant;
 
+use crate::client::Latencies;
 use crate::dns::cache::{Answer, CacheCfg, DnsCache};
 use crate::resilience::{backoff_delay, Breakers, FastRand, Limiter};
 
@@ -20,6 +21,7 @@ pub struct HotParts {
     breakers: Breakers,
     limiter: Limiter,
     dns: DnsCache<()>,
+    latencies: Latencies,
 }
 
 impl std::fmt::Debug for HotParts {
@@ -61,7 +63,16 @@ impl HotParts {
             breakers: Breakers::new(10_000, Duration::from_secs(600), None),
             limiter: Limiter::new(10_000),
             dns,
+            latencies: Latencies::default(),
         }
+    }
+
+    /// What an attempt pays for the dynamic timeout: one time-to-first-byte recorded in
+    /// `host`'s latency histogram and the learnt timeout read back (the percentile of
+    /// `cfg`, once enough latencies are known). Returns the timeout.
+    pub fn dynamic_timeout(&self, host: &str, ttfb: Duration, cfg: &DynamicTimeout) -> Duration {
+        self.latencies.record(host, ttfb);
+        self.latencies.timeout(host, cfg, Duration::from_secs(30))
     }
 
     /// One breaker admission and its outcome recorded, for `key`; whether it was admitted.

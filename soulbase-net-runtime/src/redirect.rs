@@ -8,7 +8,7 @@
 //!
 //! # Credentials across origins
 //!
-//! `Authorization`, `Cookie`, `Proxy-Authorization` and every `security.strip_headers` name
+//! `Authorization`, `Cookie`, `Proxy-Authorization` and every `security.cross_origin_strip_headers` name
 //! are sent only while the chain has never left the origin of the request: the first hop
 //! that changes the scheme, the host or the port (the default port of the scheme counts as
 //! that port) drops them, and they stay dropped for every later hop of the call — **also when
@@ -277,13 +277,18 @@ fn without_fragment(url: &Url) -> Url {
 }
 
 /// Removes `Authorization`, `Cookie`, `Proxy-Authorization` and every header named in
-/// `strip_headers` (case-insensitive; names that are not valid header names are ignored, the
-/// policy validation refuses them).
+/// `strip_headers` (see [`strip_named`]).
 pub(crate) fn strip_sensitive(headers: &mut HeaderMap, strip_headers: &[String]) {
     for name in &SENSITIVE {
         headers.remove(name);
     }
-    for name in strip_headers {
+    strip_named(headers, strip_headers);
+}
+
+/// Removes every header named in `names` (case-insensitive; names that are not valid header
+/// names are ignored, the policy validation refuses them).
+pub(crate) fn strip_named(headers: &mut HeaderMap, names: &[String]) {
+    for name in names {
         if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
             headers.remove(name);
         }

@@ -57,7 +57,7 @@ impl fmt::Display for Phase {
 /// What happened, independent of any message text.
 ///
 /// Callers match on the kind (or on [`ErrorKind::code`]), never on the `Display` text.
-/// The code of every kind is fixed by one table (see [`ErrorCode`]).
+/// The code of every kind is fixed by one table (see [`ErrorCode`](crate::ErrorCode)).
 ///
 /// The kinds a retry can help are retried under the policy switch `retry.retry_on.<name>`
 /// whose name is the kind's [`label`](ErrorKind::label) (`dns`, `connect`, `io`,

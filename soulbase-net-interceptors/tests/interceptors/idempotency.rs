@@ -193,3 +193,41 @@ async fn a_hedge_carries_the_same_key_and_request_id_with_its_own_span() {
     assert_ne!(a, b, "own span id");
     srv.shutdown().await;
 }
+
+/// Seed 001 P75-5: a route's declared dedup window is the dedup store's window. With the
+/// client's own store (this interceptor's window), a call whose policy declares another one
+/// is refused before it is sent; the same window passes, and the interceptor's key makes an
+/// `at_least_once` POST sendable.
+#[tokio::test]
+async fn the_declared_dedup_window_must_be_the_stores() {
+    let srv = FaultServer::http1()
+        .route("/pay", Reply::ok("paid"))
+        .start()
+        .await
+        .unwrap();
+    let store = || -> Vec<Arc<dyn soulbase_net_core::Interceptor>> {
+        vec![Arc::new(
+            IdempotencyKey::derived(Duration::from_secs(1)).dedup_window(Duration::from_secs(60)),
+        )]
+    };
+    let declaring = |window: u64| {
+        move |p: &mut soulbase_net_policy::NetPolicy| {
+            p.delivery.sem = Some(soulbase_net_policy::Semantics::AtLeastOnce);
+            p.delivery.dedup_window = Some(Duration::from_secs(window));
+        }
+    };
+    let pay = || NetRequest::post(srv.url("/pay")).idempotent(true).body("x");
+    let (other, _) = crate::support::client_with(store(), declaring(600));
+    let err = other.send(pay()).await.unwrap_err();
+    assert_eq!(err.kind(), soulbase_net_core::ErrorKind::InvalidRequest);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("P75-5") && msg.contains("600s") && msg.contains("60s"),
+        "{msg}"
+    );
+    assert_eq!(srv.hits("/pay"), 0, "nothing was sent");
+    let (same, _) = crate::support::client_with(store(), declaring(60));
+    assert_eq!(same.send(pay()).await.unwrap().status, 200);
+    assert_eq!(srv.hits("/pay"), 1);
+    srv.join().await;
+}

@@ -8,7 +8,9 @@
 
 use http::Method;
 
+use crate::policy::delivery::Semantics;
 use crate::policy::NetPolicy;
+use crate::validate::fmt_duration;
 
 /// What the explanation knows of the request (see `Explanation::for_request`).
 #[derive(Clone, Debug)]
@@ -25,7 +27,61 @@ pub(super) fn notes(
     let mut out = Vec::new();
     retry(policy, request, &mut out);
     breaker(policy, &mut out);
+    delivery(policy, request, &mut out);
     out
+}
+
+/// What the declared semantics (`delivery.sem`) change for a call.
+fn delivery(
+    policy: &NetPolicy,
+    request: Option<&RequestShape>,
+    out: &mut Vec<(&'static str, String)>,
+) {
+    const PATH: &str = "delivery.sem";
+    let d = &policy.delivery;
+    let window = d
+        .dedup_window
+        .map_or_else(|| "unset".to_owned(), fmt_duration);
+    let note = match d.sem {
+        None => "nothing declared: the client's usual rules (idempotent requests retried, \
+                 others sent once)"
+            .to_owned(),
+        Some(Semantics::AtMostOnce) => "at most once: a request that may have reached the \
+            server is never sent again — a timeout or a 5xx is returned as it is; only a request \
+            that never left the client (DNS, connect, TLS) or that the server did not process \
+            (REFUSED_STREAM, above a GOAWAY) goes again; no hedging"
+            .to_owned(),
+        Some(sem) => {
+            let mut note = format!(
+                "{}: retried as retry says, every copy with the same Idempotency-Key, which the \
+                 server drops within dedup_window ({window}) (P75-4)",
+                sem.as_str()
+            );
+            if sem == Semantics::ExactlyOnce {
+                let span = d
+                    .reorder_span
+                    .map_or_else(|| "unset".to_owned(), fmt_duration);
+                note.push_str(&format!(
+                    "; copies arrive at most reorder_span ({span}) apart, inside the window \
+                     (P75-5); acknowledgements in order are the outbox's ordering keys"
+                ));
+            }
+            match request {
+                Some(req) if !retryable(req) => note.push_str(&format!(
+                    "; this {} is not idempotent: it is refused before it is sent unless it \
+                     carries an Idempotency-Key",
+                    req.method
+                )),
+                None => note.push_str(
+                    "; a request that is not idempotent and has no Idempotency-Key is refused \
+                     before it is sent",
+                ),
+                Some(_) => {}
+            }
+            note
+        }
+    };
+    out.push((PATH, note));
 }
 
 /// When `retry.max_attempts` applies, and what is sent again without it.
@@ -36,6 +92,15 @@ fn retry(
 ) {
     const PATH: &str = "retry.max_attempts";
     let r = &policy.retry;
+    if policy.delivery.sem == Some(Semantics::AtMostOnce) {
+        out.push((
+            PATH,
+            "at most once (delivery.sem): an attempt that may have reached the server is never \
+             retried; only one that never left the client (DNS, connect, TLS) goes again"
+                .to_owned(),
+        ));
+        return;
+    }
     if !r.enabled {
         out.push((
             PATH,
@@ -189,6 +254,34 @@ mod tests {
             noted(&off, "retry.max_attempts"),
             ["retries are off (retry.enabled = false): one attempt per call"]
         );
+    }
+
+    #[test]
+    fn declared_semantics_say_what_they_change() {
+        let mut p = NetPolicy::default();
+        assert!(noted(&notes(&p, None), "delivery.sem")[0].starts_with("nothing declared"));
+        p.delivery.sem = Some(Semantics::AtMostOnce);
+        let at_most = notes(&p, Some(&shape(Method::GET, false)));
+        assert!(noted(&at_most, "delivery.sem")[0].contains("never sent again"));
+        assert!(noted(&at_most, "retry.max_attempts")[0].contains("never retried"));
+        p.delivery.sem = Some(Semantics::AtLeastOnce);
+        p.delivery.dedup_window = Some(std::time::Duration::from_secs(600));
+        let post = notes(&p, Some(&shape(Method::POST, false)));
+        let said = noted(&post, "delivery.sem")[0];
+        assert!(said.contains("dedup_window (600s)"), "{said}");
+        assert!(
+            said.contains("this POST is not idempotent: it is refused"),
+            "{said}"
+        );
+        p.delivery.sem = Some(Semantics::ExactlyOnce);
+        p.delivery.reorder_span = Some(std::time::Duration::from_secs(60));
+        let keyed = notes(&p, Some(&shape(Method::POST, true)));
+        let said = noted(&keyed, "delivery.sem")[0];
+        assert!(
+            said.starts_with("exactly_once*") && said.contains("reorder_span (60s)"),
+            "{said}"
+        );
+        assert!(!said.contains("refused"), "{said}");
     }
 
     #[test]

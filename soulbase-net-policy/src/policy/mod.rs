@@ -8,6 +8,7 @@ use crate::validate::{Checker, PolicyError, Problem};
 
 pub(crate) mod breaker;
 pub(crate) mod cache;
+pub(crate) mod delivery;
 pub(crate) mod dns;
 pub(crate) mod endpoints;
 pub(crate) mod hedge;
@@ -24,6 +25,7 @@ pub(crate) mod tls;
 
 use self::breaker::CircuitBreakerPolicy;
 use self::cache::CacheHookPolicy;
+use self::delivery::DeliveryPolicy;
 use self::dns::DnsPolicy;
 use self::endpoints::EndpointPolicy;
 use self::hedge::HedgePolicy;
@@ -84,6 +86,9 @@ pub struct NetPolicy {
     /// The connection pool of the hosts this policy covers; unset fields take the client
     /// builder's values. Default: every field unset.
     pub pool: PoolPolicy,
+    /// The delivery semantics the route declares (seed 001's `sem`) and its dedup window.
+    /// Default: nothing declared.
+    pub delivery: DeliveryPolicy,
 }
 
 impl NetPolicy {
@@ -132,6 +137,8 @@ impl NetPolicy {
         self.slo.check(&mut c.nested("slo"));
         self.http.check(&self.tls, &mut c.nested("http"));
         self.pool.check(&mut c.nested("pool"));
+        self.delivery
+            .check(&self.retry, &self.hedge, &mut c.nested("delivery"));
         timeout::check_deadline(&self.retry, &self.timeout, &mut c);
         out
     }

@@ -10,7 +10,7 @@ pub(crate) const MAX_REDIRECTS: u8 = 20;
 /// Following redirects.
 ///
 /// Every hop is checked again by the address guard and the host allow-list; `Authorization`,
-/// `Cookie` and `security.strip_headers` are dropped when a hop changes origin; 303 turns the
+/// `Cookie` and `security.cross_origin_strip_headers` are dropped when a hop changes origin; 303 turns the
 /// request into a GET unless `keep_method_on_303`; 307/308 keep method and body.
 ///
 /// Default: on, at most 5 hops, cross-origin allowed, 303 → GET.

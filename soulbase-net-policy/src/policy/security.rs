@@ -39,10 +39,15 @@ pub struct SecurityPolicy {
     pub max_resp_bytes: ByteSize,
     /// Largest request body. Default is 32MiB.
     pub max_req_bytes: ByteSize,
+    /// Headers removed from every request before it is sent (seed 000 §3: "sensitive
+    /// headers stripped before sending"), whoever set them — the caller, a `before`
+    /// interceptor or an `on_attempt` one — on every attempt and redirect hop
+    /// (case-insensitive names). Default is empty.
+    pub strip_headers: Vec<String>,
     /// Headers dropped, like `Authorization` and `Cookie`, from the first redirect hop that
     /// leaves the request's origin and every hop after it (case-insensitive names); the
     /// request's own origin still receives them. Default is empty.
-    pub strip_headers: Vec<String>,
+    pub cross_origin_strip_headers: Vec<String>,
     /// Exceptions to `deny_private`: hosts and CIDRs the guard lets through. Default is none.
     pub grants: SandboxGrants,
 }
@@ -70,6 +75,7 @@ impl Default for SecurityPolicy {
             max_resp_bytes: ByteSize::mib(32),
             max_req_bytes: ByteSize::mib(32),
             strip_headers: Vec::new(),
+            cross_origin_strip_headers: Vec::new(),
             grants: SandboxGrants::default(),
         }
     }
@@ -90,12 +96,20 @@ impl SecurityPolicy {
         });
         c.at_least_one(self.max_resp_bytes.as_u64(), "max_resp_bytes");
         c.at_least_one(self.max_req_bytes.as_u64(), "max_req_bytes");
-        for (i, h) in self.strip_headers.iter().enumerate() {
-            c.when(
-                http::HeaderName::from_bytes(h.as_bytes()).is_err(),
-                &format!("strip_headers[{i}]"),
-                || format!("`{h}` is not a valid header name"),
-            );
+        for (field, names) in [
+            ("strip_headers", &self.strip_headers),
+            (
+                "cross_origin_strip_headers",
+                &self.cross_origin_strip_headers,
+            ),
+        ] {
+            for (i, h) in names.iter().enumerate() {
+                c.when(
+                    http::HeaderName::from_bytes(h.as_bytes()).is_err(),
+                    &format!("{field}[{i}]"),
+                    || format!("`{h}` is not a valid header name"),
+                );
+            }
         }
         for (i, p) in self.grants.hosts.iter().enumerate() {
             if let Err(e) = HostPattern::parse(p) {

@@ -576,3 +576,93 @@ fn problems_within_one_section_are_all_reported() {
     }
     assert_eq!(got.len(), 4, "{paths:?}");
 }
+
+#[test]
+fn delivery_semantics_follow_the_compatibility_matrix() {
+    // P75-4: a promise of at least once needs its dedup window.
+    fails(
+        "delivery.sem = \"at_least_once\"",
+        "default.delivery.dedup_window",
+        "P75-4",
+    );
+    fails(
+        "delivery.sem = \"exactly_once*\"\ndelivery.dedup_window = \"5m\"",
+        "default.delivery.reorder_span",
+        "P75-5",
+    );
+    // P75-5: the window covers the reorder span.
+    fails(
+        "delivery.dedup_window = \"1m\"\ndelivery.reorder_span = \"2m\"",
+        "default.delivery.reorder_span",
+        "at most dedup_window (60s)",
+    );
+    fails(
+        "delivery.dedup_window = \"0s\"",
+        "default.delivery.dedup_window",
+        "",
+    );
+    // At most once: no hedging, zero or few retries.
+    fails(
+        "delivery.sem = \"at_most_once\"\nhedge.enabled = true",
+        "default.delivery.sem",
+        "cannot be hedged",
+    );
+    fails(
+        "delivery.sem = \"at_most_once\"\nretry.max_attempts = 3",
+        "default.delivery.sem",
+        "zero or few retries",
+    );
+    fails(
+        "delivery.sem = \"twice\"",
+        "default.delivery.sem",
+        "unknown variant",
+    );
+    passes("delivery.sem = \"at_most_once\"\nretry.max_attempts = 2");
+    passes("delivery.sem = \"at_most_once\"\nretry.enabled = false\nretry.max_attempts = 5");
+    passes("delivery.sem = \"at_least_once\"\ndelivery.dedup_window = \"10m\"");
+    passes(
+        "delivery.sem = \"exactly_once\"\ndelivery.dedup_window = \"10m\"\ndelivery.reorder_span = \"10m\"",
+    );
+}
+
+#[test]
+fn delivery_is_declared_per_host_and_per_key_with_document_paths() {
+    let err = PolicyDocument::from_toml_str(
+        r#"
+        [overrides."payments.example.com".delivery]
+        sem = "at_least_once"
+        [keys.charge.delivery]
+        sem = "exactly_once*"
+        dedup_window = "1m"
+        "#,
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = err.problems().iter().map(|p| p.path.as_str()).collect();
+    assert!(
+        paths.contains(&"overrides.\"payments.example.com\".delivery.dedup_window"),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&"keys.charge.delivery.reorder_span"),
+        "{paths:?}"
+    );
+    let doc = PolicyDocument::from_toml_str(
+        r#"
+        [overrides."payments.example.com".delivery]
+        sem = "at_least_once"
+        dedup_window = "10m"
+        "#,
+    )
+    .unwrap();
+    let resolver = SnapshotResolver::new(doc).unwrap();
+    let payments = resolver.resolve(None, "payments.example.com");
+    assert_eq!(payments.delivery.sem, Some(Semantics::AtLeastOnce));
+    assert_eq!(
+        payments.delivery.dedup_window,
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(
+        resolver.resolve(None, "other.example.com").delivery.sem,
+        None
+    );
+}

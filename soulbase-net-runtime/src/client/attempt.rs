@@ -145,6 +145,11 @@ impl Inner {
             // must not keep a slot of its own in this one.
             let request = {
                 let mut http_req = self.http_request(req, url, limits)?;
+                // Last, after every interceptor: whoever set them, they are not sent.
+                let strip = &call.policy.security.strip_headers;
+                if !strip.is_empty() {
+                    crate::redirect::strip_named(http_req.headers_mut(), strip);
+                }
                 if let Some(auth) = proxy_auth(&transport, http_req.uri()) {
                     http_req
                         .headers_mut()

@@ -18,6 +18,8 @@ pub(super) struct Chain {
     pub(super) should_resend: Vec<Arc<dyn Interceptor>>,
     pub(super) after: Vec<Arc<dyn Interceptor>>,
     pub(super) on_error: Vec<Arc<dyn Interceptor>>,
+    /// The first dedup window an interceptor keeps ([`Interceptor::dedup_window`]).
+    pub(super) dedup_window: Option<std::time::Duration>,
 }
 
 impl Chain {
@@ -27,6 +29,7 @@ impl Chain {
             ..Chain::default()
         };
         for interceptor in interceptors {
+            chain.dedup_window = chain.dedup_window.or_else(|| interceptor.dedup_window());
             let hooks = interceptor.hooks();
             let lists = [
                 (Hooks::BEFORE, &mut chain.before),

@@ -96,7 +96,11 @@ impl Inner {
             if let Some(slot) = keep.take() {
                 *slot = req.try_clone().map(|r| Box::new((r, url.clone())));
             }
-            redirects.prepare_headers(&follow, &mut req.headers, &policy.security.strip_headers);
+            redirects.prepare_headers(
+                &follow,
+                &mut req.headers,
+                &policy.security.cross_origin_strip_headers,
+            );
             req.method = follow.method.clone();
             if !follow.keep_body {
                 req.body = Body::Empty;

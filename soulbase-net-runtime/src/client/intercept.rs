@@ -8,6 +8,7 @@ use std::sync::{atomic::Ordering, Arc};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method};
 use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse};
+use soulbase_net_policy::DeliveryPolicy;
 use url::Url;
 
 use super::send::{record_trace, Attempts, Call};
@@ -41,6 +42,7 @@ impl Inner {
             };
             req.check_body_size(call.policy.security.max_req_bytes.as_u64())?;
             ensure_idempotency_key(req)?;
+            keeps_delivery(req, &call.policy.delivery, self.interceptors.dedup_window)?;
             Ok(url)
         });
         let url = match prepared {
@@ -154,6 +156,39 @@ fn ensure_idempotency_key(req: &mut NetRequest) -> Result<(), NetError> {
     if let Ok(mut value) = HeaderValue::from_str(&key) {
         value.set_sensitive(true);
         req.headers.insert(IDEMPOTENCY_KEY, value);
+    }
+    Ok(())
+}
+
+/// Refuses, before anything is sent, a call its policy's declared semantics cannot keep
+/// (seed 001 P75-4, P75-5): under `at_least_once` or `exactly_once*`, a request that is not
+/// idempotent and carries no `Idempotency-Key` (its copies could not be told apart), or one
+/// whose declared `dedup_window` differs from the window of the client's own dedup store.
+fn keeps_delivery(
+    req: &NetRequest,
+    delivery: &DeliveryPolicy,
+    local_window: Option<std::time::Duration>,
+) -> Result<(), NetError> {
+    let Some(sem) = delivery.sem.filter(|s| s.needs_key()) else {
+        return Ok(());
+    };
+    if !req.is_retryable_method() && !req.headers.contains_key("idempotency-key") {
+        return Err(NetError::invalid_request(format!(
+            "the policy declares sem = \"{}\" for this call: a {} that is not idempotent needs \
+             an Idempotency-Key header (mark it idempotent, give it a key, or add the \
+             IdempotencyKey interceptor), so that the server can drop its copies (seed 001 P75-4)",
+            sem.as_str(),
+            req.method
+        )));
+    }
+    if let (Some(declared), Some(local)) = (delivery.dedup_window, local_window) {
+        if declared != local {
+            return Err(NetError::invalid_request(format!(
+                "the policy declares delivery.dedup_window = {declared:?}, but the client's \
+                 dedup store drops repeated keys for {local:?}: the two must be equal \
+                 (seed 001 P75-5)"
+            )));
+        }
     }
     Ok(())
 }

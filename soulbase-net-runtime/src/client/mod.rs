@@ -35,6 +35,7 @@ use soulbase_net_core::{
 };
 use soulbase_net_policy::{NetPolicy, PolicyDocument, PolicyResolver, SnapshotResolver};
 
+pub(crate) use self::learn::Latencies;
 use crate::resilience::{Breakers, Limiter, RetryBudgets, SloControllers, Transition};
 use crate::transport::{self, Transports};
 use crate::transport::{Dialer, TcpDialer};

@@ -10,7 +10,7 @@ use http::header;
 use soulbase_net_core::{
     parse_retry_after, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
 };
-use soulbase_net_policy::FreezeOn;
+use soulbase_net_policy::{FreezeOn, Semantics};
 use tokio::time::Instant;
 use url::Url;
 
@@ -34,9 +34,18 @@ impl Inner {
         attempts: &mut Attempts,
     ) -> Result<NetResponse, NetError> {
         let policy = call.policy;
-        let replayable = req.is_replayable();
         // Read before the first attempt: a stream body is taken by it.
         let body_replayable = req.body.is_replayable();
+        // The declared semantics (seed 001 §VIII): at least once retries a request whose
+        // copies the server can tell apart by its key, whatever its method; at most once
+        // resends only what was never sent (below).
+        let sem = policy.delivery.sem;
+        let at_most_once = sem == Some(Semantics::AtMostOnce);
+        let replayable = !at_most_once
+            && (req.is_replayable()
+                || (sem.is_some_and(Semantics::needs_key)
+                    && body_replayable
+                    && req.headers.contains_key("idempotency-key")));
         // A request from the tower face (a gRPC call is a POST) whose body was kept may go
         // again when an attempt never left the client (`replay::never_sent`), whatever its
         // method: nothing of it reached a server.
@@ -169,7 +178,11 @@ impl Inner {
                     .saturating_sub(call.timeouts.margin),
                 attempt_timeout: learnt,
             };
-            let may_replay = replayable || (unsent_replayable && never_sent(outcome));
+            let may_replay = if at_most_once {
+                body_replayable && never_sent(outcome)
+            } else {
+                replayable || (unsent_replayable && never_sent(outcome))
+            };
             let delay = match decide(&policy.retry, may_replay, &end, &mut FastRand) {
                 RetryDecision::Stop(_) => return result,
                 RetryDecision::Retry { delay, .. } => delay,

@@ -16,6 +16,7 @@ mod pool;
 mod proxy;
 mod redirects;
 mod resilience;
+mod semantics;
 mod slo;
 mod support;
 mod timeouts;

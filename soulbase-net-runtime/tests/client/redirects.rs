@@ -3,7 +3,7 @@
 
 use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
 use soulbase_net_policy::NetPolicy;
-use soulbase_net_testkit::{FaultServer, Reply};
+use soulbase_net_testkit::{FaultServer, Reply, Script};
 
 use crate::support::{harness, loopback_policy};
 
@@ -73,7 +73,7 @@ async fn credentials_never_cross_origins_and_are_not_restored() {
         .await
         .unwrap();
     let mut p = loopback_policy();
-    p.security.strip_headers = vec!["x-api-key".to_owned()];
+    p.security.cross_origin_strip_headers = vec!["x-api-key".to_owned()];
     let h = harness(p);
     let with_secrets = |url: String| {
         NetRequest::get(url)
@@ -421,4 +421,45 @@ async fn a_reload_mid_call_leaves_the_calls_hops_on_the_policy_it_started_with()
     assert_eq!(err.kind(), ErrorKind::TooLarge);
     a.join().await;
     b.join().await;
+}
+
+/// Seed 000 §3: `security.strip_headers` are removed from every request before it is sent,
+/// whoever set them — the caller, or an interceptor on every attempt — while
+/// `cross_origin_strip_headers` only leave redirect hops to another origin.
+#[tokio::test]
+async fn strip_headers_never_leave_the_client() {
+    struct Leaky;
+    impl soulbase_net_core::Interceptor for Leaky {
+        fn on_attempt(&self, req: &mut NetRequest, _attempt: u32) {
+            req.headers
+                .insert("x-debug-token", "from-interceptor".parse().unwrap());
+        }
+    }
+    let srv = FaultServer::http1()
+        .route("/s", Script::status(503).times(1).then(Reply::ok("ok")))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.retry.backoff.base = std::time::Duration::from_millis(5);
+    p.security.strip_headers = vec!["X-Debug-Token".to_owned(), "x-internal".to_owned()];
+    let h = crate::support::harness_with(p, |b| b.interceptor(Leaky));
+    let res = h
+        .client
+        .send(
+            NetRequest::get(srv.url("/s"))
+                .header("x-internal", "secret")
+                .header("x-kept", "yes"),
+        )
+        .await
+        .unwrap();
+    assert_eq!((res.status.as_u16(), res.attempts), (200, 2));
+    let seen = srv.received_requests();
+    assert_eq!(seen.len(), 2);
+    for r in &seen {
+        assert_eq!(r.header("x-debug-token"), None, "{r:?}");
+        assert_eq!(r.header("x-internal"), None, "{r:?}");
+        assert_eq!(r.header("x-kept"), Some("yes"));
+    }
+    srv.join().await;
 }
