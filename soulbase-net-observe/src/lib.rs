@@ -2,9 +2,11 @@
 //! timeout / retry policy, all from the runtime's [`NetEvent`](soulbase_net_core::NetEvent)s.
 //!
 //! - [`Metrics`]: the seed's metrics (`net_requests_total`, `net_latency_ms`, `net_bytes_total`,
-//!   `net_retry_total`, `net_hedge_total`, `net_answered_total`, `net_circuit_open_total`,
-//!   `net_redirect_total`, …) with bounded labels, in the OpenMetrics text format; gauges of
-//!   the clients' limiters and retry budgets (`net_limiter_in_flight`,
+//!   `net_retry_total`, `net_hedge_total`, `net_answered_total`, `net_dedup_drops_total`,
+//!   `net_circuit_open_total`, `net_redirect_total`, …) with bounded labels, in the
+//!   OpenMetrics text format; `net_circuit_open_ratio`, the share of each host's breakers
+//!   that are open, from their transitions; gauges of the clients' limiters and retry
+//!   budgets (`net_limiter_in_flight`,
 //!   `net_limiter_tenant_in_flight`, `net_limiter_queued`, `net_limiter_window`,
 //!   `net_retry_budget_tokens`) read from them at scrape time; and [`Slis`] (retry rate,
 //!   timeout rate, error ratio, dedup drop rate, hedge rate, p50 / p99 latency) as a struct
@@ -36,6 +38,7 @@
 //! (documented with feature `otel`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod breakers;
 mod gauges;
 mod hot;
 mod labels;

@@ -18,6 +18,7 @@ use soulbase_net_core::{
 };
 
 use crate::{
+    breakers::{BreakerCollector, BreakerShare},
     gauges::{GaugeCollector, GaugeState},
     hot,
     labels::{
@@ -57,8 +58,10 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | `net_outbox_pending`, `net_outbox_oldest_pending_age_seconds` (gauges, at scrape) | — | the outbox's gauges |
 /// | `net_store_errors_total` | `store, op` | `StoreError`: a shared store (`rate`, …) failed, timed out (`op` = what was asked) or was skipped for a moment after failing (`op="skip"`) |
 /// | `net_answered_total` | `by` (the interceptor's name) | `Answered`: calls an interceptor answered without sending, e.g. `by="cache_hook"` for cache hits, `by="idempotency_key"` for duplicates dropped by the dedup window |
+/// | `net_dedup_drops_total` | — | `Answered` by `idempotency_key` (and [`MetricsBuilder::dedup_by`]): duplicates dropped by a dedup window, the numerator of `net_sli_dup_drop_rate` |
 /// | `net_circuit_open_total` | `host` (the breaker key without its scheme: `host`, or `host:port` off the scheme's default port, then `/tenant` when keyed by tenant) | `BreakerTransition` to open |
 /// | `net_breaker_state` (gauge: 0 closed, 1 half-open, 2 open) | `key` | `BreakerTransition` |
+/// | `net_circuit_open_ratio` (gauge, 0 to 1) | `host` (as in `net_requests_total`: no scheme, port or tenant) | `BreakerTransition`: of the host's breaker keys seen changing state, the share whose last transition was to open (half-open is not open); with breakers keyed by host, 0 or 1 for a host called on one port |
 /// | `net_breaker_rejected_total` | `host` | `BreakerRejected` |
 /// | `net_redirect_total` | `host` | `Redirected` |
 /// | `net_rate_limited_total` | `host, scope` | `RateLimited` |
@@ -77,6 +80,12 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | `net_retry_budget_tokens` (gauge) | `tenant, host` | whole retries the retry budget allows now (`tenant=""` unless the budget is per tenant), at scrape time |
 /// | `net_pool_open_connections` (gauge) | `host` | connections the client holds open to the host (in use, idle or opening; all its ports), at scrape time |
 /// | `net_pool_idle_connections` (gauge) | `host` | idle HTTP/1.1 connections kept for the host, at scrape time |
+///
+/// The five series of seed 001 §IX (`Threads.retry.rate`, `Threads.timeout.rate`,
+/// `Threads.dedup.drop_rate`, `Threads.hedge.count`, `Threads.circuit.open_ratio`) are
+/// `net_sli_retry_rate`, `net_sli_timeout_rate`, `net_sli_dup_drop_rate` (with the counters they
+/// divide), `net_hedge_total` and `net_circuit_open_ratio`; `docs/observability.md` tabulates
+/// them with their exact definitions.
 ///
 /// A request without a tenant has `tenant=""`. Label values are bounded: past
 /// [`MetricsBuilder::max_hosts`] distinct hosts (and breaker keys), [`MetricsBuilder::max_tenants`]
@@ -124,6 +133,7 @@ pub struct Metrics {
     retries: Family<ReasonLabels, Counter>,
     hedges: Family<HostLabels, Counter>,
     answered: Family<ByLabels, Counter>,
+    dedup_drops: Counter,
     store_errors: Family<StoreLabels, Counter>,
     outbox_delivered: Counter,
     outbox_retried: Counter,
@@ -133,6 +143,7 @@ pub struct Metrics {
     dedup_by: Vec<&'static str>,
     circuit_open: Family<HostLabels, Counter>,
     breaker_state: Family<KeyLabels, Gauge>,
+    breaker_share: Arc<BreakerShare>,
     breaker_rejected: Family<HostLabels, Counter>,
     redirects: Family<HostLabels, Counter>,
     rate_limited: Family<LimitLabels, Counter>,
@@ -226,6 +237,7 @@ impl MetricsBuilder {
             retries: Family::default(),
             hedges: Family::default(),
             answered: Family::default(),
+            dedup_drops: Counter::default(),
             store_errors: Family::default(),
             outbox_delivered: Counter::default(),
             outbox_retried: Counter::default(),
@@ -234,6 +246,7 @@ impl MetricsBuilder {
             dedup_by: self.dedup_by,
             circuit_open: Family::default(),
             breaker_state: Family::default(),
+            breaker_share: Arc::new(BreakerShare::new(self.max_hosts)),
             breaker_rejected: Family::default(),
             redirects: Family::default(),
             rate_limited: Family::default(),
@@ -301,6 +314,11 @@ impl MetricsBuilder {
             metrics.answered.clone(),
         );
         r.register(
+            "net_dedup_drops",
+            "Duplicate calls dropped by a dedup window (IdempotencyKey's, or a dedup_by interceptor's)",
+            metrics.dedup_drops.clone(),
+        );
+        r.register(
             "net_circuit_open",
             "Circuit breakers that opened",
             metrics.circuit_open.clone(),
@@ -356,6 +374,7 @@ impl MetricsBuilder {
             metrics.dns.clone(),
         );
         r.register_collector(Box::new(SliCollector(sli)));
+        r.register_collector(Box::new(BreakerCollector(metrics.breaker_share.clone())));
         r.register_collector(Box::new(GaugeCollector(gauges)));
         Metrics {
             registry,
@@ -557,6 +576,7 @@ impl Observer for Metrics {
             NetEvent::Answered { by, .. } => {
                 self.answered.get_or_create(&ByLabels { by }).inc();
                 if self.dedup_by.contains(&by) {
+                    self.dedup_drops.inc();
                     self.sli.on_dedup_drop();
                 }
             }
@@ -597,6 +617,7 @@ impl Observer for Metrics {
                 self.sli.on_retry();
             }
             NetEvent::BreakerTransition { key, to, .. } => {
+                self.breaker_share.on_transition(key, to, &self.hosts);
                 if to == BreakerState::Open {
                     // The key is an origin (`https://h`, `http://h:8081`): the label is its
                     // host as the other families name it, with the port when it is not the

@@ -6,5 +6,6 @@ mod events;
 mod metrics;
 #[cfg(feature = "otel")]
 mod otel;
+mod seed_series;
 mod slis;
 mod spans;
