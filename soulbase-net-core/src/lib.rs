@@ -32,6 +32,7 @@
 
 mod body;
 mod client;
+mod deadline;
 mod error;
 mod event;
 mod fanout;
@@ -45,6 +46,7 @@ mod timeout;
 
 pub use crate::body::{Body, BodyStream};
 pub use crate::client::{ForTenant, NetClient, NetClientExt};
+pub use crate::deadline::{parallel_deadline, serial_deadline};
 pub use crate::error::{
     redact_url, status_code, BoxError, ErrorCode, ErrorKind, GrpcCode, NetError, Phase,
     ERROR_CODE_HEADER, ERROR_KIND_HEADER,

@@ -24,6 +24,7 @@ pub(super) async fn rows() -> Result<Vec<Row>, String> {
     rows.extend(retry_success_prob().await?);
     rows.extend(idempotency().await?);
     rows.extend(dedup_window().await?);
+    rows.extend(composed_deadlines().await?);
     rows.push(semantics().await?);
     rows.extend(declared_semantics().await?);
     Ok(rows)
@@ -539,4 +540,96 @@ async fn declared_semantics() -> Result<Vec<Row>, String> {
             && sent > u64::from(n),
     ));
     Ok(rows)
+}
+
+/// S75-5: composed deadlines. Three calls under policies with different worst cases
+/// `W_retry_i` (`NetPolicy::worst_case_latency`: attempts × the attempt timeout + the longest
+/// backoff), to an upstream that never answers in time, so that each call uses its whole
+/// budget: made in parallel they end by `parallel_deadline` = max_i W_retry_i, one after the
+/// other by `serial_deadline` = Σ_i W_retry_i — and not much sooner (the bound is the one the
+/// calls need, not a loose one).
+async fn composed_deadlines() -> Result<Vec<Row>, String> {
+    use soulbase_net_core::{parallel_deadline, serial_deadline};
+
+    let srv = start(
+        FaultServer::http1().route("/never", Reply::ok("late").delay(Duration::from_secs(5))),
+    )
+    .await?;
+    let mut branches = Vec::new();
+    for (i, attempts) in [(0u32, 2u32), (1, 3), (2, 1)] {
+        let mut p = base_policy()?;
+        let attempt = Duration::from_millis(120 + 60 * u64::from(i));
+        p.timeout.connect = attempt;
+        p.timeout.ttfb = attempt;
+        p.timeout.read = attempt;
+        p.timeout.write = attempt;
+        p.timeout.attempt = attempt;
+        p.retry.max_attempts = attempts;
+        p.retry.backoff.base = Duration::from_millis(10);
+        p.retry.backoff.cap = Duration::from_millis(20);
+        p.retry.budget.enabled = false;
+        let worst = p.worst_case_latency();
+        branches.push((client(p)?, worst));
+    }
+    let worst: Vec<Duration> = branches.iter().map(|(_, w)| *w).collect();
+    let (fan_out, chain) = (
+        parallel_deadline(worst.clone()),
+        serial_deadline(worst.clone()),
+    );
+    let url = srv.url("/never");
+    let began = Instant::now();
+    let mut calls = tokio::task::JoinSet::new();
+    for (c, _) in &branches {
+        let (c, url) = (c.clone(), url.clone());
+        calls.spawn(async move { c.send(NetRequest::get(url.as_str())).await });
+    }
+    let mut parallel = Vec::new();
+    while let Some(done) = calls.join_next().await {
+        parallel.push(done.map_err(|e| e.to_string())?);
+    }
+    let parallel_took = began.elapsed();
+    let began = Instant::now();
+    let mut serial = Vec::new();
+    for (c, _) in &branches {
+        serial.push(c.send(NetRequest::get(url.as_str())).await);
+    }
+    let serial_took = began.elapsed();
+    let all_timed_out = parallel
+        .iter()
+        .chain(&serial)
+        .all(|r| r.as_ref().is_err_and(|e| e.kind().is_timeout()));
+    // Scheduling and connecting on a loaded machine; the calls' own work is the bound.
+    let slack = Duration::from_millis(150);
+    let judge = |took: Duration, bound: Duration| {
+        took <= bound + slack && took + slack >= bound.mul_f64(0.8)
+    };
+    let ms = |d: Duration| d.as_millis();
+    Ok(vec![
+        row(
+            "seed001.composed_deadline parallel",
+            format!(
+                "3 calls (W_retry {}/{}/{}ms) end by max_i = {}ms (+{}ms)",
+                ms(worst[0]),
+                ms(worst[1]),
+                ms(worst[2]),
+                ms(fan_out),
+                ms(slack)
+            ),
+            format!(
+                "ended in {}ms, every call timed out: {all_timed_out}",
+                ms(parallel_took)
+            ),
+            all_timed_out && judge(parallel_took, fan_out),
+        ),
+        row(
+            "seed001.composed_deadline serial",
+            format!(
+                "the same 3 calls in a chain end by Σ_i = {}ms (+{}ms)",
+                ms(chain),
+                ms(slack)
+            ),
+            format!("ended in {}ms", ms(serial_took)),
+            all_timed_out && judge(serial_took, chain),
+        ),
+    ])
 }
