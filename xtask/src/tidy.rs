@@ -56,6 +56,15 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "soulbase-net",
+        &[
+            "soulbase-net-core",
+            "soulbase-net-runtime",
+            "soulbase-net-interceptors",
+            "soulbase-net-observe",
+        ],
+    ),
+    (
         "soulbase-net-cli",
         &[
             "soulbase-net-core",
@@ -72,7 +81,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// depend on (the crates a service builds on; the testkit as a dev-dependency only, as for any
 /// crate). They are held to the members' manifest and source rules, must not be published, and
 /// `docs/architecture.md` states their layer too.
-const EXAMPLES: &[(&str, &[&str])] = &[("shop", &["soulbase-net-runtime", "soulbase-net-observe"])];
+const EXAMPLES: &[(&str, &[&str])] = &[("shop", &["soulbase-net"])];
 
 /// Where the example services live.
 const EXAMPLES_DIR: &str = "examples";

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use soulbase_net_observe::Metrics;
-use soulbase_net_runtime::prelude::*;
+use soulbase_net::prelude::*;
 
 /// A price, as the pricing API answers it.
 #[derive(Clone, Debug, PartialEq, Deserialize)]

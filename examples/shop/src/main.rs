@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use shop::Shop;
-use soulbase_net_runtime::prelude::*;
+use soulbase_net::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use shop::{Order, Price, Shop};
-use soulbase_net_runtime::prelude::*;
+use soulbase_net::prelude::*;
 use soulbase_net_testkit::{FaultServer, FaultServerBuilder, Leaf, Mock, Reply, Script, TestNet};
 
 const PRICING: &str = "pricing.example.com";
