@@ -5,7 +5,10 @@
 //!
 //! - [`OutboxItem`]: the request (method, URL, headers, body bytes, tenant) with `deliver_at`,
 //!   a deadline, `max_attempts`, an `Idempotency-Key` drawn from the OS CSPRNG at enqueue and
-//!   sent on every attempt, and an optional caller-chosen id (enqueueing it twice stores one).
+//!   sent on every attempt, an optional caller-chosen id (enqueueing it twice stores one), and
+//!   an optional ordering key ([`OutboxItem::ordering_key`]): the items of one key are
+//!   delivered one at a time in enqueue order — a retried item holds its key, a dead-lettered
+//!   one is skipped — while other keys go in parallel.
 //! - [`OutboxStore`]: where items live; [`SqliteStore`] is the embedded default (a file, WAL
 //!   mode, one writer); `PostgresStore` (cargo feature `postgres`) serves a fleet: several
 //!   instances deliver from one table without double claims (`FOR UPDATE SKIP LOCKED` under a

@@ -119,6 +119,11 @@ impl Default for Settings {
 /// The `Idempotency-Key` drawn at enqueue goes on every attempt, so a receiver that dedups by
 /// it applies the effect once however often the call arrives (after a crash between the
 /// upstream's answer and the ack, it arrives again: at-least-once delivery).
+///
+/// Items with an [ordering key](OutboxItem::ordering_key) are claimed one at a time per key,
+/// in enqueue order: the next of a key only once the one before it was acknowledged or
+/// dead-lettered (a rescheduled one keeps its key waiting). The outbox looks for the next one
+/// as soon as such an outcome is recorded, not at the next poll.
 pub struct Outbox {
     store: Arc<dyn OutboxStore>,
     client: Arc<dyn NetClient>,
@@ -383,7 +388,15 @@ impl Outbox {
         let mut poll_at = now + self.poll;
         let window = Arc::new(Window::new(self.workers));
         let held = Held::default();
-        let (acks, acker) = Acker::start(self.store.clone(), self.workers as usize, held.clone());
+        // Woken when an item with an ordering key is acknowledged, dead-lettered or
+        // rescheduled: the next item of its key may be claimable now, not at the next poll.
+        let freed = Arc::new(Notify::new());
+        let (acks, acker) = Acker::start(
+            self.store.clone(),
+            self.workers as usize,
+            held.clone(),
+            freed.clone(),
+        );
         let _heartbeat = heartbeat(self.store.clone(), held.clone(), self.lease);
         let mut queue: VecDeque<StoredItem> = VecDeque::new();
         // The last claim came back short: nothing more is due until woken or `due_at`.
@@ -403,6 +416,7 @@ impl Outbox {
                     acks: acks.clone(),
                     window: window.clone(),
                     held: held.clone(),
+                    freed: freed.clone(),
                 };
                 in_flight.spawn(async move { ctx.deliver(item).await });
             }
@@ -463,6 +477,10 @@ impl Outbox {
                     changed = true;
                 }
                 () = notified_or_never(elsewhere.as_deref()) => {
+                    exhausted = false;
+                    changed = true;
+                }
+                () = freed.notified() => {
                     exhausted = false;
                     changed = true;
                 }
@@ -562,6 +580,8 @@ struct Delivery {
     acks: mpsc::Sender<StoredItem>,
     window: Arc<Window>,
     held: Held,
+    /// Notified once the outcome of an item with an ordering key is recorded.
+    freed: Arc<Notify>,
 }
 
 impl Delivery {
@@ -658,6 +678,9 @@ impl Delivery {
             }
         };
         self.held.release(item.id);
+        if item.ordering_key.is_some() {
+            self.freed.notify_one();
+        }
         recorded(result, item.id);
     }
 }
@@ -729,10 +752,13 @@ struct Acker;
 
 impl Acker {
     /// Starts the task; it ends once every sender is gone and what they sent is committed.
+    /// `freed` is notified after a commit that acknowledged an item with an ordering key (the
+    /// next item of its key may be claimed).
     fn start(
         store: Arc<dyn OutboxStore>,
         workers: usize,
         held: Held,
+        freed: Arc<Notify>,
     ) -> (mpsc::Sender<StoredItem>, tokio::task::JoinHandle<()>) {
         let workers = workers.max(1);
         let (tx, mut rx) = mpsc::channel::<StoredItem>(workers);
@@ -742,6 +768,9 @@ impl Acker {
                 let result = store.ack_batch(&batch).await;
                 for item in &batch {
                     held.release(item.id);
+                }
+                if batch.iter().any(|item| item.ordering_key.is_some()) {
+                    freed.notify_one();
                 }
                 match result {
                     Ok(done) => {

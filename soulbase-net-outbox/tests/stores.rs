@@ -28,6 +28,7 @@ fn stored(url: &str, dedup: Option<&str>) -> StoredItem {
         attempts: 0,
         max_attempts: 5,
         claim: 0,
+        ordering_key: None,
     }
 }
 
@@ -324,9 +325,15 @@ async fn sqlite_migrates_a_version_1_file_and_names_tables() {
         .await
         .unwrap();
     assert_eq!(old.schema_version().await.unwrap(), 1);
-    old.enqueue(stored("http://127.0.0.1:1/m", Some("from-v1")))
-        .await
-        .unwrap();
+    // Written as a version-1 build wrote it (this build's statements need the later columns).
+    sqlx::query(
+        "INSERT INTO outbox (dedup_id, method, url, headers, body, idem_key, deliver_at,
+            max_attempts) VALUES ('from-v1', 'POST', 'http://127.0.0.1:1/m', '[]', x'78',
+            'kkkk', 0, 5)",
+    )
+    .execute(old.pool())
+    .await
+    .unwrap();
     drop(old);
     let new = SqliteStore::open(&path).await.unwrap();
     assert_eq!(
@@ -361,26 +368,13 @@ mod postgres {
     use std::{collections::HashMap, sync::Arc};
 
     use soulbase_net_core::NetError;
-    use soulbase_net_outbox::{Outbox, OutboxItem, PostgresStore};
+    use soulbase_net_outbox::{OutboxItem, PostgresStore};
     use soulbase_net_testkit::{FaultServer, PostgresServer, Reply, Script};
 
-    use crate::support::{client, run, until};
+    use crate::support::{outbox, run, until};
     use tokio::time::Instant;
 
     use super::*;
-
-    fn outbox(store: Arc<dyn OutboxStore>, poll: Duration) -> Arc<Outbox> {
-        Arc::new(
-            Outbox::builder()
-                .store(store)
-                .client(client())
-                .workers(16)
-                .backoff(Duration::from_millis(10), Duration::from_millis(50))
-                .poll(poll)
-                .build()
-                .unwrap(),
-        )
-    }
 
     async fn postgres(test: &str) -> Option<(PostgresServer, String)> {
         let pg = PostgresServer::start_or_skip(test)?;

@@ -28,6 +28,24 @@ pub(crate) fn client() -> Arc<Client> {
     Arc::new(Client::builder().policy(p).build().unwrap())
 }
 
+/// An outbox on `store` with 16 workers, quick backoff (10–50 ms) and `poll`, delivering
+/// through [`client`].
+pub(crate) fn outbox(
+    store: Arc<dyn soulbase_net_outbox::OutboxStore>,
+    poll: Duration,
+) -> Arc<Outbox> {
+    Arc::new(
+        Outbox::builder()
+            .store(store)
+            .client(client())
+            .workers(16)
+            .backoff(Duration::from_millis(10), Duration::from_millis(50))
+            .poll(poll)
+            .build()
+            .unwrap(),
+    )
+}
+
 /// Runs an outbox in the background until dropped.
 pub(crate) struct Running(Arc<Outbox>);
 

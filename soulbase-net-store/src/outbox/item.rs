@@ -35,6 +35,7 @@ pub struct OutboxItem {
     pub(crate) deadline: Option<Duration>,
     pub(crate) max_attempts: u32,
     pub(crate) id: Option<String>,
+    pub(crate) ordering_key: Option<String>,
     pub(crate) invalid: Option<String>,
 }
 
@@ -52,6 +53,7 @@ impl OutboxItem {
             deadline: None,
             max_attempts: 10,
             id: None,
+            ordering_key: None,
             invalid: None,
         }
     }
@@ -120,6 +122,44 @@ impl OutboxItem {
         self
     }
 
+    /// Delivers this item in order with the other items of `key`: items with the same
+    /// ordering key go one at a time, in enqueue order (the store's id order) — the next is
+    /// claimable only once the one before it was acknowledged (delivered) or moved to the
+    /// dead letters. Items of different keys, and items without a key, are delivered in
+    /// parallel as ever. Default: no key.
+    ///
+    /// - **A retried item keeps the head of its key**: rescheduled with backoff after a failed
+    ///   attempt, it stays first, and the later items of its key wait for it (however long
+    ///   its retries take, up to its `max_attempts` or deadline).
+    /// - **A dead-lettered item is skipped**: once it is moved to the dead letters the next
+    ///   item of its key becomes deliverable. Requeued, a dead letter keeps its id, so it goes
+    ///   before the items of its key still waiting (after the one in flight, if any).
+    /// - Never two items of one key in flight at once, across every instance sharing the
+    ///   store; a worker that crashes holding the head keeps the rest of its key waiting until
+    ///   its lease ends, then the head is delivered again (at least once) before the others.
+    /// - Enqueue order is the order of the store's ids. On PostgreSQL an id is drawn at the
+    ///   insert, not at the commit: items of one key enqueued by concurrent transactions are
+    ///   ordered by their ids (still one at a time); enqueue a key's items one transaction
+    ///   after another for the order to be the commit order.
+    ///
+    /// # Examples
+    /// ```
+    /// use soulbase_net_store::outbox::OutboxItem;
+    ///
+    /// let item = OutboxItem::post("https://partner.example/orders", r#"{"order":42}"#)
+    ///     .ordering_key("order-42");
+    /// assert_eq!(item.ordering_key_value(), Some("order-42"));
+    /// ```
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// The ordering key, if any (see [`ordering_key`](Self::ordering_key)).
+    pub fn ordering_key_value(&self) -> Option<&str> {
+        self.ordering_key.as_deref()
+    }
+
     /// Checks what `enqueue` needs: an absolute http(s) URL and valid headers.
     fn check(&self) -> Result<(), NetError> {
         if let Some(problem) = &self.invalid {
@@ -159,6 +199,7 @@ impl OutboxItem {
             attempts: 0,
             max_attempts: self.max_attempts,
             claim: 0,
+            ordering_key: self.ordering_key,
         })
     }
 }

@@ -64,6 +64,11 @@ pub struct StoredItem {
     /// item, its `ack`, `reschedule`, `dead` and `extend` change nothing. Extending the lease
     /// keeps the token.
     pub claim: i64,
+    /// The ordering key, if any: items of one key are delivered one at a time in enqueue
+    /// (id) order; a retried item keeps the head of its key, a dead-lettered one is skipped
+    /// (the next of its key becomes deliverable once it is dead). See
+    /// [`OutboxItem::ordering_key`].
+    pub ordering_key: Option<String>,
 }
 
 /// What `enqueue` did.
@@ -391,6 +396,8 @@ pub(crate) fn item_from(row: &impl Columns) -> Result<StoredItem, NetError> {
         max_attempts: u32::try_from(int("max_attempts")?).unwrap_or(1),
         // Dead letters have no lease: no claim.
         claim: row.opt_int("claim_id").ok().flatten().unwrap_or(0),
+        // A table migrated only to an older version has no such column: no key.
+        ordering_key: row.opt_text("ordering_key").ok().flatten(),
     })
 }
 

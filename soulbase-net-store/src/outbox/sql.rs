@@ -111,7 +111,8 @@ pub(crate) struct Sql {
 impl Sql {
     pub(crate) fn new(t: &str, dialect: Dialect) -> Self {
         let cols =
-            "id, dedup_id, method, url, headers, body, tenant, idem_key, deliver_at, deadline";
+            "id, dedup_id, method, url, headers, body, tenant, idem_key, deliver_at, deadline,
+            ordering_key";
         let (lock, greatest, int) = match dialect {
             Dialect::Sqlite => ("", "MAX", "INTEGER"),
             // Rows another instance is claiming right now are skipped, not waited for.
@@ -119,22 +120,43 @@ impl Sql {
         };
         let now = dialect.now();
         let place = |sql: String| dialect.place(sql);
+        // Whether the row `c` may be claimed as far as its ordering key goes: it has none, or
+        // it is the first of its key still waiting (acknowledged items are gone or
+        // `done_at`-marked, dead ones moved to `{t}_dead`: a dead head is skipped) and no other
+        // item of its key is held under a live lease (a requeued dead letter, first again,
+        // waits for the later item in flight). It reads every remaining item of the key,
+        // locked or leased by another instance included (no `SKIP LOCKED` here), and at most
+        // one item per key passes: the head. On PostgreSQL the head itself is then taken
+        // `FOR UPDATE SKIP LOCKED`, so two instances never claim two items of one key at once.
+        // The heads are found once per statement (one pass over the partial index
+        // `{t}_ordering`); the lease check runs for heads only (`AND` inside the `OR` is
+        // evaluated in order) and reads the few leased items of the key (`{t}_ordering_leased`).
+        let head = format!(
+            "(c.ordering_key IS NULL OR (c.id IN (SELECT MIN(h.id) FROM {t} h
+                WHERE h.ordering_key IS NOT NULL AND h.done_at IS NULL GROUP BY h.ordering_key)
+              AND NOT EXISTS (SELECT 1 FROM {t} o
+                WHERE o.ordering_key = c.ordering_key AND o.ordering_key IS NOT NULL
+                  AND o.done_at IS NULL AND o.lease_until IS NOT NULL AND o.id <> c.id
+                  AND o.lease_until > {now})))"
+        );
         Self {
             begin: dialect.begin(),
             insert: place(format!(
                 "INSERT INTO {t} (dedup_id, method, url, headers, body, tenant, idem_key,
-                    deliver_at, deadline, attempts, max_attempts)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ? + ({now} - ?), ? + ({now} - ?), 0, ?)
+                    deliver_at, deadline, attempts, max_attempts, ordering_key)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ? + ({now} - ?), ? + ({now} - ?), 0, ?, ?)
                  ON CONFLICT (dedup_id) DO NOTHING RETURNING id"
             )),
             find_dedup: place(format!("SELECT id FROM {t} WHERE dedup_id = ?")),
-            // One statement: the select and the lease.
+            // One statement: the select and the lease. An item with an ordering key is
+            // claimable only as the head of its key (see `head`).
             claim: place(format!(
                 "UPDATE {t} SET lease_until = {now} + ?, claim_id = ?
-                 WHERE id IN (SELECT id FROM {t}
-                              WHERE done_at IS NULL AND deliver_at <= {now}
-                                AND (lease_until IS NULL OR lease_until <= {now})
-                              ORDER BY deliver_at LIMIT ? {lock})
+                 WHERE id IN (SELECT c.id FROM {t} c
+                              WHERE c.done_at IS NULL AND c.deliver_at <= {now}
+                                AND (c.lease_until IS NULL OR c.lease_until <= {now})
+                                AND {head}
+                              ORDER BY c.deliver_at LIMIT ? {lock})
                  RETURNING *"
             )),
             // Only while this claim holds the item: the token, not the lease's end, fences.
@@ -142,9 +164,21 @@ impl Sql {
                 "UPDATE {t} SET lease_until = {now} + ?
                  WHERE id = ? AND claim_id = ? AND done_at IS NULL"
             )),
+            // Over what a claim could take once due and unleased: items without a key, and
+            // the first of each key, not before the leases held on its key end (one held by
+            // the head itself, or — after a requeue — by a later item of the key).
             next_due: format!(
-                "SELECT CAST(MIN({greatest}(deliver_at, COALESCE(lease_until, 0))) - {now} AS {int})
-                 FROM {t} WHERE done_at IS NULL"
+                "SELECT CAST(MIN({greatest}(c.deliver_at, COALESCE(c.lease_until, 0),
+                    CASE WHEN c.ordering_key IS NULL THEN 0
+                    ELSE COALESCE((SELECT MAX(o.lease_until) FROM {t} o
+                                   WHERE o.ordering_key = c.ordering_key
+                                     AND o.ordering_key IS NOT NULL AND o.done_at IS NULL
+                                     AND o.lease_until IS NOT NULL), 0) END))
+                    - {now} AS {int})
+                 FROM {t} c WHERE c.done_at IS NULL
+                   AND (c.ordering_key IS NULL OR c.id IN (SELECT MIN(h.id) FROM {t} h
+                        WHERE h.ordering_key IS NOT NULL AND h.done_at IS NULL
+                        GROUP BY h.ordering_key))"
             ),
             done: place(format!(
                 "UPDATE {t} SET done_at = {now}, lease_until = NULL
@@ -164,8 +198,8 @@ impl Sql {
             dead_letters: format!("SELECT * FROM {t}_dead ORDER BY died_at, id"),
             requeue: place(format!(
                 "INSERT INTO {t} ({cols}, attempts, max_attempts)
-                 SELECT id, dedup_id, method, url, headers, body, tenant, idem_key, {now}, NULL, 0,
-                    max_attempts FROM {t}_dead WHERE id = ?"
+                 SELECT id, dedup_id, method, url, headers, body, tenant, idem_key, {now}, NULL,
+                    ordering_key, 0, max_attempts FROM {t}_dead WHERE id = ?"
             )),
             delete_dead: place(format!("DELETE FROM {t}_dead WHERE id = ?")),
             purge: format!("DELETE FROM {t}_dead"),
@@ -334,6 +368,7 @@ macro_rules! sql_store {
                         .bind(item.deadline.map(ms))
                         .bind(ms(std::time::SystemTime::now()))
                         .bind(i64::from(item.max_attempts))
+                        .bind(&item.ordering_key)
                         .fetch_optional(&mut *conn)
                         .await
                         .map_err(|e| io("storing an item", e))?;

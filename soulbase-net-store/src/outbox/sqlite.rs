@@ -71,10 +71,24 @@ const MIGRATIONS: &[Migration] = &[
         "claim tokens, so that a lease can be extended without changing its fence",
         &["ALTER TABLE {t} ADD COLUMN claim_id INTEGER"],
     ),
+    (
+        4,
+        "ordering keys: items of one key delivered one at a time, in enqueue order",
+        &[
+            "ALTER TABLE {t} ADD COLUMN ordering_key TEXT",
+            "ALTER TABLE {t}_dead ADD COLUMN ordering_key TEXT",
+            // The first waiting item of each key, and the leased items of a key: partial
+            // indexes that items without a key (and acknowledged ones) never enter.
+            "CREATE INDEX IF NOT EXISTS {t}_ordering ON {t} (ordering_key, id)
+             WHERE ordering_key IS NOT NULL AND done_at IS NULL",
+            "CREATE INDEX IF NOT EXISTS {t}_ordering_leased ON {t} (ordering_key)
+             WHERE ordering_key IS NOT NULL AND done_at IS NULL AND lease_until IS NOT NULL",
+        ],
+    ),
 ];
 
 /// The schema version this build migrates to.
-pub const SQLITE_SCHEMA_VERSION: i64 = 3;
+pub const SQLITE_SCHEMA_VERSION: i64 = 4;
 
 /// The embedded outbox: a SQLite file (created with its schema when missing), WAL mode,
 /// `synchronous = FULL` (an acknowledged enqueue survives a power cut), four connections by
