@@ -738,12 +738,12 @@ mod tests {
             "workspace_members": ["s", "t", "r", "o", "x"],
             "packages": [
                 {"id": "s", "name": "shop", "dependencies": [
-                    {"name": "soulbase-net-runtime", "kind": null},
+                    {"name": "soulbase-net", "kind": null},
                     {"name": "soulbase-net-testkit", "kind": "dev"},
                     {"name": "soulbase-net-outbox", "kind": null},
                     {"name": "xtask", "kind": "dev"}]},
                 {"id": "t", "name": "soulbase-net-testkit", "dependencies": []},
-                {"id": "r", "name": "soulbase-net-runtime", "dependencies": []},
+                {"id": "r", "name": "soulbase-net", "dependencies": []},
                 {"id": "o", "name": "soulbase-net-outbox", "dependencies": []},
                 {"id": "x", "name": "xtask", "dependencies": []},
             ]

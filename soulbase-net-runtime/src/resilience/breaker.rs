@@ -61,7 +61,7 @@ impl Breakers {
     pub(crate) fn new(max_keys: usize, idle: Duration, listener: Option<Listener>) -> Self {
         Self {
             shared: Arc::new(Shared {
-                circuits: Mutex::new(BoundedMap::new(max_keys, idle)),
+                circuits: Mutex::new(BoundedMap::new(max_keys, idle).reporting_evictions()),
                 next_id: AtomicU64::new(0),
                 listener,
             }),
@@ -86,15 +86,22 @@ impl Breakers {
         if !p.enabled {
             return Ok(BreakerPermit { tracked: None });
         }
-        let (admitted, transition) = {
+        let (admitted, transition, evicted) = {
             let mut map = self.shared.circuits.lock();
             let id = &self.shared.next_id;
             let make = || Circuit::new(id.fetch_add(1, Ordering::Relaxed), p, now);
-            match map.visit(key, now, make, |circuit| circuit.admit(p, now)) {
-                Some(admitted) => admitted,
-                None => return Ok(BreakerPermit { tracked: None }),
+            let visited = map.visit(key, now, make, |circuit| circuit.admit(p, now));
+            let evicted = map.take_evicted();
+            match visited {
+                Some((admitted, transition)) => (admitted, transition, evicted),
+                None => {
+                    drop(map);
+                    self.shared.forgotten(evicted, now);
+                    return Ok(BreakerPermit { tracked: None });
+                }
             }
         };
+        self.shared.forgotten(evicted, now);
         self.shared.notify(key, transition);
         let ticket = admitted?;
         Ok(BreakerPermit {
@@ -136,6 +143,24 @@ impl fmt::Debug for Breakers {
 // === impl Shared ===
 
 impl Shared {
+    /// Reports the circuits the key map dropped (or replaced by fresh ones) while not closed
+    /// as transitions to closed: the next call to such a key starts closed, and whoever
+    /// followed the circuit's transitions (the `open_ratio` gauge) must not keep it open.
+    fn forgotten(&self, evicted: Vec<(Box<str>, Circuit)>, now: Instant) {
+        for (key, circuit) in evicted {
+            let from = circuit.state(now);
+            if from != soulbase_net_core::BreakerState::Closed {
+                self.notify(
+                    &key,
+                    Some(Transition {
+                        from,
+                        to: soulbase_net_core::BreakerState::Closed,
+                    }),
+                );
+            }
+        }
+    }
+
     fn notify(&self, key: &str, transition: Option<Transition>) {
         if let (Some(listener), Some(t)) = (&self.listener, transition) {
             listener(key, t);

@@ -42,6 +42,11 @@ pub(crate) struct BoundedMap<V> {
     /// eviction found none (every entry pinned: open circuits, calls in flight), so that a
     /// flood of new keys costs one scan per [`NO_ROOM_RECHECK`], not one per key.
     no_room_until: Option<Instant>,
+    /// Entries dropped or replaced since the last [`BoundedMap::take_evicted`], kept only when
+    /// the owner asked for them ([`BoundedMap::reporting_evictions`]): the breakers report a
+    /// circuit that goes while not closed, so that whoever followed its transitions does not
+    /// keep it open forever.
+    evicted: Option<Vec<(Box<str>, V)>>,
 }
 
 /// How long a full map whose entries may not go refuses new keys before it looks for room
@@ -64,6 +69,22 @@ impl<V: Evictable> BoundedMap<V> {
             max: max.max(1),
             idle,
             no_room_until: None,
+            evicted: None,
+        }
+    }
+
+    /// Keeps the entries the map drops or replaces, for [`BoundedMap::take_evicted`].
+    pub(crate) fn reporting_evictions(mut self) -> Self {
+        self.evicted = Some(Vec::new());
+        self
+    }
+
+    /// The entries dropped or replaced since the last call (none unless
+    /// [`reporting_evictions`](Self::reporting_evictions)); no allocation when there are none.
+    pub(crate) fn take_evicted(&mut self) -> Vec<(Box<str>, V)> {
+        match &mut self.evicted {
+            Some(evicted) if !evicted.is_empty() => std::mem::take(evicted),
+            _ => Vec::new(),
         }
     }
 
@@ -109,7 +130,10 @@ impl<V: Evictable> BoundedMap<V> {
             if now.saturating_duration_since(slot.last_used) >= self.idle
                 && slot.value.evictable(now, true)
             {
-                slot.value = make();
+                let old = std::mem::replace(&mut slot.value, make());
+                if let Some(evicted) = &mut self.evicted {
+                    evicted.push((key.into(), old));
+                }
             }
             slot.last_used = slot.last_used.max(now);
             return Some(visit(&mut slot.value));
@@ -136,9 +160,17 @@ impl<V: Evictable> BoundedMap<V> {
     /// this now and then; inserts into a full map call it anyway.
     pub(crate) fn sweep(&mut self, now: Instant) {
         let idle = self.idle;
-        self.entries.retain(|_, s| {
-            now.saturating_duration_since(s.last_used) < idle || !s.value.evictable(now, true)
-        });
+        let goes = |s: &mut Slot<V>| {
+            now.saturating_duration_since(s.last_used) >= idle && s.value.evictable(now, true)
+        };
+        match &mut self.evicted {
+            Some(evicted) => evicted.extend(
+                self.entries
+                    .extract_if(|_, s| goes(s))
+                    .map(|(k, s)| (k, s.value)),
+            ),
+            None => self.entries.retain(|_, s| !goes(s)),
+        }
     }
 
     /// Makes room: idle entries first, then a batch of the least recently used evictable ones.
@@ -161,7 +193,9 @@ impl<V: Evictable> BoundedMap<V> {
         lru.select_nth_unstable_by_key(batch - 1, |(t, _)| *t);
         let victims: Vec<Box<str>> = lru[..batch].iter().map(|(_, k)| (*k).into()).collect();
         for k in victims {
-            self.entries.remove(&k);
+            if let (Some(slot), Some(evicted)) = (self.entries.remove(&k), &mut self.evicted) {
+                evicted.push((k, slot.value));
+            }
         }
     }
 }

@@ -102,7 +102,6 @@ impl Circuit {
     }
 
     /// The state at `now` (an open circuit whose cooldown is over reads as half-open).
-    #[cfg(test)]
     pub(crate) fn state(&self, now: Instant) -> BreakerState {
         match self.state {
             State::Closed => BreakerState::Closed,

@@ -525,3 +525,43 @@ fn keys_and_errors() {
     };
     assert_eq!(half.into_error().retry_after(), None);
 }
+
+/// A circuit the key map drops or replaces while not closed is reported as closed: its next
+/// call starts closed, and a listener that followed its transitions must not keep it open.
+#[test]
+fn a_circuit_forgotten_while_not_closed_is_reported_closed() {
+    let seen: Seen = Arc::default();
+    let sink = seen.clone();
+    let listener: Listener =
+        Box::new(move |key, t| sink.lock().push((key.to_owned(), t.from, t.to)));
+    let idle = Duration::from_secs(600);
+    // One key at most: a second key makes room by dropping the first.
+    let b = Breakers::new(1, idle, Some(listener));
+    let p = policy();
+    let t0 = Instant::now();
+    open(&b, &p, t0);
+    seen.lock().clear();
+    // Still in its cooldown: it may not go, so the other key is not tracked.
+    drop(b.admit("other", &p, t0 + MS).unwrap());
+    assert!(seen.lock().is_empty(), "{:?}", seen.lock());
+    // Past its cooldown it may go: reported as leaving (half-)open for closed.
+    let later = t0 + p.cooldown + SEC;
+    drop(b.admit("other", &p, later).unwrap());
+    assert_eq!(
+        *seen.lock(),
+        [("h".to_owned(), BreakerState::HalfOpen, BreakerState::Closed)]
+    );
+
+    // Replaced by a fresh circuit after the idle period: reported the same way.
+    seen.lock().clear();
+    let (b, seen) = breakers();
+    open(&b, &p, t0);
+    seen.lock().clear();
+    let much_later = t0 + p.cooldown + idle + SEC;
+    drop(b.admit("h", &p, much_later).unwrap());
+    assert_eq!(
+        *seen.lock(),
+        [("h".to_owned(), BreakerState::HalfOpen, BreakerState::Closed)]
+    );
+    assert_eq!(b.state("h", much_later), BreakerState::Closed);
+}
