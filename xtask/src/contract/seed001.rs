@@ -189,9 +189,9 @@ async fn retry_success_prob() -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
-/// S75-3: E[attempts_used] = Σ_{k=1}^{r+1} p^(k−1), the mean of a geometric number of
+/// S75-3: `E[attempts_used] = Σ_{k=1}^{r+1} p^(k−1)`, the mean of a geometric number of
 /// attempts cut at r + 1, and the bound the mean of `total` requests meets at [`RETRY_PROB_Z`]
-/// (its variance from E[A²] = Σ_{k=1}^{r+1} (2k − 1)·p^(k−1)). Returns the expectation, the
+/// (its variance from `E[A²] = Σ_{k=1}^{r+1} (2k − 1)·p^(k−1)`). Returns the expectation, the
 /// half-width, and whether `used` is within.
 fn attempts_band(p: f64, r: u32, total: u32, used: f64) -> (f64, f64, bool) {
     let (mut mean, mut square) = (0.0, 0.0);
