@@ -87,6 +87,7 @@ struct Settings {
     backoff_base: Duration,
     backoff_cap: Duration,
     grace: Duration,
+    delivery_timeout: Duration,
     observer: Option<Arc<dyn Observer>>,
 }
 
@@ -100,6 +101,7 @@ impl Default for Settings {
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(300),
             grace: Duration::from_secs(30),
+            delivery_timeout: Duration::from_secs(30),
             observer: None,
         }
     }
@@ -133,6 +135,7 @@ pub struct Outbox {
     backoff_base: Duration,
     backoff_cap: Duration,
     grace: Duration,
+    delivery_timeout: Duration,
     wake: Notify,
     stop: watch::Sender<bool>,
     observer: Arc<dyn Observer>,
@@ -218,6 +221,21 @@ impl<S, C> OutboxBuilder<S, C> {
         self
     }
 
+    /// Longest one delivery may take: its time limit, and so how long the outbox holds its
+    /// claim. A delivery still running after `timeout` — or when the item has a
+    /// [deadline](OutboxItem::deadline), after what is left of it, if sooner — is cancelled
+    /// and counts as a timeout (retried later, or dead-lettered past the deadline); the
+    /// client's own `timeout.total` still ends it sooner when it is shorter. Its claim is
+    /// extended no longer than this limit plus a margin of one second from the delivery's
+    /// start, so a delivery stuck even past its cancellation (a task that never yields) stops
+    /// being held: its lease runs out and the item is delivered again (fenced: the stuck
+    /// delivery's outcome then changes nothing). Set it at or above the client's
+    /// `timeout.total` (30 s by default). Default is 30s.
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.delivery_timeout = timeout;
+        self
+    }
+
     /// Longest sleep between looks at the store when nothing wakes the outbox. Default 500ms.
     pub fn poll(mut self, poll: Duration) -> Self {
         self.settings.poll = poll;
@@ -266,6 +284,7 @@ impl OutboxBuilder<Arc<dyn OutboxStore>, Arc<dyn NetClient>> {
             backoff_base,
             backoff_cap,
             grace,
+            delivery_timeout,
             observer,
         } = self.settings;
         let observer = observer.unwrap_or_else(|| Arc::new(NoopObserver));
@@ -281,6 +300,7 @@ impl OutboxBuilder<Arc<dyn OutboxStore>, Arc<dyn NetClient>> {
             backoff_base,
             backoff_cap,
             grace,
+            delivery_timeout,
             wake: Notify::new(),
             stop: watch::Sender::new(false),
             observer,
@@ -417,6 +437,7 @@ impl Outbox {
                     window: window.clone(),
                     held: held.clone(),
                     freed: freed.clone(),
+                    limit: self.delivery_timeout,
                 };
                 in_flight.spawn(async move { ctx.deliver(item).await });
             }
@@ -511,7 +532,7 @@ impl Outbox {
         }
         // Claimed but not started: given back at once rather than left to their lease.
         for item in queue.drain(..) {
-            held.release(item.id);
+            held.release(&item);
             if let Err(e) = self
                 .store
                 .reschedule(&item, item.deliver_at, item.attempts)
@@ -582,13 +603,14 @@ struct Delivery {
     held: Held,
     /// Notified once the outcome of an item with an ordering key is recorded.
     freed: Arc<Notify>,
+    /// The longest a delivery may take ([`OutboxBuilder::delivery_timeout`]).
+    limit: Duration,
 }
 
 impl Delivery {
     /// One delivery attempt of `item`, and what it leads to: an acknowledgement handed to the
     /// [`Acker`], or a reschedule or a dead letter recorded here; and what the window learns.
     async fn deliver(self, item: StoredItem) {
-        let attempt = item.attempts + 1;
         let mut req = NetRequest::new(item.method.clone(), item.url.as_str())
             .headers(item.headers.clone())
             .body(item.body.clone())
@@ -596,7 +618,31 @@ impl Delivery {
         if let Some(t) = &item.tenant {
             req = req.tenant(t.as_str());
         }
-        let verdict = match self.client.send(req).await {
+        // This delivery's time limit: the outbox's, or what is left of the item's deadline.
+        let left = item.deadline.map(|d| {
+            d.duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        });
+        let limit = left.map_or(self.limit, |left| left.min(self.limit));
+        // Its claim is extended until the limit and a margin, never past (the lease
+        // discipline's bound): a delivery stuck past it lets its item go.
+        self.held
+            .bound(&item, tokio::time::Instant::now() + limit + Held::MARGIN);
+        let sent = if limit.is_zero() {
+            None
+        } else {
+            tokio::time::timeout(limit, self.client.send(req))
+                .await
+                .ok()
+        };
+        let Some(sent) = sent else {
+            if !limit.is_zero() {
+                self.window.overload();
+            }
+            let reason = format!("the delivery did not finish within {limit:?}");
+            return self.record(item, Verdict::Retry(None, reason)).await;
+        };
+        let verdict = match sent {
             Ok(res) if res.status.is_success() => Verdict::Delivered,
             Ok(res) => {
                 let status = res.status.as_u16();
@@ -630,6 +676,12 @@ impl Delivery {
                 _ => Verdict::Dead(format!("{}: {e}", e.code().as_str()), None),
             },
         };
+        self.record(item, verdict).await;
+    }
+
+    /// Records what one delivery attempt of `item` came to.
+    async fn record(self, item: StoredItem, verdict: Verdict) {
+        let attempt = item.attempts + 1;
         let now = SystemTime::now();
         let event = |step, lateness| {
             self.observer.on_event(&NetEvent::Outbox { step, lateness });
@@ -646,6 +698,8 @@ impl Delivery {
                     ),
                 );
                 self.window.success();
+                // Done: held without a bound until its acknowledgement is committed.
+                self.held.settle(&item);
                 // Committed with the others delivered meanwhile; the slot is held while the
                 // acknowledgements back up (so a crash delivers again at most what is in
                 // flight and what waits to be committed). If the acker is gone, the claim
@@ -677,7 +731,7 @@ impl Delivery {
                 }
             }
         };
-        self.held.release(item.id);
+        self.held.release(&item);
         if item.ordering_key.is_some() {
             self.freed.notify_one();
         }
@@ -686,34 +740,74 @@ impl Delivery {
 }
 
 /// The claims this outbox holds — claimed items from their claim until their outcome is
-/// recorded — whose leases the [`heartbeat`] extends.
+/// recorded — whose leases the [`heartbeat`] extends: by id, the claim token and, while the
+/// item is being delivered, how long its claim may still be extended.
 #[derive(Clone, Debug, Default)]
-struct Held(Arc<parking_lot::Mutex<HashMap<i64, i64>>>);
+struct Held(Arc<parking_lot::Mutex<HashMap<i64, Hold>>>);
+
+/// One held claim: its token, and until when it may be extended (`None`: while held).
+type Hold = (i64, Option<tokio::time::Instant>);
 
 impl Held {
+    /// How long past a delivery's time limit its claim is still extended: the time to record
+    /// its outcome once the delivery is cancelled.
+    const MARGIN: Duration = Duration::from_secs(1);
+
+    /// Holds `items` (just claimed: extended without a bound until their delivery starts).
     fn hold(&self, items: &[StoredItem]) {
         let mut held = self.0.lock();
         for item in items {
-            held.insert(item.id, item.claim);
+            held.insert(item.id, (item.claim, None));
         }
     }
 
-    fn release(&self, id: i64) {
-        self.0.lock().remove(&id);
+    /// `item`'s delivery started: its claim is extended until `until`, no longer.
+    fn bound(&self, item: &StoredItem, until: tokio::time::Instant) {
+        self.set(item, Some(until));
     }
 
+    /// `item` was delivered: held without a bound until its acknowledgement is committed.
+    fn settle(&self, item: &StoredItem) {
+        self.set(item, None);
+    }
+
+    fn set(&self, item: &StoredItem, until: Option<tokio::time::Instant>) {
+        if let Some(entry) = self.0.lock().get_mut(&item.id) {
+            if entry.0 == item.claim {
+                entry.1 = until;
+            }
+        }
+    }
+
+    /// Lets `item` go, if this copy's claim is still the one held (a copy whose lease lapsed
+    /// and whose item was claimed again leaves the new claim alone).
+    fn release(&self, item: &StoredItem) {
+        let mut held = self.0.lock();
+        if held
+            .get(&item.id)
+            .is_some_and(|(claim, _)| *claim == item.claim)
+        {
+            held.remove(&item.id);
+        }
+    }
+
+    /// The claims to extend now: every one held whose bound has not passed.
     fn claims(&self) -> Vec<(i64, i64)> {
+        let now = tokio::time::Instant::now();
         self.0
             .lock()
             .iter()
-            .map(|(id, claim)| (*id, *claim))
+            .filter(|(_, (_, until))| until.is_none_or(|u| now < u))
+            .map(|(id, (claim, _))| (*id, *claim))
             .collect()
     }
 }
 
 /// Extends the leases of what the outbox holds every half lease (the lease discipline's
 /// heartbeat, one statement for the whole batch; see [`OutboxBuilder::lease`]); stopped when
-/// dropped.
+/// dropped. The heartbeat itself has no deadline: each claim in the batch has its own, its
+/// delivery's time limit and a margin ([`Held::claims`] leaves out those past it), so a
+/// stuck delivery stops being held while the others go on.
 fn heartbeat(store: Arc<dyn OutboxStore>, held: Held, lease: Duration) -> lease::Heartbeat {
     lease::Heartbeat::start(lease::Lease::new(lease), None, move || {
         let (store, claims) = (store.clone(), held.claims());
@@ -767,7 +861,7 @@ impl Acker {
             while rx.recv_many(&mut batch, workers).await > 0 {
                 let result = store.ack_batch(&batch).await;
                 for item in &batch {
-                    held.release(item.id);
+                    held.release(item);
                 }
                 if batch.iter().any(|item| item.ordering_key.is_some()) {
                     freed.notify_one();
@@ -886,6 +980,51 @@ fn jittered(base: Duration, cap: Duration, attempt: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn claimed(id: i64, claim: i64) -> StoredItem {
+        StoredItem {
+            id,
+            dedup_id: None,
+            method: soulbase_net_core::http::Method::POST,
+            url: "http://127.0.0.1:1/".to_owned(),
+            headers: soulbase_net_core::http::HeaderMap::new(),
+            body: soulbase_net_core::bytes::Bytes::new(),
+            tenant: None,
+            idempotency_key: "k".repeat(32),
+            deliver_at: SystemTime::now(),
+            deadline: None,
+            attempts: 0,
+            max_attempts: 5,
+            claim,
+            ordering_key: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_claim_is_extended_until_its_deliverys_bound_and_no_longer() {
+        let held = Held::default();
+        let (queued, stuck, done) = (claimed(1, 10), claimed(2, 20), claimed(3, 30));
+        held.hold(&[queued.clone(), stuck.clone(), done.clone()]);
+        let start = tokio::time::Instant::now();
+        held.bound(&stuck, start + Duration::from_secs(2));
+        held.bound(&done, start + Duration::from_secs(2));
+        held.settle(&done);
+        let mut now = held.claims();
+        now.sort_unstable();
+        assert_eq!(now, [(1, 10), (2, 20), (3, 30)]);
+        // Past the bound: the stuck delivery's claim is no longer extended; the queued one
+        // and the delivered one (waiting for its acknowledgement) still are.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let mut later = held.claims();
+        later.sort_unstable();
+        assert_eq!(later, [(1, 10), (3, 30)]);
+        // The item claimed again under a new token: the stale copy neither bounds nor
+        // releases the new claim.
+        held.hold(&[claimed(2, 21)]);
+        held.bound(&stuck, start);
+        held.release(&stuck);
+        assert!(held.claims().contains(&(2, 21)));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_window_grows_by_one_per_window_and_halves_once_per_burst_of_overload() {

@@ -729,3 +729,89 @@ async fn a_crashed_workers_items_come_back_within_one_lease() {
     until("the ack", async || b.store().pending().await.unwrap() == 0).await;
     srv.join().await;
 }
+
+/// Blocks the thread of the first call it sees for `for_`: a delivery stuck in a way no
+/// timeout can cancel (a task that never yields).
+#[derive(Debug)]
+struct StuckOnce {
+    for_: Duration,
+    stuck: std::sync::atomic::AtomicBool,
+}
+
+impl soulbase_net_core::Observer for StuckOnce {
+    fn on_event(&self, event: &soulbase_net_core::NetEvent<'_>) {
+        if matches!(event, soulbase_net_core::NetEvent::RequestStarted { .. })
+            && !self.stuck.swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            tokio::task::block_in_place(|| std::thread::sleep(self.for_));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_stuck_past_its_time_limit_stops_being_held() {
+    let srv = FaultServer::http1()
+        .route("/hook", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    // Leases of 300 ms; a delivery may take 500 ms, so its claim is extended for at most
+    // 500 ms + the 1 s margin. The first delivery's thread is stuck for 5 s.
+    const STUCK: Duration = Duration::from_secs(5);
+    let (lease, limit) = (Duration::from_millis(300), Duration::from_millis(500));
+    let mut p = soulbase_net_policy::NetPolicy::default();
+    p.security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    p.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
+    p.dns.prefetch.clear();
+    p.retry.enabled = false;
+    let client = soulbase_net_runtime::Client::builder()
+        .policy(p)
+        .observer(StuckOnce {
+            for_: STUCK,
+            stuck: false.into(),
+        })
+        .build()
+        .unwrap();
+    let store = SqliteStore::open(db("stuck-delivery")).await.unwrap();
+    let outbox = Arc::new(
+        Outbox::builder()
+            .store(Arc::new(store))
+            .client(Arc::new(client))
+            .lease(lease)
+            .delivery_timeout(limit)
+            .poll(Duration::from_millis(20))
+            .build()
+            .unwrap(),
+    );
+    outbox
+        .enqueue(OutboxItem::post(srv.url("/hook"), "x"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let _running = run(&outbox);
+    // The stuck delivery stops being extended at its bound; its lease runs out and the item
+    // is claimed and delivered again while the first is still stuck.
+    until("the delivery after the stuck one", async || {
+        srv.hits("/hook") == 1
+    })
+    .await;
+    let back = started.elapsed();
+    assert!(
+        back < STUCK - Duration::from_secs(1),
+        "delivered again after {back:?}: the stuck delivery's claim was held"
+    );
+    assert!(
+        back >= limit + Duration::from_secs(1),
+        "delivered again after {back:?}, before the stuck one's bound"
+    );
+    until("the ack", async || {
+        outbox.store().pending().await.unwrap() == 0
+    })
+    .await;
+    eprintln!("a delivery stuck for {STUCK:?} (limit {limit:?}, lease {lease:?}): its item delivered by another claim after {back:?}");
+    // The stuck one comes unstuck and sends, but its outcome is fenced off.
+    tokio::time::sleep(STUCK).await;
+    assert_eq!(outbox.store().pending().await.unwrap(), 0);
+    assert!(outbox.store().dead_letters().await.unwrap().is_empty());
+    srv.join().await;
+}

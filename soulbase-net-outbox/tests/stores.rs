@@ -102,6 +102,39 @@ async fn store_contract(store: &dyn OutboxStore) {
     assert_eq!(store.ack_batch(&first).await.unwrap(), vec![false]);
     assert_eq!(store.pending().await.unwrap(), 1);
     assert!(store.dead_letters().await.unwrap().is_empty());
+    // Nor does its extension: the holder's own extends, the stale one (for an hour) does not,
+    // and the item comes back when the holder's lease runs out, not an hour later.
+    let both = [
+        (second[0].id, second[0].claim),
+        (first[0].id, first[0].claim),
+    ];
+    assert_eq!(store.extend(&both, lease).await.unwrap(), vec![true, false]);
+    let extended = tokio::time::Instant::now();
+    assert_eq!(
+        store
+            .extend(&[(first[0].id, first[0].claim)], HOUR)
+            .await
+            .unwrap(),
+        vec![false],
+        "a stale claim extends nothing"
+    );
+    let second = claim_within(store, Duration::from_secs(5), lease).await;
+    assert_eq!(
+        second.len(),
+        1,
+        "the stale extension kept the item from its next holder"
+    );
+    assert!(
+        extended.elapsed() >= lease - Duration::from_millis(50),
+        "taken over after {:?}, within the extended lease",
+        extended.elapsed()
+    );
+    assert!(
+        !store
+            .extend(&[(first[0].id, first[0].claim)], lease)
+            .await
+            .unwrap()[0]
+    );
     // The holder reschedules it: due later, its attempts kept, the lease released.
     let later = SystemTime::now() + Duration::from_millis(300);
     assert!(store.reschedule(&second[0], later, 1).await.unwrap());
@@ -641,6 +674,136 @@ mod postgres {
         }
         assert_eq!(by_key.len(), ITEMS, "none lost");
         assert!(by_key.values().all(|&n| n == 1), "none delivered twice");
+        srv.join().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_a_callers_long_transaction_delays_no_write_and_fails_none() {
+        let Some((_pg, url)) =
+            postgres("postgres_a_callers_long_transaction_delays_no_write_and_fails_none").await
+        else {
+            return;
+        };
+        // Each delivery takes 300 ms: some are claimed and in flight when the caller's
+        // transaction begins.
+        let srv = FaultServer::http1()
+            .route("/slow", Reply::ok("ok").delay(Duration::from_millis(300)))
+            .route("/later", Reply::ok("ok"))
+            .start()
+            .await
+            .unwrap();
+        let store = Arc::new(PostgresStore::connect(&url).await.unwrap());
+        let outbox = Arc::new(
+            soulbase_net_outbox::Outbox::builder()
+                .store(store.clone())
+                .client(crate::support::client())
+                .workers(8)
+                .build()
+                .unwrap(),
+        );
+        for i in 0..40 {
+            outbox
+                .enqueue(OutboxItem::post(srv.url("/slow"), format!("{i}")))
+                .await
+                .unwrap();
+        }
+        let _running = run(&outbox);
+        srv.wait_for_hits("/slow", 1).await;
+        // The caller's transaction enqueues and stays open for 5 s.
+        const HOLD: Duration = Duration::from_secs(5);
+        let mut tx = store.pool().begin().await.unwrap();
+        store
+            .enqueue_in(
+                &mut tx,
+                OutboxItem::post(srv.url("/later"), "in the transaction"),
+            )
+            .await
+            .unwrap();
+        let held = Instant::now();
+        let at_hold = srv.hits("/slow");
+        // Meanwhile the service enqueues as usual: no wait for the caller's transaction.
+        let enqueue = {
+            let (outbox, url) = (outbox.clone(), srv.url("/later"));
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let done = outbox.enqueue(OutboxItem::post(url, "beside it")).await;
+                (done.map(|_| ()), started.elapsed())
+            })
+        };
+        let (done, took) = enqueue.await.unwrap();
+        assert!(done.is_ok(), "{done:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "the enqueue waited for the caller's transaction: {took:?}"
+        );
+        // What is the scenario, not a synchronisation: the caller keeps its transaction open.
+        tokio::time::sleep(HOLD.saturating_sub(held.elapsed())).await;
+        let during = srv.hits("/slow") - at_hold;
+        let later_during = srv.hits("/later");
+        tx.commit().await.unwrap();
+        // Deliveries went on meanwhile, the concurrent enqueue's item among them; the
+        // caller's item only after its commit.
+        assert!(during > 0, "no delivery while the transaction was open");
+        assert_eq!(
+            later_during, 1,
+            "the item enqueued beside it, not the one inside"
+        );
+        until("every ack", async || store.pending().await.unwrap() == 0).await;
+        let distinct = |path: &str| {
+            let bodies: std::collections::HashSet<_> =
+                srv.requests(path).into_iter().map(|r| r.body).collect();
+            bodies.len()
+        };
+        assert_eq!((distinct("/slow"), distinct("/later")), (40, 2));
+        // The heartbeat wrote throughout: no claim lapsed, nothing went twice.
+        assert_eq!(srv.hits("/slow"), 40, "none delivered again");
+        eprintln!(
+            "postgres, a caller's transaction held for {:?}: a concurrent enqueue took {took:?}; {during} deliveries went on meanwhile; none delivered again",
+            held.elapsed()
+        );
+        srv.join().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_a_delivery_slower_than_its_lease_is_never_sent_twice_at_once() {
+        let Some((_pg, url)) =
+            postgres("postgres_a_delivery_slower_than_its_lease_is_never_sent_twice_at_once").await
+        else {
+            return;
+        };
+        // The upstream takes 1.5 s; the lease is 300 ms (extended every 150 ms); two outboxes,
+        // each with a pool of its own, poll the table every 20 ms.
+        let srv = FaultServer::http1()
+            .route("/slow", Reply::ok("ok").delay(Duration::from_millis(1500)))
+            .start()
+            .await
+            .unwrap();
+        let one = || async {
+            let store = PostgresStore::connect(&url).await.unwrap();
+            Arc::new(
+                soulbase_net_outbox::Outbox::builder()
+                    .store(Arc::new(store))
+                    .client(crate::support::client())
+                    .lease(Duration::from_millis(300))
+                    .poll(Duration::from_millis(20))
+                    .build()
+                    .unwrap(),
+            )
+        };
+        let (a, b) = (one().await, one().await);
+        a.enqueue(OutboxItem::post(srv.url("/slow"), "once"))
+            .await
+            .unwrap();
+        let (_ra, _rb) = (run(&a), run(&b));
+        until("the delivery", async || {
+            a.store().pending().await.unwrap() == 0
+        })
+        .await;
+        assert_eq!(
+            srv.hits("/slow"),
+            1,
+            "sent once while its lease was extended"
+        );
         srv.join().await;
     }
 

@@ -33,6 +33,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 ";
 
+/// Stores the first call's response and drops its claim, only while the claim is still this
+/// call's (the same fence as [`EXTEND`]): a holder whose marker lapsed — expired, or taken
+/// over by another call — stores nothing and deletes nothing. KEYS: the stored response, the
+/// marker (one hash slot); ARGV: this call's token, the metadata, the body, the window in ms.
+/// Returns 1 when stored.
+const FINISH: &str = r"
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'meta', ARGV[2], 'body', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('DEL', KEYS[2])
+return 1
+";
+
 /// Releases a claim this call still holds (a compare-and-delete: never another's marker).
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -70,6 +83,7 @@ pub struct RedisDedupStore {
     observer: Option<Arc<dyn Observer>>,
     claim: redis::Script,
     extend: redis::Script,
+    finish: redis::Script,
     release: redis::Script,
 }
 
@@ -122,6 +136,7 @@ impl RedisStore for RedisDedupStore {
             observer: None,
             claim: redis::Script::new(CLAIM),
             extend: redis::Script::new(EXTEND),
+            finish: redis::Script::new(FINISH),
             release: redis::Script::new(RELEASE),
         }
     }
@@ -295,8 +310,10 @@ impl RedisDedupStore {
 
     /// Stores the first call's response (its metadata and `body`) for `window` and drops
     /// its claim; with `None` (an error or a 5xx), drops the claim only, so a later call is
-    /// sent again. Redis failing is reported and otherwise ignored: the claim's marker then
-    /// expires by itself.
+    /// sent again. Both are fenced by `token`, in one script: a call whose claim lapsed (its
+    /// marker expired, or another call claimed the key since) stores nothing and leaves the
+    /// other call's marker alone — a later call is then sent again, as after a crash. Redis
+    /// failing is reported and otherwise ignored: the claim's marker then expires by itself.
     pub async fn finish(
         &self,
         tenant: &str,
@@ -306,42 +323,29 @@ impl RedisDedupStore {
         window: Duration,
     ) {
         let (stored, marker) = Self::keys(tenant, key);
-        let outcome = match response {
+        let invocation = match response {
             Some(StoredResponse { meta, body }) => {
                 let window = u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1);
-                let pipe = redis::pipe()
-                    .atomic()
-                    .cmd("HSET")
-                    .arg(&stored)
-                    .arg("meta")
+                let mut invocation = self.finish.key(stored);
+                invocation
+                    .key(marker)
+                    .arg(token)
                     .arg(meta)
-                    .arg("body")
                     .arg(body.to_vec())
-                    .ignore()
-                    .cmd("PEXPIRE")
-                    .arg(&stored)
-                    .arg(window)
-                    .ignore()
-                    .cmd("DEL")
-                    .arg(&marker)
-                    .ignore()
-                    .to_owned();
-                let call = async {
-                    let mut con = self.conn.handle().await?;
-                    pipe.query_async::<()>(&mut con).await
-                };
-                tokio::time::timeout(self.timeout, call).await
+                    .arg(window);
+                invocation
             }
             None => {
                 let mut invocation = self.release.key(marker);
                 invocation.arg(token);
-                let release = async {
-                    let mut con = self.conn.handle().await?;
-                    invocation.invoke_async::<()>(&mut con).await
-                };
-                tokio::time::timeout(self.timeout, release).await
+                invocation
             }
         };
+        let call = async {
+            let mut con = self.conn.handle().await?;
+            invocation.invoke_async::<()>(&mut con).await
+        };
+        let outcome = tokio::time::timeout(self.timeout, call).await;
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(_)) => self.failed("finish", false).unwrap_or(()),

@@ -13,7 +13,8 @@
 //!    holder extends it every half lease ([`Lease::renew_every`]) — one late or lost extension
 //!    never lets it lapse — so a killed holder's claims come back within one lease.
 //! 4. **Bounded by the work's deadline.** Extensions stop at the deadline of the work they
-//!    cover (a call's total timeout): a holder stuck past it stops holding.
+//!    cover (a call's total timeout, an outbox delivery's time limit): a holder stuck past it
+//!    stops holding.
 //!
 //! [`Heartbeat`] runs 3 and 4 for one claim; the outbox runs one heartbeat for everything it
 //! holds (one statement extends a batch).

@@ -1,7 +1,8 @@
 //! Client *processes* sharing one tenant quota on a real Redis: the server sees the quota, not
 //! four times it — with one Redis call per request and with leases of ten; and eight
 //! processes, each behind its own relay that makes every Redis command 0–20 ms late, with a
-//! store timeout of 10 ms, stay within `rps × T + burst + instances × lease`.
+//! store timeout of 10 ms, stay within `rps × T + burst + instances × lease` (with `deny` too;
+//! `allow` within its share more).
 //! Without `redis-server` installed the test prints a line and is skipped; CI installs it
 //! and sets `SOULBASE_REQUIRE_REDIS`, so there it never skips.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -339,6 +340,42 @@ async fn with_allow_and_a_slow_redis_each_process_adds_at_most_its_share() {
     );
     eprintln!(
         "allow: {hits} hits for a quota of {quota} ({:.2} ×), bound {bound}",
+        hits as f64 / quota as f64
+    );
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_deny_and_a_slow_redis_the_fleet_stays_within_the_bound() {
+    let Some(redis) =
+        RedisServer::start_or_skip("with_deny_and_a_slow_redis_the_fleet_stays_within_the_bound")
+    else {
+        return;
+    };
+    const INSTANCES: u64 = 4;
+    const LEASE: u64 = 10;
+    const BURST: u64 = INSTANCES * LEASE;
+    const DENY_SECS: u64 = 5;
+    let SlowRun {
+        reports,
+        span,
+        hits,
+        store_errors,
+    } = slow_redis_fleet(&redis, INSTANCES, LEASE, BURST, "deny", DENY_SECS).await;
+    // `deny` refuses the calls that stopped waiting: the store's bound holds (late grants go
+    // to the lease), and the slow answers cost refusals, not admissions.
+    let secs = span.as_secs_f64();
+    let bound = (RPS as f64 * secs) as u64 + BURST + INSTANCES * LEASE;
+    let quota = RPS * DENY_SECS + BURST;
+    let refused: u64 = reports.iter().map(|r| r.refused).sum();
+    assert!(store_errors > 0, "no store timeout: {reports:?}");
+    assert!(
+        hits <= bound,
+        "{hits} hits over deny's bound {bound} ({store_errors} store timeouts; {reports:?})"
+    );
+    assert!(refused > 0, "nothing refused: {reports:?}");
+    eprintln!(
+        "deny: {hits} hits for a quota of {quota} ({:.2} ×), bound {bound}, {refused} refused",
         hits as f64 / quota as f64
     );
     drop(redis);

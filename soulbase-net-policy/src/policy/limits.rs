@@ -53,7 +53,7 @@ pub struct LimitsPolicy {
 /// When the store fails or does not answer within `store_timeout`, `on_store_error` decides.
 ///
 /// Default when the section is written: 100 rps, a burst of 100, per tenant, no leasing,
-/// 10ms store timeout, `on_store_error = "local"` with one expected instance.
+/// 50ms store timeout, `on_store_error = "local"` with one expected instance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]

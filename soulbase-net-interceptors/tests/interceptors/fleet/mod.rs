@@ -334,3 +334,79 @@ async fn the_shared_cache_speaks_tls_to_redis() {
     assert_eq!(srv.hits("/fresh"), 1);
     srv.join().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_claims_finish_changes_nothing() {
+    let Some(redis) = RedisServer::start_or_skip("a_lapsed_claims_finish_changes_nothing") else {
+        return;
+    };
+    use soulbase_net_store::dedup::{Claim, StoredResponse};
+    let lease = Duration::from_millis(200);
+    let store = soulbase_net_interceptors::RedisDedupStore::new(&redis.url())
+        .unwrap()
+        .timeout(Duration::from_millis(500))
+        .in_flight(lease);
+    let response = |body: &'static str| {
+        let res = soulbase_net_core::NetResponse::from_bytes(
+            soulbase_net_core::http::StatusCode::OK,
+            body,
+        );
+        StoredResponse::new(
+            &res,
+            soulbase_net_core::bytes::Bytes::from_static(body.as_bytes()),
+        )
+        .unwrap()
+    };
+    let window = Duration::from_secs(60);
+    // A claims the key and stalls past its lease; B takes the key over.
+    assert!(matches!(
+        store.claim("", "lapsed-1", "a").await,
+        Some(Claim::Claimed)
+    ));
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    assert!(matches!(
+        store.claim("", "lapsed-1", "b").await,
+        Some(Claim::Claimed)
+    ));
+    // A's late finish, with a response or without: B's marker stays, nothing is stored.
+    store
+        .finish("", "lapsed-1", "a", Some(response("from a")), window)
+        .await;
+    assert!(
+        matches!(
+            store.claim("", "lapsed-1", "c").await,
+            Some(Claim::InFlight)
+        ),
+        "A's finish neither stored its response nor dropped B's marker"
+    );
+    store
+        .finish("", "lapsed-1", "a", None, Duration::ZERO)
+        .await;
+    assert!(matches!(
+        store.claim("", "lapsed-1", "c").await,
+        Some(Claim::InFlight)
+    ));
+    assert!(store.extend("", "lapsed-1", "b").await.unwrap(), "B holds");
+    // B's finish is the one that counts.
+    store
+        .finish("", "lapsed-1", "b", Some(response("from b")), window)
+        .await;
+    let Some(Claim::Stored(res)) = store.claim("", "lapsed-1", "c").await else {
+        panic!("B's response is stored")
+    };
+    assert_eq!(res.text().await.unwrap(), "from b");
+    // A marker that lapsed with nobody taking over: the late finish stores nothing either,
+    // and the next call is sent (claims the key) as after a crash.
+    assert!(matches!(
+        store.claim("", "lapsed-2", "a").await,
+        Some(Claim::Claimed)
+    ));
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    store
+        .finish("", "lapsed-2", "a", Some(response("from a")), window)
+        .await;
+    assert!(matches!(
+        store.claim("", "lapsed-2", "c").await,
+        Some(Claim::Claimed)
+    ));
+}
