@@ -549,4 +549,101 @@ mod postgres {
         assert_eq!(srv.hits("/hook"), total, "each item once");
         srv.join().await;
     }
+
+    /// A dead head requeued while two instances claim: the requeued item is the first of its
+    /// key again, and a claim that took a later item of the key under a snapshot older than
+    /// the requeue must not run alongside one that takes the requeued item. Per round, at most
+    /// one item of the key is held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres_a_requeue_racing_claims_never_puts_two_of_a_key_in_flight() {
+        let Some((_pg, url)) =
+            postgres("postgres_a_requeue_racing_claims_never_puts_two_of_a_key_in_flight").await
+        else {
+            return;
+        };
+        let stores: Vec<Arc<dyn OutboxStore>> = vec![
+            Arc::new(PostgresStore::connect(&url).await.unwrap()),
+            Arc::new(PostgresStore::connect(&url).await.unwrap()),
+            Arc::new(PostgresStore::connect(&url).await.unwrap()),
+        ];
+        let lease = Duration::from_secs(60);
+        let mut most = 0;
+        const ROUNDS: usize = 80;
+        for round in 0..ROUNDS {
+            let key = format!("k{round}");
+            let batch: Vec<_> = (0..3)
+                .map(|seq| {
+                    OutboxItem::post("http://127.0.0.1:1/x", format!("{key}:{seq}"))
+                        .ordering_key(key.as_str())
+                        .into_stored(SystemTime::now())
+                        .unwrap()
+                })
+                .collect();
+            for item in batch {
+                stores[0].enqueue(item).await.unwrap();
+            }
+            let head = stores[0]
+                .claim_due(SystemTime::now(), 10, lease)
+                .await
+                .unwrap();
+            assert_eq!(head.len(), 1, "round {round}: the head alone");
+            assert!(stores[0]
+                .dead(&head[0], 1, "HTTP 400", Some(400))
+                .await
+                .unwrap());
+            // The requeue and two claimers, released together.
+            let go = Arc::new(tokio::sync::Barrier::new(3));
+            let requeue = {
+                let (store, go, id) = (stores[0].clone(), go.clone(), head[0].id);
+                tokio::spawn(async move {
+                    go.wait().await;
+                    store.requeue(id).await.unwrap()
+                })
+            };
+            let claimers: Vec<_> = stores[1..]
+                .iter()
+                .map(|store| {
+                    let (store, go) = (store.clone(), go.clone());
+                    tokio::spawn(async move {
+                        go.wait().await;
+                        let mut held = Vec::new();
+                        for _ in 0..4 {
+                            held.extend(
+                                store.claim_due(SystemTime::now(), 10, lease).await.unwrap(),
+                            );
+                        }
+                        held
+                    })
+                })
+                .collect();
+            assert!(requeue.await.unwrap());
+            let mut held = Vec::new();
+            for claimer in claimers {
+                held.extend(claimer.await.unwrap());
+            }
+            most = most.max(held.len());
+            assert!(
+                held.len() <= 1,
+                "round {round}: {} items of one key held at once: {:?}",
+                held.len(),
+                held.iter().map(|i| i.body_text()).collect::<Vec<_>>()
+            );
+            // Leave nothing of the key behind for the next round's claims.
+            for item in &held {
+                assert!(stores[0].ack(item).await.unwrap());
+            }
+            until("the round's key drained", async || {
+                let left = stores[0]
+                    .claim_due(SystemTime::now(), 10, lease)
+                    .await
+                    .unwrap();
+                for item in &left {
+                    assert!(stores[0].ack(item).await.unwrap());
+                }
+                stores[0].pending().await.unwrap() == 0
+            })
+            .await;
+        }
+        eprintln!("{ROUNDS} rounds, at most {most} item(s) of a key held at once");
+    }
 }

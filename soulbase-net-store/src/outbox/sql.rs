@@ -99,6 +99,8 @@ pub(crate) struct Sql {
     pub(crate) delete_claimed: String,
     pub(crate) dead_letters: String,
     pub(crate) requeue: String,
+    /// Taken first by a requeue, where the engine needs it (see `Sql::new`).
+    pub(crate) requeue_lock: Option<String>,
     pub(crate) delete_dead: String,
     pub(crate) purge: String,
     pub(crate) pending: String,
@@ -201,6 +203,18 @@ impl Sql {
                  SELECT id, dedup_id, method, url, headers, body, tenant, idem_key, {now}, NULL,
                     ordering_key, 0, max_attempts FROM {t}_dead WHERE id = ?"
             )),
+            // A requeued dead letter is the first of its key again: a claim whose snapshot
+            // predates the requeue could take a later item of the key while another, started
+            // after it, takes the requeued one — two of one key in flight. On PostgreSQL the
+            // requeue therefore waits for the claims under way and holds off new ones (this
+            // mode conflicts with every writer's, not with readers) for its short transaction:
+            // a claim's snapshot is taken after its table lock, so every claim either finished
+            // before the requeue (its lease is then seen) or sees the requeued item. SQLite's
+            // `BEGIN IMMEDIATE` serialises writers already.
+            requeue_lock: match dialect {
+                Dialect::Sqlite => None,
+                Dialect::Postgres => Some(format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE")),
+            },
             delete_dead: place(format!("DELETE FROM {t}_dead WHERE id = ?")),
             purge: format!("DELETE FROM {t}_dead"),
             pending: format!("SELECT COUNT(*) FROM {t} WHERE done_at IS NULL"),
@@ -630,6 +644,9 @@ macro_rules! sql_store {
                 let fail = |e| $crate::outbox::io(what, e);
                 $crate::outbox::timed(self.options.op_timeout, what, async {
                     let mut tx = self.pool.begin_with(self.sql.begin).await.map_err(fail)?;
+                    if let Some(lock) = &self.sql.requeue_lock {
+                        sqlx::query(lock).execute(&mut *tx).await.map_err(fail)?;
+                    }
                     let moved = sqlx::query(&self.sql.requeue)
                         .bind(id)
                         .execute(&mut *tx)
