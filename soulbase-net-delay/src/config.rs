@@ -28,7 +28,8 @@ pub const CONFIG_ENV: &str = "HYPER_DELAY_CONFIG";
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Where the embedded store keeps its file (`delay.db` in it). Default `data`.
+    /// Where the embedded store keeps its file (`delay.db` in it). Default `data` (the seed's
+    /// `data/db` was a sled directory; this store is one SQLite file).
     pub data_dir: PathBuf,
     /// Where the server listens. Default `127.0.0.1:7000`.
     pub bind_addr: SocketAddr,
@@ -37,7 +38,8 @@ pub struct Config {
     pub http_addr: Option<SocketAddr>,
     /// The scheduler's tick: the longest it sleeps before looking for due tasks. Default 10.
     pub tick_ms: u64,
-    /// Due tasks claimed at most per look. Default 2048.
+    /// Due tasks claimed at most per look, and held in memory ahead of their time at most (the
+    /// seed's is its wheel's ready-queue capacity). Default 2048.
     pub ready_channel_capacity: usize,
     /// Lines queued for one connection at most; past it, that client's deliveries wait in the
     /// store. Default 256.

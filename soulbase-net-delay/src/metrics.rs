@@ -18,6 +18,7 @@ pub(crate) struct Metrics {
     pub(crate) delivered: AtomicU64,
     pub(crate) acked: AtomicU64,
     pub(crate) redelivered: AtomicU64,
+    pub(crate) acks_ignored: AtomicU64,
     lateness: [AtomicU64; LATENESS_BUCKETS_MS.len() + 1],
     lateness_sum_ms: AtomicU64,
     lateness_count: AtomicU64,
@@ -27,6 +28,7 @@ pub(crate) struct Metrics {
 pub(crate) struct Gauges {
     pub(crate) pending: Option<u64>,
     pub(crate) in_flight: usize,
+    pub(crate) due_undelivered: u64,
     pub(crate) ready: u64,
     pub(crate) connections: Vec<(String, usize)>,
 }
@@ -51,13 +53,14 @@ impl Metrics {
     /// The exposition, with `gauges`.
     pub(crate) fn render(&self, gauges: &Gauges) -> String {
         let mut out = String::with_capacity(2048);
-        let counters: [(&str, &str, &AtomicU64); 6] = [
+        let counters: [(&str, &str, &AtomicU64); 7] = [
             ("delay_scheduled_total", "Tasks stored (acknowledged to their client).", &self.scheduled),
             ("delay_duplicates_total", "Schedules of an id already stored (kept as it was).", &self.duplicates),
             ("delay_refused_total", "Lines answered with an error.", &self.refused),
             ("delay_delivered_total", "Deliveries written to a connection.", &self.delivered),
             ("delay_acked_total", "Deliveries acknowledged by a client.", &self.acked),
             ("delay_redelivered_total", "Deliveries due again: no connection, a full queue, a closed connection or no ack in time.", &self.redelivered),
+            ("delay_acks_ignored_total", "Acks of no delivery waiting on their connection (another connection's, timed out, repeated): nothing deleted.", &self.acks_ignored),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -70,6 +73,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP delay_pending Tasks in the store (claimed or not).\n# TYPE delay_pending gauge\ndelay_pending {pending}");
         }
         let _ = writeln!(out, "# HELP delay_in_flight Deliveries waiting for their ack.\n# TYPE delay_in_flight gauge\ndelay_in_flight {}", gauges.in_flight);
+        let _ = writeln!(out, "# HELP delay_due_undelivered Tasks in the store, every server's, whose fire_at has passed and that no client has acknowledged: delivered and waiting for their ack, waiting for a retry, or waiting for a connection of their route.\n# TYPE delay_due_undelivered gauge\ndelay_due_undelivered {}", gauges.due_undelivered);
         let _ = writeln!(out, "# HELP delay_ready Tasks claimed ahead, waiting in memory to fire.\n# TYPE delay_ready gauge\ndelay_ready {}", gauges.ready);
         let _ = writeln!(out, "# HELP delay_route_connections Connections registered per route.\n# TYPE delay_route_connections gauge");
         for (route, n) in &gauges.connections {
@@ -113,11 +117,14 @@ mod tests {
         let text = m.render(&Gauges {
             pending: Some(3),
             in_flight: 1,
+            due_undelivered: 4,
             ready: 2,
             connections: vec![("a\"b".into(), 2)],
         });
         assert!(text.contains("delay_scheduled_total 1\n"), "{text}");
         assert!(text.contains("delay_pending 3\n"));
+        assert!(text.contains("delay_due_undelivered 4\n"), "{text}");
+        assert!(text.contains("delay_acks_ignored_total 0\n"), "{text}");
         assert!(text.contains("delay_route_connections{route=\"a\\\"b\"} 2\n"));
         assert!(text.contains("delay_fire_lateness_ms_bucket{le=\"1\"} 1\n"));
         assert!(text.contains("delay_fire_lateness_ms_bucket{le=\"10\"} 2\n"));

@@ -7,7 +7,8 @@
 //! Where the seed's examples disagree with its protocol section, the protocol section rules:
 //! deliveries are `{"kind":"delivery",…}` (the Java example reads `"ready"`), and `fire_at` is
 //! a number everywhere the server writes it (the protocol's delivery sample shows a string;
-//! the Go example reads an `int64`).
+//! the Go example reads an `int64`). Every disagreement of the seed with itself, and what the
+//! server does about it, is listed in the crate's docs.
 //!
 //! Order: a connection's answers (`registered`, `ack`, `error`) come in the order of its lines;
 //! a delivery may come between them — a task due at once can be delivered to a connection of

@@ -19,6 +19,8 @@
 //!   a slow client's deliveries wait in the store, other clients are not slowed), or whose `ack`
 //!   does not come within `ack_timeout_ms`, is due again after `retry_delay_ms`, with the same
 //!   id, until a client acknowledges it (at least once).
+//! - An `ack` counts only for a delivery made on the same connection and still waiting for it
+//!   (see `take_delivery`): a connection cannot delete another route's task by naming its id.
 
 use std::{
     collections::HashMap,
@@ -142,6 +144,7 @@ impl DelayServer {
             wake,
             metrics,
             ready: AtomicU64::new(0),
+            held_redeliveries: AtomicU64::new(0),
             outbox,
         });
         let http_addr = http.as_ref().and_then(|(_, a)| *a);
@@ -206,6 +209,8 @@ struct Inner {
     metrics: Arc<Metrics>,
     /// Tasks claimed ahead, waiting in memory to fire.
     ready: AtomicU64,
+    /// Of those, redeliveries: due already, waiting for their retry delay to end.
+    held_redeliveries: AtomicU64,
     /// Where HTTP tasks go, when enabled.
     outbox: Option<Arc<soulbase_net_outbox::Outbox>>,
 }
@@ -222,9 +227,16 @@ impl Inner {
             c.sort();
             c
         };
+        let in_flight = self.in_flight.lock().len();
         Gauges {
             pending: self.store.pending().await.ok(),
-            in_flight: self.in_flight.lock().len(),
+            in_flight,
+            // Every stored task whose `fire_at` has passed (acknowledged ones are deleted),
+            // on every server of the store; what this server holds when the store is away.
+            due_undelivered: match self.store.due().await {
+                Ok(due) => due,
+                Err(_) => in_flight as u64 + self.held_redeliveries.load(Ordering::Relaxed),
+            },
             ready: self.ready.load(Ordering::Relaxed),
             connections,
         }
@@ -397,6 +409,9 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
             }
         }
         inner.ready.store(wheel.len() as u64, Ordering::Relaxed);
+        inner
+            .held_redeliveries
+            .store(wheel.redeliveries as u64, Ordering::Relaxed);
         let first = wheel.first();
         tokio::select! {
             _ = stopped.changed() => break,
@@ -414,6 +429,7 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
         wheel.add(at, tasks);
     }
     inner.ready.store(0, Ordering::Relaxed);
+    inner.held_redeliveries.store(0, Ordering::Relaxed);
     for task in wheel.tasks.into_values() {
         let _ = inner.store.release(&task.id, task.claim).await;
     }
@@ -426,11 +442,17 @@ async fn dispatch(inner: Arc<Inner>, mut stopped: watch::Receiver<bool>) {
 struct Wheel {
     tasks: std::collections::BTreeMap<(Instant, u64), DelayTask>,
     seq: u64,
+    /// Of these, the redeliveries: tasks whose `fire_at` has passed (they were delivered
+    /// before) waiting for their retry delay to end.
+    redeliveries: usize,
 }
 
 impl Wheel {
     fn insert(&mut self, at: Instant, task: DelayTask) {
         self.seq += 1;
+        if task.attempts > 0 {
+            self.redeliveries += 1;
+        }
         self.tasks.insert((at, self.seq), task);
     }
 
@@ -444,7 +466,11 @@ impl Wheel {
     /// The first task due at `now`, taken out.
     fn pop_due(&mut self, now: Instant) -> Option<DelayTask> {
         let entry = self.tasks.first_entry()?;
-        (entry.key().0 <= now).then(|| entry.remove())
+        let task = (entry.key().0 <= now).then(|| entry.remove())?;
+        if task.attempts > 0 {
+            self.redeliveries -= 1;
+        }
+        Some(task)
     }
 
     /// When the next task is due.
@@ -567,33 +593,35 @@ fn deliver(inner: &Inner, task: DelayTask) -> Option<(String, i64)> {
             (n > 0).then(|| conns[usize::try_from(turn % n).unwrap_or(0)].clone())
         })
     };
-    let line = Outbound::delivery(&task).line();
-    let sent = conn.as_ref().map(|c| c.tx.try_send(line));
-    match (conn, sent) {
-        (Some(conn), Some(Ok(()))) => {
-            Metrics::add(&inner.metrics.delivered);
-            if task.attempts == 0 {
-                let late = epoch_ms().saturating_sub(task.fire_at).max(0);
-                inner
-                    .metrics
-                    .observe_lateness(u64::try_from(late).unwrap_or(0));
-            }
-            inner.in_flight.lock().insert(
-                task.id,
-                InFlight {
-                    claim: task.claim,
-                    conn: conn.id,
-                    deadline: Instant::now() + inner.config.ack_timeout(),
-                },
-            );
-            None
-        }
-        _ => {
-            // No connection for the route any more, or its queue is full: due again later.
-            Metrics::add(&inner.metrics.redelivered);
-            Some((task.id, task.claim))
-        }
+    let Some(conn) = conn else {
+        // No connection for the route any more: due again later.
+        Metrics::add(&inner.metrics.redelivered);
+        return Some((task.id, task.claim));
+    };
+    // In flight before it is written: the client's `ack` can never arrive before the server
+    // knows the delivery was made on this connection (and would then be ignored).
+    inner.in_flight.lock().insert(
+        task.id.clone(),
+        InFlight {
+            claim: task.claim,
+            conn: conn.id,
+            deadline: Instant::now() + inner.config.ack_timeout(),
+        },
+    );
+    if conn.tx.try_send(Outbound::delivery(&task).line()).is_err() {
+        // Its queue is full (or it is closing): due again later.
+        inner.in_flight.lock().remove(&task.id);
+        Metrics::add(&inner.metrics.redelivered);
+        return Some((task.id, task.claim));
     }
+    Metrics::add(&inner.metrics.delivered);
+    if task.attempts == 0 {
+        let late = epoch_ms().saturating_sub(task.fire_at).max(0);
+        inner
+            .metrics
+            .observe_lateness(u64::try_from(late).unwrap_or(0));
+    }
+    None
 }
 
 /// Deliveries not acknowledged within the timeout are due again after the retry delay.
@@ -645,12 +673,16 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
     let (answers, mut pending) = mpsc::channel::<Answer>(inner.config.connection_write_channel);
     let answering = {
         let tx = tx.clone();
+        let store = inner.store.clone();
         tokio::spawn(async move {
             while let Some(answer) = pending.recv().await {
                 let line = match answer {
                     Answer::Now(out) => out.line(),
                     Answer::Stored { id, fire_at, done } => match done.await {
-                        Ok(Ok(_)) => Outbound::Ack { id, fire_at }.line(),
+                        Ok(Ok(done)) => {
+                            let fire_at = acked_fire_at(&*store, &id, done, fire_at).await;
+                            Outbound::Ack { id, fire_at }.line()
+                        }
                         Ok(Err((code, message))) => Outbound::Error {
                             id: Some(id),
                             code,
@@ -689,7 +721,9 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
                 Err(bad) => Some(Answer::Now(bad.reply())),
                 Ok(Inbound::Register { route_key, token }) => {
                     if !inner.config.admits(&route_key, token.as_deref()) {
-                        let _ = answers.send(Answer::Now(forbidden(None, &route_key))).await;
+                        let _ = answers
+                            .send(Answer::Now(forbidden(&inner.metrics, None, &route_key)))
+                            .await;
                         break;
                     }
                     if !registered.contains(&route_key) {
@@ -712,17 +746,25 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
                     let route = s.route_key.as_deref().unwrap_or(&own_route);
                     if !inner.config.admits(route, s.token.as_deref()) {
                         let _ = answers
-                            .send(Answer::Now(forbidden(s.id.clone(), route)))
+                            .send(Answer::Now(forbidden(&inner.metrics, s.id.clone(), route)))
                             .await;
                         break;
                     }
                     Some(schedule(&inner, s, &own_route).await)
                 }
                 Ok(Inbound::Ack { id }) => {
-                    Metrics::add(&inner.metrics.acked);
-                    let claim = inner.in_flight.lock().remove(&id).map_or(0, |f| f.claim);
-                    // Committed with the next batch; a failure leaves the task to come again.
-                    let _ = inner.writes.send(Write::Ack(id, claim)).await;
+                    if let Some(claim) = take_delivery(&inner, &id, n) {
+                        Metrics::add(&inner.metrics.acked);
+                        // Committed with the next batch; a failure leaves the task to come
+                        // again.
+                        let _ = inner.writes.send(Write::Ack(id, claim)).await;
+                    } else {
+                        // Not a delivery waiting on this connection: another connection's, one
+                        // that timed out, or none. It changes nothing (an ack is never
+                        // answered, so neither is this one).
+                        Metrics::add(&inner.metrics.acks_ignored);
+                        tracing::debug!(%id, "delay server: an ack of no delivery waiting on this connection, ignored");
+                    }
                     None
                 }
             },
@@ -772,8 +814,39 @@ async fn connection(inner: Arc<Inner>, stream: TcpStream, mut stopped: watch::Re
     let _ = writer.await;
 }
 
-/// The answer to a line whose route needs a token it did not carry (the connection closes).
-fn forbidden(id: Option<String>, route: &str) -> Outbound {
+/// The claim of the delivery `id` if it is waiting for its `ack` on the connection `conn`,
+/// taken out of the deliveries in flight; `None` (and nothing taken) otherwise — so that a
+/// connection can acknowledge (delete) only what was delivered to it, never another route's
+/// task by its id.
+fn take_delivery(inner: &Inner, id: &str, conn: u64) -> Option<i64> {
+    let mut in_flight = inner.in_flight.lock();
+    match in_flight.get(id) {
+        Some(f) if f.conn == conn => in_flight.remove(id).map(|f| f.claim),
+        _ => None,
+    }
+}
+
+/// The `fire_at` to acknowledge a schedule with: `given` for a new task; for a duplicate (an
+/// id already stored, kept as it was) the stored task's, since that is when it fires — or
+/// `given` if it is gone meanwhile (delivered and acknowledged since).
+async fn acked_fire_at(store: &dyn DelayStore, id: &str, done: Scheduled, given: i64) -> i64 {
+    match done {
+        Scheduled::New => given,
+        Scheduled::Duplicate => match store.get(id).await {
+            Ok(Some(stored)) => stored.fire_at,
+            Ok(None) => given,
+            Err(e) => {
+                tracing::warn!(error = %e, %id, "delay server: reading a duplicate's fire_at failed");
+                given
+            }
+        },
+    }
+}
+
+/// The answer to a line whose route needs a token it did not carry (the connection closes),
+/// counted as refused.
+fn forbidden(metrics: &Metrics, id: Option<String>, route: &str) -> Outbound {
+    Metrics::add(&metrics.refused);
     Outbound::Error {
         id,
         code: soulbase_net_core::ErrorKind::Blocked.code().as_str(),

@@ -217,12 +217,19 @@ async fn a_task_is_acknowledged_when_stored_delivered_when_due_and_deleted_on_ac
 async fn an_unacknowledged_delivery_comes_again_with_the_same_id() {
     let dir = TempDir::new("redeliver");
     let store = store(&dir).await;
-    let srv = server(config(), store.clone()).await;
+    let cfg = Config {
+        http_addr: Some("127.0.0.1:0".parse().unwrap()),
+        // Long enough that the second delivery's ack surely comes in time: one redelivery.
+        ack_timeout_ms: 1000,
+        ..config()
+    };
+    let srv = server(cfg, store.clone()).await;
+    let web = srv.http_addr().unwrap();
     let mut c = Client::connect(srv.local_addr()).await;
     c.register("r").await;
     c.schedule("again", "r", now_ms(), "x").await;
     let first = c.recv().await.unwrap();
-    // No ack: after the ack timeout (300 ms) and the retry delay (100 ms), once more.
+    // No ack: after the ack timeout (1 s) and the retry delay (100 ms), once more.
     let second = c.recv().await.unwrap();
     assert_eq!(first["id"], "again");
     assert_eq!(second["id"], "again");
@@ -230,6 +237,16 @@ async fn an_unacknowledged_delivery_comes_again_with_the_same_id() {
     assert!(task.attempts >= 1, "{task:?}");
     c.send(json!({"kind": "ack", "id": "again"})).await;
     pending_becomes(&store, 0).await;
+    let (_, text) = http(web, "GET", "/metrics", "").await;
+    for expected in [
+        "delay_delivered_total 2\n",
+        "delay_redelivered_total 1\n",
+        "delay_acked_total 1\n",
+        "delay_fire_lateness_ms_count 1\n",
+        "delay_due_undelivered 0\n",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
     srv.shutdown().await;
 }
 
@@ -372,6 +389,24 @@ async fn compressed_payloads_are_delivered_as_sent_and_bombs_refused() {
     );
     // Acknowledged, so that no redelivery comes between the next line and its answer.
     c.send(json!({"kind": "ack", "id": "lz"})).await;
+    let zst = zstd::encode_all(&text[..], 3).unwrap();
+    c.send(
+        json!({"kind": "schedule", "id": "zs", "route_key": "z", "fire_at": now_ms(),
+                  "compression": "zstd", "payload_base64": b64(&zst)}),
+    )
+    .await;
+    assert_eq!(c.answer().await.unwrap()["kind"], "ack");
+    let d = c.recv().await.unwrap();
+    assert_eq!(
+        (
+            d["id"].as_str(),
+            d["compression"].as_str(),
+            d["payload_base64"].as_str()
+        ),
+        (Some("zs"), Some("zstd"), Some(b64(&zst).as_str())),
+        "delivered as sent"
+    );
+    c.send(json!({"kind": "ack", "id": "zs"})).await;
     // 64 MiB of zeros in a few kilobytes of zstd: over the 1 MiB limit, refused, not stored.
     let bomb = zstd::encode_all(&vec![0u8; 64 << 20][..], 19).unwrap();
     c.send(
@@ -544,18 +579,49 @@ async fn two_servers_on_one_postgres_deliver_each_others_tasks() {
 
 /// One HTTP/1.1 request on a fresh connection: the status and the body.
 async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_with(addr, method, path, &[], body).await
+}
+
+/// One HTTP/1.1 request with `headers` on a fresh connection: the whole raw answer (empty
+/// when the server closed the connection without one).
+async fn http_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> String {
     use tokio::io::AsyncReadExt as _;
     let mut s = TcpStream::connect(addr).await.unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(n, v)| format!("{n}: {v}\r\n"))
+        .collect();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: delay\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nhost: delay\r\nconnection: close\r\n{extra}content-length: {}\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw))
+    // A server that refuses the peer may close before the request is written: no answer.
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut raw))
         .await
-        .unwrap()
-        .unwrap();
+        .expect("an answer or a close within 5 s");
+    String::from_utf8(raw).unwrap()
+}
+
+/// One HTTP/1.1 request with `headers` on a fresh connection: the status and the body.
+async fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let raw = http_raw(addr, method, path, headers, body).await;
+    assert!(raw.len() > 12, "an HTTP answer: {raw:?}");
     let status = raw[9..12].parse().unwrap();
     let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
     (status, body)
@@ -567,6 +633,8 @@ async fn the_http_face_schedules_looks_up_cancels_and_reports_metrics() {
     let store = store(&dir).await;
     let cfg = Config {
         http_addr: Some("127.0.0.1:0".parse().unwrap()),
+        // A delivery waits for its ack while the gauges are read.
+        ack_timeout_ms: 10_000,
         ..config()
     };
     let srv = server(cfg, store.clone()).await;
@@ -588,6 +656,24 @@ async fn the_http_face_schedules_looks_up_cancels_and_reports_metrics() {
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["kind"], "ack");
     let d = worker.recv().await.unwrap();
     assert_eq!(d["id"], "web-1");
+    // Due and delivered, not acknowledged yet: due but undelivered.
+    let (_, text) = http(web, "GET", "/metrics", "").await;
+    for expected in ["delay_due_undelivered 1\n", "delay_in_flight 1\n"] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+    // Due with no connection for its route anywhere: due but undelivered too.
+    let orphan = json!({"kind": "schedule", "id": "web-0", "route_key": "nobody",
+                        "fire_at": now_ms() - 1_000, "payload_base64": ""});
+    assert_eq!(
+        http(web, "POST", "/tasks", &orphan.to_string()).await.0,
+        200
+    );
+    let (_, text) = http(web, "GET", "/metrics", "").await;
+    assert!(
+        text.contains("delay_due_undelivered 2\n"),
+        "the delivered task and the one with no route's connection, in\n{text}"
+    );
+    assert_eq!(http(web, "DELETE", "/tasks/web-0", "").await.0, 200);
     worker.send(json!({"kind": "ack", "id": "web-1"})).await;
     pending_becomes(&store, 0).await;
 
@@ -622,12 +708,16 @@ async fn the_http_face_schedules_looks_up_cancels_and_reports_metrics() {
     let (status, text) = http(web, "GET", "/metrics", "").await;
     assert_eq!(status, 200);
     for expected in [
-        "delay_scheduled_total 2\n",
+        "delay_scheduled_total 3\n",
         "delay_delivered_total 1\n",
         "delay_acked_total 1\n",
         "delay_route_connections{route=\"h\"} 1\n",
         "delay_fire_lateness_ms_count 1\n",
         "delay_pending 0\n",
+        // One acknowledged, the others cancelled: none.
+        "delay_due_undelivered 0\n",
+        "delay_in_flight 0\n",
+        "delay_acks_ignored_total 0\n",
     ] {
         assert!(text.contains(expected), "{expected:?} in\n{text}");
     }
@@ -994,4 +1084,239 @@ async fn an_http_task_is_looked_up_and_cancelled_over_the_http_face() {
     assert_eq!(made[0].body, b"two".to_vec());
     srv.shutdown().await;
     upstream.join().await;
+}
+
+/// A second `schedule` of an id already stored changes nothing, and its `ack` says when the
+/// task really fires: the stored `fire_at`, not the one the duplicate asked for — over TCP
+/// and over HTTP alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_schedule_is_acknowledged_with_the_stored_fire_at() {
+    let dir = TempDir::new("duplicate");
+    let store = store(&dir).await;
+    let srv = server(
+        Config {
+            http_addr: Some("127.0.0.1:0".parse().unwrap()),
+            ..config()
+        },
+        store.clone(),
+    )
+    .await;
+    let mut c = Client::connect(srv.local_addr()).await;
+    let first = now_ms() + 3_600_000;
+    let ack = c.schedule("dup", "later", first, "one").await;
+    assert_eq!(ack, json!({"kind": "ack", "id": "dup", "fire_at": first}));
+    let ack = c.schedule("dup", "later", first + 5_000, "two").await;
+    assert_eq!(
+        ack,
+        json!({"kind": "ack", "id": "dup", "fire_at": first}),
+        "the stored fire_at"
+    );
+    let kept = store.get("dup").await.unwrap().unwrap();
+    assert_eq!((kept.fire_at, &kept.payload[..]), (first, &b"one"[..]));
+    let line = json!({"kind": "schedule", "id": "dup", "route_key": "later",
+                      "fire_at": first + 9_000, "payload_base64": ""});
+    let (status, body) = http(
+        srv.http_addr().unwrap(),
+        "POST",
+        "/tasks",
+        &line.to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"kind": "ack", "id": "dup", "fire_at": first})
+    );
+    assert_eq!(store.pending().await.unwrap(), 1);
+    srv.shutdown().await;
+}
+
+/// An `ack` deletes a task only when it answers a delivery made on the same connection: a
+/// connection without the route's token that acknowledges another route's task by its id —
+/// delivered elsewhere and waiting for its ack, or not due yet — changes nothing, and the
+/// task is delivered again to its own client, which acknowledges it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_counts_only_on_the_connection_the_delivery_was_made_on() {
+    let dir = TempDir::new("foreign-ack");
+    let store = store(&dir).await;
+    let mut cfg = Config {
+        http_addr: Some("127.0.0.1:0".parse().unwrap()),
+        // Long enough that the redelivery's ack surely comes in time: one redelivery.
+        ack_timeout_ms: 1000,
+        ..config()
+    };
+    cfg.tokens.insert("payments".into(), "s3cret".into());
+    let srv = server(cfg, store.clone()).await;
+    let mut worker = Client::connect(srv.local_addr()).await;
+    worker
+        .send(json!({"kind": "register", "route_key": "payments", "token": "s3cret"}))
+        .await;
+    assert_eq!(worker.recv().await.unwrap()["kind"], "registered");
+    for (id, at) in [("pay-now", now_ms()), ("pay-later", now_ms() + 3_600_000)] {
+        worker
+            .send(
+                json!({"kind": "schedule", "id": id, "route_key": "payments",
+                         "token": "s3cret", "fire_at": at, "payload_base64": ""}),
+            )
+            .await;
+        assert_eq!(worker.answer().await.unwrap()["kind"], "ack");
+    }
+    let first = worker.recv().await.unwrap();
+    assert_eq!(first["id"], "pay-now", "delivered, not acknowledged yet");
+
+    // Another connection, with no token, acknowledges both by id; then schedules a task of
+    // its own, whose ack comes once its batch is committed — after the acks it sent first.
+    let mut intruder = Client::connect(srv.local_addr()).await;
+    intruder.send(json!({"kind": "ack", "id": "pay-now"})).await;
+    intruder
+        .send(json!({"kind": "ack", "id": "pay-later"}))
+        .await;
+    let barrier = intruder
+        .schedule("barrier", "open", now_ms() + 3_600_000, "")
+        .await;
+    assert_eq!(barrier["kind"], "ack");
+    assert!(
+        store.get("pay-now").await.unwrap().is_some(),
+        "a foreign ack deletes nothing"
+    );
+    assert!(store.get("pay-later").await.unwrap().is_some());
+
+    // The task was not taken from its client: without its ack, it comes again (same id).
+    let again = worker.recv().await.unwrap();
+    assert_eq!(again["id"], "pay-now");
+    worker.send(json!({"kind": "ack", "id": "pay-now"})).await;
+    pending_becomes(&store, 2).await;
+    assert!(store.get("pay-now").await.unwrap().is_none());
+    let (_, text) = http(srv.http_addr().unwrap(), "GET", "/metrics", "").await;
+    for expected in [
+        "delay_acks_ignored_total 2\n",
+        "delay_acked_total 1\n",
+        "delay_redelivered_total 1\n",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+    srv.shutdown().await;
+}
+
+/// Over HTTP, a route named in `tokens` needs its token to schedule a task, see it or
+/// cancel it: in `Authorization: Bearer`, or (POST) in the line's `token`. Without it, 403
+/// and nothing stored, shown or cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_face_needs_a_route_s_token_to_schedule_see_or_cancel_its_tasks() {
+    let dir = TempDir::new("http-tokens");
+    let store = store(&dir).await;
+    let mut cfg = Config {
+        http_addr: Some("127.0.0.1:0".parse().unwrap()),
+        ..config()
+    };
+    cfg.tokens.insert("payments".into(), "s3cret".into());
+    let srv = server(cfg, store.clone()).await;
+    let web = srv.http_addr().unwrap();
+    let later = now_ms() + 3_600_000;
+    let line = |id: &str, token: Option<&str>| {
+        json!({"kind": "schedule", "id": id, "route_key": "payments", "fire_at": later,
+               "payload_base64": "", "token": token})
+        .to_string()
+    };
+    let right = [("authorization", "Bearer s3cret")];
+    let wrong = [("authorization", "Bearer guess")];
+
+    // Scheduling: no token, a wrong one → 403, not stored; in the line or the header → 200.
+    let (status, body) = http(web, "POST", "/tasks", &line("p-0", None)).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["code"],
+        "AUTH.FORBIDDEN"
+    );
+    assert_eq!(
+        http_with(web, "POST", "/tasks", &wrong, &line("p-0", None))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        http(web, "POST", "/tasks", &line("p-0", Some("guess")))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(store.pending().await.unwrap(), 0);
+    assert_eq!(
+        http(web, "POST", "/tasks", &line("p-1", Some("s3cret")))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        http_with(web, "POST", "/tasks", &right, &line("p-2", None))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(store.pending().await.unwrap(), 2);
+
+    // Looking up and cancelling: without the token or with a wrong one, 403 and the task
+    // stays; with it, shown and cancelled.
+    for path in ["/tasks/p-1", "/tasks/p-2"] {
+        assert_eq!(http(web, "GET", path, "").await.0, 403);
+        assert_eq!(http_with(web, "GET", path, &wrong, "").await.0, 403);
+        assert_eq!(http(web, "DELETE", path, "").await.0, 403);
+        assert_eq!(http_with(web, "DELETE", path, &wrong, "").await.0, 403);
+    }
+    assert_eq!(store.pending().await.unwrap(), 2, "nothing cancelled");
+    let (status, body) = http_with(web, "GET", "/tasks/p-1", &right, "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["route_key"],
+        "payments"
+    );
+    assert_eq!(
+        http_with(web, "DELETE", "/tasks/p-1", &right, "").await.0,
+        200
+    );
+    assert!(store.get("p-1").await.unwrap().is_none());
+    assert!(store.get("p-2").await.unwrap().is_some());
+
+    // A route without a token needs none; an unknown id is 404 either way.
+    let open = json!({"kind": "schedule", "id": "o-1", "route_key": "open",
+                      "fire_at": later, "payload_base64": ""});
+    assert_eq!(http(web, "POST", "/tasks", &open.to_string()).await.0, 200);
+    assert_eq!(http(web, "GET", "/tasks/o-1", "").await.0, 200);
+    assert_eq!(http(web, "DELETE", "/tasks/o-1", "").await.0, 200);
+    assert_eq!(http(web, "GET", "/tasks/nobody", "").await.0, 404);
+    srv.shutdown().await;
+}
+
+/// The HTTP face applies `allowed_hosts` as the TCP port does: a peer outside is closed on
+/// without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_face_refuses_a_peer_outside_allowed_hosts() {
+    let dir = TempDir::new("http-hosts");
+    let store = store(&dir).await;
+    let srv = server(
+        Config {
+            http_addr: Some("127.0.0.1:0".parse().unwrap()),
+            allowed_hosts: vec!["::1".parse().unwrap()],
+            ..config()
+        },
+        store.clone(),
+    )
+    .await;
+    let web = srv.http_addr().unwrap();
+    for (method, path, body) in [
+        ("GET", "/health", String::new()),
+        ("GET", "/metrics", String::new()),
+        (
+            "POST",
+            "/tasks",
+            json!({"kind": "schedule", "id": "x", "route_key": "r", "fire_at": now_ms(),
+                   "payload_base64": ""})
+            .to_string(),
+        ),
+    ] {
+        let raw = http_raw(web, method, path, &[], &body).await;
+        assert_eq!(raw, "", "{method} {path}: closed without an answer");
+    }
+    assert_eq!(store.pending().await.unwrap(), 0);
+    srv.shutdown().await;
 }

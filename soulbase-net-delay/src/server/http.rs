@@ -4,11 +4,17 @@
 //! - `GET /health` → `{"status":"ok","pending":N}` (503 when the store does not answer);
 //! - `GET /metrics` → the Prometheus text exposition;
 //! - `POST /tasks` with a `schedule` line as the body (its `route_key` required) → the `ack`
-//!   once stored, or the `error` (400; 403 for a missing token; 503 when not stored);
+//!   once stored, or the `error` (400; 403 for a missing or wrong token; 503 when not stored);
 //! - `GET /tasks/{id}` → the task (404 when none); `DELETE /tasks/{id}` → cancels it. Both
 //!   see HTTP tasks too (a `schedule` with a `target`, waiting in the outbox): looked up with
 //!   their `target` (and `fire_at` as the outbox holds it: on the store's clock, within a
 //!   millisecond of the scheduled one), cancelled unless a delivery of it is already under way.
+//!
+//! Tokens: a route named in `tokens` needs its token for all three — in the header
+//! `Authorization: Bearer <token>`, or (`POST` only) in the line's `token` field as over TCP.
+//! Without it: 403 with an `AUTH.FORBIDDEN` body, and the task is neither stored, shown nor
+//! cancelled. A 403 tells that a task of that id exists on a protected route; 404 that none
+//! does (nothing else about it).
 
 use std::{convert::Infallible, sync::Arc};
 
@@ -19,7 +25,7 @@ use hyper::{body::Incoming, Method, Request, Response, StatusCode};
 use soulbase_net_core::{ErrorKind, NetError};
 use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 
-use super::{schedule, Answer, Inner};
+use super::{acked_fire_at, schedule, Answer, Inner};
 use crate::protocol::{self, Inbound, Outbound, MAX_LINE};
 
 /// Serves HTTP on `listener` until told to stop.
@@ -79,8 +85,50 @@ fn error(
     json(status, &serde_json::to_value(&line).unwrap_or_default())
 }
 
+/// The token of `Authorization: Bearer <token>`, if the request carries one.
+fn bearer(req: &Request<Incoming>) -> Option<String> {
+    let value = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_owned())
+}
+
+/// `None` when the request may see the task `id` (no such connection task, or its route
+/// needs no token, or `token` is its route's); else the answer: 403, or 503 when the store
+/// does not answer.
+async fn refuse_without_token(
+    inner: &Inner,
+    id: &str,
+    token: Option<&str>,
+) -> Option<Response<Full<Bytes>>> {
+    match inner.store.get(id).await {
+        Ok(Some(task)) if !inner.config.admits(&task.route_key, token) => Some(error(
+            StatusCode::FORBIDDEN,
+            Some(id.to_owned()),
+            FORBIDDEN,
+            format!(
+                "route `{}` needs its token (Authorization: Bearer …)",
+                task.route_key
+            ),
+        )),
+        Ok(_) => None,
+        Err(e) => Some(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(id.to_owned()),
+            e.code().as_str(),
+            e.to_string(),
+        )),
+    }
+}
+
 async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
+    let token = bearer(&req);
     let id = path
         .strip_prefix("/tasks/")
         .filter(|id| !id.is_empty())
@@ -105,12 +153,18 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> 
             );
             res
         }
-        (Method::POST, "/tasks", _) => post_task(inner, req).await,
+        (Method::POST, "/tasks", _) => post_task(inner, req, token).await,
         (Method::GET, _, Some(id)) => {
+            if let Some(refused) = refuse_without_token(inner, &id, token.as_deref()).await {
+                return refused;
+            }
             let found = lookup(inner, &id).await;
             about_task(id, found)
         }
         (Method::DELETE, _, Some(id)) => {
+            if let Some(refused) = refuse_without_token(inner, &id, token.as_deref()).await {
+                return refused;
+            }
             let deleted = cancel(inner, &id)
                 .await
                 .map(|gone| gone.then(|| serde_json::json!({"id": &id, "deleted": true})));
@@ -200,7 +254,13 @@ async fn cancel(inner: &Inner, id: &str) -> Result<bool, NetError> {
     }
 }
 
-async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// `POST /tasks`: the body is a `schedule` line; the route's token is the line's `token`, or
+/// else the `Authorization: Bearer` one (`bearer`).
+async fn post_task(
+    inner: &Inner,
+    req: Request<Incoming>,
+    bearer: Option<String>,
+) -> Response<Full<Bytes>> {
     let body = match Limited::new(req.into_body(), MAX_LINE).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
@@ -232,7 +292,10 @@ async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes
             "`route_key` is required over HTTP".into(),
         );
     };
-    if !inner.config.admits(&route, s.token.as_deref()) {
+    if !inner
+        .config
+        .admits(&route, s.token.as_deref().or(bearer.as_deref()))
+    {
         return error(
             StatusCode::FORBIDDEN,
             s.id,
@@ -249,10 +312,13 @@ async fn post_task(inner: &Inner, req: Request<Incoming>) -> Response<Full<Bytes
             &serde_json::to_value(&other).unwrap_or_default(),
         ),
         Answer::Stored { id, fire_at, done } => match done.await {
-            Ok(Ok(_)) => json(
-                StatusCode::OK,
-                &serde_json::json!({"kind": "ack", "id": id, "fire_at": fire_at}),
-            ),
+            Ok(Ok(done)) => {
+                let fire_at = acked_fire_at(&*inner.store, &id, done, fire_at).await;
+                json(
+                    StatusCode::OK,
+                    &serde_json::json!({"kind": "ack", "id": id, "fire_at": fire_at}),
+                )
+            }
             Ok(Err((code, message))) => {
                 error(StatusCode::SERVICE_UNAVAILABLE, Some(id), code, message)
             }

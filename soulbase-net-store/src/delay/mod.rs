@@ -115,6 +115,12 @@ pub trait DelayStore: Send + Sync + std::fmt::Debug {
 
     /// Tasks waiting (claimed or not).
     async fn pending(&self) -> Result<u64, NetError>;
+
+    /// Tasks whose `fire_at` has passed on the store's clock and that no client has
+    /// acknowledged yet (an acknowledged task is deleted): delivered and waiting for the ack,
+    /// waiting for a retry, or waiting for a connection of their route — on every server that
+    /// shares the store.
+    async fn due(&self) -> Result<u64, NetError>;
 }
 
 /// What a delay store is configured with.

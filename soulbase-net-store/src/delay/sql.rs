@@ -75,6 +75,7 @@ pub(crate) struct DelaySql {
     pub(crate) next_due: String,
     pub(crate) get: String,
     pub(crate) pending: String,
+    pub(crate) due: String,
     pub(crate) versions: Versions,
 }
 
@@ -126,6 +127,7 @@ impl DelaySql {
                 "SELECT *, next_at - {now} AS due_in_ms FROM {t} WHERE id = ?"
             )),
             pending: format!("SELECT COUNT(*) FROM {t}"),
+            due: format!("SELECT COUNT(*) FROM {t} WHERE fire_at <= {now}"),
             versions: Versions::new(t, dialect),
         }
     }
@@ -306,6 +308,16 @@ macro_rules! delay_store {
                     self.options.op_timeout,
                     "counting delay tasks",
                     sqlx::query_as(&self.sql.pending).fetch_one(&self.pool),
+                )
+                .await?;
+                Ok(u64::try_from(n).unwrap_or(0))
+            }
+
+            async fn due(&self) -> Result<u64, soulbase_net_core::NetError> {
+                let (n,): (i64,) = $crate::outbox::run_statement(
+                    self.options.op_timeout,
+                    "counting due delay tasks",
+                    sqlx::query_as(&self.sql.due).fetch_one(&self.pool),
                 )
                 .await?;
                 Ok(u64::try_from(n).unwrap_or(0))

@@ -62,7 +62,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let rt = super::store_bench_runtime()?;
     let mut rows = Vec::new();
     rows.push(rt.block_on(one_store("SQLite", &exe, None, pending))?);
-    match PostgresServer::try_start() {
+    // `fsync` on, as in production (the testkit's default is off, for tests' speed): every
+    // acknowledged schedule is on disk.
+    match PostgresServer::builder().fsync(true).try_start() {
         Ok(Some(pg)) => {
             let url = pg.create_database("delay").map_err(|e| e.to_string())?;
             rows.push(rt.block_on(one_store("PostgreSQL", &exe, Some(url), pending))?);
