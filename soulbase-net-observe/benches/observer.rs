@@ -24,6 +24,7 @@ fn one_request(obs: &dyn Observer, id: u64) {
         connect: Duration::ZERO,
         ttfb: Duration::from_millis(12),
         total: Duration::from_millis(12),
+        ..Elapsed::default()
     };
     obs.on_event(&NetEvent::RequestStarted { req });
     obs.on_event(&NetEvent::AttemptStarted {

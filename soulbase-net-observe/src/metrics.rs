@@ -79,7 +79,7 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | `net_limiter_global_window` (gauge) | — | the client-wide AIMD window (global scope), when used, at scrape time |
 /// | `net_retry_budget_tokens` (gauge) | `tenant, host` | whole retries the retry budget allows now (`tenant=""` unless the budget is per tenant), at scrape time |
 /// | `net_pool_open_connections` (gauge) | `host` | connections the client holds open to the host (in use, idle or opening; all its ports), at scrape time |
-/// | `net_pool_idle_connections` (gauge) | `host` | idle HTTP/1.1 connections kept for the host, at scrape time |
+/// | `net_pool_idle_connections` (gauge) | `host` | connections kept for the host with no request on them (HTTP/1.1 idle ones, and an HTTP/2 or HTTP/3 connection with no stream in flight), at scrape time |
 ///
 /// The five series of seed 001 §IX (`Threads.retry.rate`, `Threads.timeout.rate`,
 /// `Threads.dedup.drop_rate`, `Threads.hedge.count`, `Threads.circuit.open_ratio`) are

@@ -118,6 +118,42 @@ pub(crate) fn not_processed(why: &'static str) -> NetError {
     NetError::new(ErrorKind::NotProcessed).with_message(why)
 }
 
+/// The `Io` error of a request that a GOAWAY raced and that may have been processed (a
+/// request complete in its head and not idempotent, see the pool's `going_away`): the caller
+/// gets `Io` and the retry rules for its method, but its source is a [`ServerGoingAway`], by
+/// which [`is_server_going_away`] knows that only a connection's routine end failed it.
+pub(crate) fn raced_by_goaway(e: hyper::Error) -> NetError {
+    NetError::new(ErrorKind::Io)
+        .with_message(
+            "the server is closing the connection (GOAWAY); the request may have been processed",
+        )
+        .with_source(ServerGoingAway(e))
+}
+
+/// Whether `e` failed only because the server was closing the connection (a
+/// [`ServerGoingAway`] in its chain). Such an error is ambiguous for the caller, but says
+/// nothing of the upstream's health: the breaker and the SLO controller do not count it.
+pub(crate) fn is_server_going_away(e: &NetError) -> bool {
+    e.find_source::<ServerGoingAway>().is_some()
+}
+
+/// The source of an error [`raced_by_goaway`] made: the server's GOAWAY, as hyper reported
+/// it. A type of its own so that what counts failures can tell it from every other `Io`.
+#[derive(Debug)]
+pub(crate) struct ServerGoingAway(hyper::Error);
+
+impl std::fmt::Display for ServerGoingAway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server sent GOAWAY as the request was handed over")
+    }
+}
+
+impl StdError for ServerGoingAway {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&self.0)
+    }
+}
+
 fn chain<'a>(
     err: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {

@@ -68,6 +68,7 @@ mod classify;
 mod client;
 mod dns;
 pub mod fleet;
+pub mod layer;
 pub mod prelude;
 mod pruned;
 mod redirect;

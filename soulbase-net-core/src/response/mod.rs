@@ -9,7 +9,33 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{ErrorKind, NetError};
 
-/// Where the time of an attempt went: connecting, waiting for the first byte, and in total.
+/// Where the time of a call (or of one attempt) went.
+///
+/// Beside the phases (`connect`, `ttfb`, `total`), the four segments of seed 001's S75-4,
+/// `W_q_in + w(proc) + W_q_out + W_net ≤ timeout`, measured per call:
+///
+/// | field | S75-4 | what |
+/// | --- | --- | --- |
+/// | `queue_in` | `W_q_in` | waiting for the call's slots: the client's in-flight cap, the host's and tenant's limits (concurrency, rate, adaptive), a fleet's shared rate, a redirect hop's host limits |
+/// | `processing` | `w(proc)` | the interceptors' `before`, `respond` and `after` hooks, with the request's final checks between them; zero for a client without interceptors |
+/// | `queue_out` | `W_q_out` | the answering attempt, from its start until a connection took the request: a pooled connection or a new one (`connect` is part of it), or a free HTTP/2 stream |
+/// | `network` | `W_net` | the answering attempt, from the connection taking the request to the response head |
+///
+/// `queue_in` and `processing` are the call's; `queue_out` and `network` are the answering
+/// attempt's (an [`AttemptFinished`](crate::NetEvent::AttemptFinished) event carries its own
+/// attempt's). What `total` holds beyond [`Elapsed::segments`] is earlier attempts, the waits
+/// between them, and the client's own bookkeeping. A segment the client did not wait in is
+/// zero, without a clock read.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use soulbase_net_core::Elapsed;
+///
+/// let ms = Duration::from_millis;
+/// let e = Elapsed { queue_in: ms(5), processing: ms(1), queue_out: ms(3), network: ms(20), ..Elapsed::default() };
+/// assert_eq!(e.segments(), ms(29));
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Elapsed {
     /// Opening the connection: DNS, TCP, proxy tunnel and TLS; zero for a pooled connection.
@@ -18,6 +44,22 @@ pub struct Elapsed {
     pub ttfb: Duration,
     /// The whole call, from the first attempt to the response head of the last one.
     pub total: Duration,
+    /// S75-4's `W_q_in`: the call's wait for its limiter slots.
+    pub queue_in: Duration,
+    /// S75-4's `w(proc)`: the call's time in its interceptors' hooks.
+    pub processing: Duration,
+    /// S75-4's `W_q_out`: the attempt's wait for a connection to take the request.
+    pub queue_out: Duration,
+    /// S75-4's `W_net`: the attempt's time from the connection taking the request to the
+    /// response head.
+    pub network: Duration,
+}
+
+impl Elapsed {
+    /// S75-4's `budget_total`: `queue_in + processing + queue_out + network`.
+    pub fn segments(&self) -> Duration {
+        self.queue_in + self.processing + self.queue_out + self.network
+    }
 }
 
 /// The body of a [`NetResponse`]: already buffered, or still arriving.

@@ -58,6 +58,7 @@ pub(crate) fn attempt(
             connect: ms(connect_ms),
             ttfb: ms(ttfb_ms),
             total: ms(ttfb_ms),
+            ..Elapsed::default()
         },
     });
 }
@@ -81,6 +82,7 @@ pub(crate) fn finished(
             connect: Duration::ZERO,
             ttfb: ms(total_ms),
             total: ms(total_ms),
+            ..Elapsed::default()
         },
         version: outcome_version(&outcome),
     });

@@ -197,6 +197,9 @@ impl Inner {
             .await?;
             let head_at = Instant::now();
             let ttfb = head_at.saturating_duration_since(began);
+            // S75-4's `W_q_out` and `W_net` meet where the connection took the request (a
+            // transport that never said so — none today — counts all of it as network).
+            let taken = progress.taken_at().unwrap_or(began);
             let (mut parts, body) = res.into_parts();
             let max = call.policy.security.max_resp_bytes.as_u64();
             // The length the connection read from the head (hyper's exact size; zero for a
@@ -251,6 +254,9 @@ impl Inner {
                     connect,
                     ttfb,
                     total: head_at.saturating_duration_since(call.started),
+                    queue_out: taken.saturating_duration_since(began),
+                    network: head_at.saturating_duration_since(taken),
+                    ..Elapsed::default()
                 },
                 bytes_in: 0,
                 attempts: 1,

@@ -4,7 +4,7 @@
 use std::{borrow::Cow, sync::Arc};
 
 use http::header;
-use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse, Outcome};
+use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse};
 use soulbase_net_policy::NetPolicy;
 use url::Url;
 
@@ -143,13 +143,7 @@ impl Inner {
     ) -> Result<NetResponse, NetError> {
         let host = call.host();
         let permit = match self
-            .slot(
-                host,
-                None,
-                &call.policy.limits,
-                &call.policy.slo,
-                call.deadline,
-            )
+            .slot(host, None, &call.policy.limits, &call.policy.slo, &call)
             .await
         {
             Ok(permit) => permit,
@@ -162,10 +156,7 @@ impl Inner {
             }
         };
         let result = self.with_retries(req, url, &call, budget, attempts).await;
-        permit.record(match &result {
-            Ok(res) => Outcome::Response(res.status),
-            Err(e) => Outcome::Error(e.kind()),
-        });
+        super::send::record_limit(&permit, &result);
         result
     }
 }

@@ -10,7 +10,10 @@ use soulbase_net_policy::LimitsPolicy;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::{send::NoSlot, Inner};
+use super::{
+    send::{Call, NoSlot},
+    Inner,
+};
 
 /// The cap's slots, for `Some(max)`; `max` must be at least 1.
 ///
@@ -31,13 +34,14 @@ pub(super) fn cap(max: Option<usize>) -> Result<Option<Arc<Semaphore>>, NetError
 impl Inner {
     /// A slot under the in-flight cap for one call: the one `poll_ready` reserved, when
     /// there is one; else one free now, or within `limits.max_wait` when the policy allows a
-    /// wait (never past the call's `deadline`). `None` when the client has no cap.
+    /// wait (never past the call's deadline); a wait counts in the call's `queue_in`. `None` when the client has no cap.
     pub(super) async fn in_flight_slot(
         &self,
         reserved: Option<OwnedSemaphorePermit>,
         limits: &LimitsPolicy,
-        deadline: Instant,
+        call: &Call<'_>,
     ) -> Result<Option<OwnedSemaphorePermit>, NoSlot> {
+        let deadline = call.deadline;
         let Some(cap) = &self.in_flight else {
             return Ok(None);
         };
@@ -51,13 +55,16 @@ impl Inner {
         if limits.max_wait.is_zero() {
             return Err(refused);
         }
-        let until = Instant::now() + limits.max_wait;
+        let from = Instant::now();
+        let until = from + limits.max_wait;
         // Boxed: waiting is rare, and its future would enlarge every call's.
         let wait = Box::pin(tokio::time::timeout_at(
             until.min(deadline),
             cap.clone().acquire_owned(),
         ));
-        match wait.await {
+        let waited = wait.await;
+        call.segments.queued_since(from);
+        match waited {
             Ok(Ok(permit)) => Ok(Some(permit)),
             Err(_) if until >= deadline => Err(NoSlot::Deadline),
             // Timed out at `max_wait`, or (never) a closed semaphore.

@@ -11,7 +11,7 @@ use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse};
 use soulbase_net_policy::DeliveryPolicy;
 use url::Url;
 
-use super::send::{record_trace, Attempts, Call};
+use super::send::{record_trace, Attempts, Call, Processing};
 use super::Inner;
 
 impl Inner {
@@ -26,6 +26,12 @@ impl Inner {
         // copy of the URL would cost an allocation per call); without interceptors nothing
         // can, and the URL parsed by `send` stands.
         let target = (!self.interceptors.before.is_empty()).then(|| target_of(req));
+        // `w(proc)` of S75-4: the hooks before the attempts, with the checks between them.
+        let hooks = &self.interceptors;
+        let mut processing = Processing::start(
+            call.segments,
+            !(hooks.before.is_empty() && hooks.respond.is_empty()),
+        );
         for interceptor in &self.interceptors.before {
             if let Err(e) = interceptor.before(req).await {
                 return Err(self.after_error(req, e).await);
@@ -62,6 +68,7 @@ impl Inner {
                 return answer;
             }
         }
+        processing.stop();
         let mut attempts = Attempts::default();
         // A resend starts from the request as the caller built it (after `before`), not from
         // the last redirect hop's (which may have turned a POST into a GET, dropped the body
@@ -116,6 +123,8 @@ impl Inner {
         }
         match result {
             Ok(mut res) => {
+                let _processing =
+                    Processing::start(call.segments, !self.interceptors.after.is_empty());
                 for interceptor in self.interceptors.after.iter().rev() {
                     if let Err(e) = interceptor.after(req, &mut res).await {
                         return Err(self.after_error(req, e).await);

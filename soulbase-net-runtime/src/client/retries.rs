@@ -2,7 +2,9 @@
 //! attempts left, `Retry-After`, deadline), the SLO controller (a longer wait, thinned
 //! retries, later hedges), the retry budget, and the wait. A request the server did not
 //! process goes again outside that accounting; a tower-face request that is not idempotent
-//! goes again only then, or when an attempt never left the client.
+//! goes again only then, or when an attempt never left the client. An attempt a GOAWAY
+//! raced (`classify::raced_by_goaway`) is the caller's `Io`, but neither the breaker nor the
+//! SLO controller counts it.
 
 use std::borrow::Cow;
 
@@ -156,11 +158,20 @@ impl Inner {
                 Ok(res) => Outcome::Response(res.status),
                 Err(e) => Outcome::Error(e.kind()),
             };
-            let failure = is_failure(outcome, policy.cbreaker.count_5xx);
             let ended = Instant::now();
             let took = ended.saturating_duration_since(began);
-            permit.record(failure, took, ended);
-            self.slo_record(call, retry, outcome, took, ended);
+            if result
+                .as_ref()
+                .is_err_and(crate::classify::is_server_going_away)
+            {
+                // A GOAWAY raced a request that may have been processed: `Io` for the caller
+                // (and the retry rules of its method below), but the server only closed a
+                // connection, as it routinely does — nothing is learnt of the upstream.
+                permit.release();
+            } else {
+                permit.record(is_failure(outcome, policy.cbreaker.count_5xx), took, ended);
+                self.slo_record(call, retry, outcome, took, ended);
+            }
             let end = AttemptEnd {
                 attempt: attempts.this_send,
                 outcome,

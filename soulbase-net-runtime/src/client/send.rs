@@ -36,6 +36,84 @@ pub(super) enum NoSlot {
     Deadline,
 }
 
+/// The call's S75-4 segments that are measured while it runs (see `Elapsed`), in nanoseconds:
+/// atomics, because hedged attempts and redirect hops add to the same call's. Only a wait
+/// that happened, or a hook that ran, reads the clock for them.
+#[derive(Default)]
+pub(super) struct Segments {
+    queue_in: AtomicU64,
+    processing: AtomicU64,
+}
+
+impl Segments {
+    /// Adds the time since `from` to the wait for slots (`W_q_in`).
+    pub(super) fn queued_since(&self, from: Instant) {
+        add_since(&self.queue_in, from);
+    }
+
+    /// Adds the time since `from` to the time in hooks (`w(proc)`).
+    pub(super) fn processed_since(&self, from: Instant) {
+        add_since(&self.processing, from);
+    }
+
+    /// `elapsed` with the call's segments.
+    pub(super) fn fill(&self, elapsed: Elapsed) -> Elapsed {
+        let read = |n: &AtomicU64| Duration::from_nanos(n.load(Ordering::Relaxed));
+        Elapsed {
+            queue_in: read(&self.queue_in),
+            processing: read(&self.processing),
+            ..elapsed
+        }
+    }
+}
+
+fn add_since(to: &AtomicU64, from: Instant) {
+    let nanos = u64::try_from(from.elapsed().as_nanos()).unwrap_or(u64::MAX / 4);
+    to.fetch_add(nanos, Ordering::Relaxed);
+}
+
+/// Times the interceptors' hooks of a call (`w(proc)`) until it is stopped or dropped, so
+/// that every way out of them (an error, an answer from `respond`) is counted; idle when
+/// the hooks are empty.
+pub(super) struct Processing<'a> {
+    segments: &'a Segments,
+    from: Option<Instant>,
+}
+
+impl<'a> Processing<'a> {
+    /// Starts timing when `hooks` is true.
+    pub(super) fn start(segments: &'a Segments, hooks: bool) -> Self {
+        Processing {
+            segments,
+            from: hooks.then(Instant::now),
+        }
+    }
+
+    /// Stops timing (once).
+    pub(super) fn stop(&mut self) {
+        if let Some(from) = self.from.take() {
+            self.segments.processed_since(from);
+        }
+    }
+}
+
+impl Drop for Processing<'_> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Feeds a call's (or a redirect hop's) outcome to its host's AIMD window — except a request a
+/// GOAWAY raced (`classify::is_server_going_away`): the server only closed a connection, as it
+/// routinely does, which says nothing of its load.
+pub(super) fn record_limit(permit: &LimitPermit, result: &Result<NetResponse, NetError>) {
+    match result {
+        Ok(res) => permit.record(Outcome::Response(res.status)),
+        Err(e) if crate::classify::is_server_going_away(e) => {}
+        Err(e) => permit.record(Outcome::Error(e.kind())),
+    }
+}
+
 /// What stays fixed for one request: its number, labels, timeouts and deadlines.
 pub(super) struct Call<'a> {
     pub(super) labels: Arc<OwnedInfo>,
@@ -54,6 +132,8 @@ pub(super) struct Call<'a> {
     pub(super) view: Option<&'a Arc<dyn PolicyView>>,
     /// The named policy the request asked for, on top of every hop's layers.
     pub(super) policy_key: Option<&'a str>,
+    /// The call's S75-4 segments measured so far.
+    pub(super) segments: &'a Segments,
 }
 
 /// The attempts of one call: numbered across the call (a resend after `should_resend`
@@ -100,6 +180,7 @@ impl Call<'_> {
             hop_host: Some(host),
             view: self.view,
             policy_key: self.policy_key,
+            segments: self.segments,
         }
     }
 
@@ -166,6 +247,7 @@ impl Inner {
                 return Err(self.fail_early(&req, e).await);
             };
             let timeouts = policy.timeout.with_request(&req.timeout);
+            let segments = Segments::default();
             let call = Call {
                 labels: Arc::new(OwnedInfo {
                     id,
@@ -194,6 +276,7 @@ impl Inner {
                 hop_host: None,
                 view: view.as_ref(),
                 policy_key: policy_key.as_deref(),
+                segments: &segments,
             };
             // The call runs inside its span (a child of the caller's), so whatever it logs —
             // here, in interceptors, in observers — is the span's.
@@ -226,27 +309,27 @@ impl Inner {
                 let cancelled = {
                     let mut work = std::pin::pin!(async {
                         // Held until the call ends: the client's cap counts calls, not attempts.
-                        let _in_flight = match self
-                            .in_flight_slot(reserved, &policy.limits, call.deadline)
-                            .await
-                        {
-                            Ok(permit) => permit,
-                            Err(no) => {
-                                let err = self
-                                    .no_slot(&call, no, "the client")
-                                    .at(&call.labels.method, &req.url);
-                                return Err(self.after_error(&req, err).await);
-                            }
-                        };
+                        let _in_flight =
+                            match self.in_flight_slot(reserved, &policy.limits, &call).await {
+                                Ok(permit) => permit,
+                                Err(no) => {
+                                    let err = self
+                                        .no_slot(&call, no, "the client")
+                                        .at(&call.labels.method, &req.url);
+                                    return Err(self.after_error(&req, err).await);
+                                }
+                            };
                         let (host, tenant) = (call.labels.host(), call.labels.tenant.as_deref());
                         match self
-                            .slot(host, tenant, &policy.limits, &policy.slo, call.deadline)
+                            .slot(host, tenant, &policy.limits, &policy.slo, &call)
                             .await
                         {
                             Ok(permit) => {
                                 if let Some(global) = &policy.limits.global {
+                                    let from = Instant::now();
                                     // Boxed: a store round trip would enlarge every call's future.
                                     let shared = Box::pin(self.admit_global(global, &call)).await;
+                                    segments.queued_since(from);
                                     if let Err(err) = shared {
                                         let err = err.at(&call.labels.method, &req.url);
                                         return Err(self.after_error(&req, err).await);
@@ -256,10 +339,7 @@ impl Inner {
                                 // `NetClient::send`, and measured, a second box here cost more (an
                                 // allocation per call) than the larger move it saved.
                                 let result = self.run(&mut req, url, &call).await;
-                                permit.record(match &result {
-                                    Ok(res) => Outcome::Response(res.status),
-                                    Err(e) => Outcome::Error(e.kind()),
-                                });
+                                record_limit(&permit, &result);
                                 result
                             }
                             Err(no) => {
@@ -298,12 +378,16 @@ impl Inner {
                     Ok(res) => res.attempts,
                     Err(e) => e.attempts(),
                 };
-                let elapsed = match &result {
-                    Ok(res) => res.elapsed,
-                    Err(_) => Elapsed {
+                let mut result = result;
+                let elapsed = match &mut result {
+                    Ok(res) => {
+                        res.elapsed = segments.fill(res.elapsed);
+                        res.elapsed
+                    }
+                    Err(_) => segments.fill(Elapsed {
                         total: started.elapsed(),
                         ..Elapsed::default()
-                    },
+                    }),
                 };
                 self.emit(|| NetEvent::RequestFinished {
                     req: call.info(),
@@ -354,7 +438,7 @@ impl Inner {
         tenant: Option<&str>,
         limits: &soulbase_net_policy::LimitsPolicy,
         slo: &soulbase_net_policy::SloPolicy,
-        deadline: Instant,
+        call: &Call<'_>,
     ) -> Result<LimitPermit, NoSlot> {
         let factors = self.slo.factors(host, slo);
         let limits = factors.limits(limits);
@@ -363,8 +447,11 @@ impl Inner {
             Some(acquired) => acquired.map_err(NoSlot::Limited),
             // Boxed: waiting is rare, and its future would enlarge every call's.
             None => {
+                let from = Instant::now();
                 let wait = Box::pin(self.limiter.acquire(host, tenant, limits));
-                match tokio::time::timeout_at(deadline, wait).await {
+                let waited = tokio::time::timeout_at(call.deadline, wait).await;
+                call.segments.queued_since(from);
+                match waited {
                     Ok(acquired) => acquired.map_err(NoSlot::Limited),
                     Err(_) => Err(NoSlot::Deadline),
                 }

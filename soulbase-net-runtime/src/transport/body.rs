@@ -24,6 +24,17 @@ use soulbase_net_core::BoxError;
 /// owns this type; the client builds its bodies to it).
 pub(crate) type ReqBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// What the pool asks of a request body — what hyper's HTTP/1.1 and HTTP/2 connections ask:
+/// a body that can move to the connection's task. The pool never looks inside one (it asks
+/// only `is_end_stream`), so it is generic over it as hyper-util's is; the client sends
+/// [`ReqBody`], the pool's default.
+pub(crate) trait RequestBody:
+    Body<Data: Send, Error: Into<BoxError>> + Send + Unpin + 'static
+{
+}
+
+impl<B> RequestBody for B where B: Body<Data: Send, Error: Into<BoxError>> + Send + Unpin + 'static {}
+
 /// What a response body holds on its connection while it is read.
 pub(crate) trait Lease: Send + Unpin + 'static {
     /// The body ended cleanly (read to its end, or dropped with hyper left to drain it): the

@@ -247,3 +247,108 @@ async fn a_wait_for_a_slot_ends_at_the_calls_deadline() {
     assert_eq!(first.await.unwrap().unwrap().status, 200);
     srv.join().await;
 }
+
+/// An interceptor that takes its time in `before` and `after`: the call's `w(proc)`.
+struct Slow {
+    before: Duration,
+    after: Duration,
+}
+
+#[async_trait::async_trait]
+impl soulbase_net_core::Interceptor for Slow {
+    async fn before(&self, _req: &mut NetRequest) -> Result<(), soulbase_net_core::NetError> {
+        tokio::time::sleep(self.before).await;
+        Ok(())
+    }
+
+    async fn after(
+        &self,
+        _req: &NetRequest,
+        _res: &mut soulbase_net_core::NetResponse,
+    ) -> Result<(), soulbase_net_core::NetError> {
+        tokio::time::sleep(self.after).await;
+        Ok(())
+    }
+}
+
+/// Keeps the `elapsed` of every `RequestFinished`.
+#[derive(Default)]
+struct Finished(parking_lot::Mutex<Vec<soulbase_net_core::Elapsed>>);
+
+impl soulbase_net_core::Observer for Finished {
+    fn on_event(&self, ev: &soulbase_net_core::NetEvent<'_>) {
+        if let soulbase_net_core::NetEvent::RequestFinished { elapsed, .. } = ev {
+            self.0.lock().push(*elapsed);
+        }
+    }
+}
+
+/// Seed 001 S75-4: `W_q_in + w(proc) + W_q_out + W_net ≤ timeout`, each segment measured per
+/// call where its time went. Two calls at once under a host limit of one: the first connects
+/// (80 ms, a slow network: its `queue_out`), runs 50 + 30 ms of interceptors (`processing`)
+/// and waits 120 ms for the head (`network`); the second waits for the first's slot
+/// (`queue_in`) and then reuses its connection (`queue_out` near zero).
+#[tokio::test]
+async fn each_segment_of_a_call_is_measured_where_its_time_went() {
+    let mut srv = FaultServer::http1()
+        .route("/s", Reply::ok("s").delay(Duration::from_millis(120)))
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.limits.per_host_concurrency = 1;
+    p.limits.max_wait = Duration::from_secs(5);
+    let finished = std::sync::Arc::new(Finished::default());
+    let h = harness_with(p, |b| {
+        b.dialer(std::sync::Arc::new(SlowConnect(Duration::from_millis(80))))
+            .interceptor(Slow {
+                before: Duration::from_millis(50),
+                after: Duration::from_millis(30),
+            })
+            .observer(finished.clone())
+    });
+    let timeout = Duration::from_secs(10);
+    let call = |client: soulbase_net_runtime::Client| {
+        let url = srv.url("/s");
+        async move {
+            let began = tokio::time::Instant::now();
+            let res = client
+                .send(NetRequest::get(url).total_timeout(timeout))
+                .await
+                .unwrap();
+            (res.elapsed, began.elapsed())
+        }
+    };
+    let first = tokio::spawn(call(h.client.clone()));
+    // The second asks once the first holds the host's only slot.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = tokio::spawn(call(h.client.clone()));
+    let (a, took_a) = first.await.unwrap();
+    let (b, took_b) = second.await.unwrap();
+    let ms = Duration::from_millis;
+    // Each segment is at least what was spent in it, and at most that plus scheduling.
+    let near = |got: Duration, spent: Duration| got >= spent && got <= spent + ms(150);
+    assert!(a.queue_in < ms(30), "{a:?}");
+    assert!(near(a.processing, ms(80)), "{a:?}");
+    assert!(
+        near(a.queue_out, ms(80)) && a.queue_out >= a.connect,
+        "{a:?}"
+    );
+    assert!(near(a.network, ms(120)), "{a:?}");
+    // The second waited for the first to end (its whole call, after hooks included).
+    assert!(
+        b.queue_in + ms(20) >= took_a.saturating_sub(ms(30)),
+        "{b:?} {took_a:?}"
+    );
+    assert!(near(b.processing, ms(80)), "{b:?}");
+    assert!(b.connect.is_zero() && b.queue_out < ms(30), "{b:?}");
+    assert!(near(b.network, ms(120)), "{b:?}");
+    // The budget closes: the segments fit in what the caller saw, which fits the timeout.
+    for (e, took) in [(a, took_a), (b, took_b)] {
+        assert!(e.segments() <= took && took <= timeout, "{e:?} {took:?}");
+    }
+    // Events carry the same figures as the responses.
+    let seen = finished.0.lock().clone();
+    assert!(seen.contains(&a) && seen.contains(&b), "{seen:?}");
+    srv.shutdown().await;
+}

@@ -10,6 +10,7 @@ mod h2c;
 mod layers;
 mod ready;
 mod replay;
+mod stack;
 
 /// The code `tonic-prost-build` 0.14 generated from `echo.proto` (with
 /// `build_transport(false)`), checked in so that building the tests needs no `protoc`.

@@ -29,7 +29,7 @@
 )]
 
 mod crash;
-mod tally;
+pub(crate) mod tally;
 mod traffic;
 mod world;
 

@@ -14,31 +14,45 @@
 //! value): a quarter of it, so that the client's idle connections alone never take the
 //! process to `EMFILE`.
 
-use std::sync::{
-    atomic::{AtomicUsize, Ordering},
-    Arc, Weak,
+use std::{
+    any::Any,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Weak,
+    },
 };
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::{Origin, Shared};
-
 /// The kept-connection budget of one client, shared by its pools.
 pub(crate) struct IdleBudget {
     max: usize,
     kept: AtomicUsize,
-    pools: Mutex<Vec<Weak<Shared>>>,
+    /// The pools, whatever request body each sends (see [`Kept`]).
+    pools: Mutex<Vec<Weak<dyn Kept>>>,
     /// Held by the one eviction running (others skip theirs: it serves them too).
     evicting: Mutex<()>,
+}
+
+/// A pool whose kept connections count in the budget: the budget holds pools of any
+/// request body (the pool is generic over it) behind this trait.
+pub(super) trait Kept: Send + Sync + 'static {
+    /// Adds the pool's connections the budget may evict to `out`.
+    fn idle_candidates(self: Arc<Self>, out: &mut Vec<Candidate>);
+
+    /// Evicts the candidate's connection, if it is still idle: `origin` is the pool's own
+    /// origin that [`idle_candidates`](Kept::idle_candidates) gave.
+    fn evict(&self, origin: &(dyn Any + Send + Sync), h2: Option<u64>);
 }
 
 /// An idle connection that may be evicted.
 pub(super) struct Candidate {
     /// Since when it has been idle (HTTP/1.1) or unused (HTTP/2).
     pub(super) since: Instant,
-    pub(super) pool: Arc<Shared>,
-    pub(super) origin: Arc<Origin>,
+    pub(super) pool: Arc<dyn Kept>,
+    /// The pool's origin (an `Origin` of the pool's body type).
+    pub(super) origin: Arc<dyn Any + Send + Sync>,
     /// `None`: the origin's oldest idle HTTP/1.1 connection; `Some(serial)`: its HTTP/2 one.
     pub(super) h2: Option<u64>,
 }
@@ -69,10 +83,10 @@ impl IdleBudget {
     }
 
     /// Makes `pool` one of those whose connections count and may be evicted.
-    pub(super) fn register(&self, pool: &Arc<Shared>) {
+    pub(super) fn register(&self, pool: Weak<dyn Kept>) {
         let mut pools = self.pools.lock();
         pools.retain(|p| p.strong_count() > 0);
-        pools.push(Arc::downgrade(pool));
+        pools.push(pool);
     }
 
     pub(super) fn add(&self, n: usize) {
@@ -104,9 +118,10 @@ impl IdleBudget {
         if excess == 0 {
             return;
         }
-        let pools: Vec<Arc<Shared>> = self.pools.lock().iter().filter_map(Weak::upgrade).collect();
+        let pools: Vec<Arc<dyn Kept>> =
+            self.pools.lock().iter().filter_map(Weak::upgrade).collect();
         let mut candidates = Vec::new();
-        for pool in &pools {
+        for pool in pools {
             pool.idle_candidates(&mut candidates);
         }
         // The oldest first; only as many as needed are sorted into place.
@@ -119,7 +134,7 @@ impl IdleBudget {
             candidates.truncate(n);
         }
         for c in candidates {
-            c.pool.evict(&c.origin, c.h2);
+            c.pool.evict(&*c.origin, c.h2);
         }
     }
 }

@@ -22,14 +22,14 @@ use tokio::{
 use super::connection::spawn_connection;
 use super::forms::host_header;
 use super::{Facts, Next, Origin, Sender, Shared, SharedH2, State, Stream, DNS_RECHECK};
-use crate::transport::body::ReqBody;
+use crate::transport::body::RequestBody;
 use crate::transport::connect::Conn;
 
 // === impl Shared ===
 
-impl Shared {
+impl<B: RequestBody> Shared<B> {
     /// The origin of `uri`, made on first use.
-    pub(super) fn origin(&self, uri: &Uri) -> Result<Arc<Origin>, NetError> {
+    pub(super) fn origin(&self, uri: &Uri) -> Result<Arc<Origin<B>>, NetError> {
         let https = crate::transport::connect::is_https(uri)?;
         let authority = uri
             .authority()
@@ -66,9 +66,9 @@ impl Shared {
     /// for this request.
     pub(super) async fn checkout(
         self: &Arc<Self>,
-        origin: &Arc<Origin>,
+        origin: &Arc<Origin<B>>,
         uri: &Uri,
-    ) -> Result<(Sender, Option<Duration>), NetError> {
+    ) -> Result<(Sender<B>, Option<Duration>), NetError> {
         loop {
             let (next, check_dns) = self.next(origin);
             if check_dns {
@@ -99,11 +99,11 @@ impl Shared {
     /// cap, then opens one; `None` when the request should look again.
     pub(super) async fn wait(
         self: &Arc<Self>,
-        origin: &Arc<Origin>,
+        origin: &Arc<Origin<B>>,
         uri: &Uri,
-        mut rx: oneshot::Receiver<Sender>,
+        mut rx: oneshot::Receiver<Sender<B>>,
         may_connect: bool,
-    ) -> Result<Option<(Sender, Option<Duration>)>, NetError> {
+    ) -> Result<Option<(Sender<B>, Option<Duration>)>, NetError> {
         let acquire = origin.cap.clone().acquire_owned();
         tokio::pin!(acquire);
         let got = std::future::poll_fn(|cx| {
@@ -141,7 +141,7 @@ impl Shared {
 
     /// Looks at the origin's state once, under its lock; and says whether the origin's host
     /// name is due to be checked (see [`Follow`]).
-    pub(super) fn next(&self, origin: &Origin) -> (Next, bool) {
+    pub(super) fn next(&self, origin: &Origin<B>) -> (Next<B>, bool) {
         let mut state = origin.state.lock();
         let now = Instant::now();
         let check_dns = !state.dns.checking && state.dns.next.is_some_and(|at| now >= at);
@@ -153,7 +153,12 @@ impl Shared {
 
     /// [`Shared::next`] under the origin's lock. Connections whose address the name no
     /// longer has were taken out when the answer changed (see [`Shared::follow_dns`]).
-    pub(super) fn next_locked(&self, origin: &Origin, state: &mut State, now: Instant) -> Next {
+    pub(super) fn next_locked(
+        &self,
+        origin: &Origin<B>,
+        state: &mut State<B>,
+        now: Instant,
+    ) -> Next<B> {
         if let Some(h2) = &mut state.h2 {
             if !h2.tx.is_closed() && !self.too_old(h2.born, now) {
                 h2.used = now;
@@ -199,17 +204,17 @@ impl Shared {
     /// origin offered `h2` by ALPN that has not answered with HTTP/1.1 — so that the requests
     /// arriving meanwhile wait for it instead of each opening a connection (a burst of 256
     /// callers to a new HTTP/2 origin opened 256 connections, of which one was needed).
-    pub(super) fn expects_h2(&self, origin: &Origin, state: &State) -> bool {
+    pub(super) fn expects_h2(&self, origin: &Origin<B>, state: &State<B>) -> bool {
         self.cfg.http2_only || (origin.https && self.cfg.h2_alpn && state.speaks_h2 != Some(false))
     }
 
     /// Opens a connection to `origin` under `permit`.
     pub(super) async fn open(
         self: &Arc<Self>,
-        origin: &Arc<Origin>,
+        origin: &Arc<Origin<B>>,
         uri: &Uri,
         permit: OwnedSemaphorePermit,
-    ) -> Result<(Sender, Duration), NetError> {
+    ) -> Result<(Sender<B>, Duration), NetError> {
         // Whatever happens to this connect (failure, or the request dropped), waiters for an
         // HTTP/2-only connect are told to look again.
         let connecting = Connecting {
@@ -232,7 +237,7 @@ impl Shared {
             let heard = conn.heard();
             let (tx, connection) = self
                 .h2
-                .handshake::<Conn, ReqBody>(conn)
+                .handshake::<Conn, B>(conn)
                 .await
                 .map_err(crate::classify::send_error)?;
             let now = Instant::now();
@@ -283,7 +288,7 @@ impl Shared {
             let proxied = conn.is_proxied();
             let (tx, connection) = self
                 .h1
-                .handshake::<Conn, ReqBody>(conn)
+                .handshake::<Conn, B>(conn)
                 .await
                 .map_err(crate::classify::send_error)?;
             spawn_connection(connection, origin.open.clone(), || {});
@@ -303,12 +308,12 @@ impl Shared {
 
 /// Clears an HTTP/2-only connect's mark when it ends, however it ends; the requests waiting
 /// for it are told to look again (a successful connect has already served them).
-pub(super) struct Connecting<'a> {
-    origin: &'a Origin,
+pub(super) struct Connecting<'a, B> {
+    origin: &'a Origin<B>,
     h2: bool,
 }
 
-impl Drop for Connecting<'_> {
+impl<B> Drop for Connecting<'_, B> {
     fn drop(&mut self) {
         if !self.h2 {
             return;

@@ -14,7 +14,7 @@ use std::{
 use hyper::client::conn::http1;
 use soulbase_net_core::NetError;
 
-use crate::transport::body::ReqBody;
+use crate::transport::body::RequestBody;
 
 /// Runs a connection until it closes, counted in `open` meanwhile; `ended` runs once it has
 /// closed (its future dropped).
@@ -41,10 +41,10 @@ pub(super) fn spawn_connection<F>(
 /// connection ended (see the module docs) is handed back only when its last sender is gone,
 /// and `tx` is the only one: so when the connection says it closed, `tx` is dropped and the
 /// wait goes on for the request to come back.
-pub(super) async fn watch_h1<F: Future>(
+pub(super) async fn watch_h1<F: Future, B: RequestBody>(
     sent: F,
-    tx: http1::SendRequest<ReqBody>,
-) -> (F::Output, Option<http1::SendRequest<ReqBody>>) {
+    tx: http1::SendRequest<B>,
+) -> (F::Output, Option<http1::SendRequest<B>>) {
     let mut sent = std::pin::pin!(sent);
     let mut tx = Some(tx);
     let out = std::future::poll_fn(|cx| {
@@ -85,7 +85,9 @@ pub(super) fn unwritten(e: hyper::Error) -> NetError {
 /// request with content arrives incomplete and cannot be processed, but a request whose
 /// head is the whole of it may be. So a GOAWAY is taken for "not processed" except for a
 /// request that is complete in its head and not idempotent (a POST without a body): that
-/// one fails as `Io`, and the retry rules for non-idempotent requests apply.
+/// one fails as `Io`, and the retry rules for non-idempotent requests apply — but it is not
+/// counted by the breaker nor the SLO controller (a GOAWAY is the server's routine lifecycle,
+/// not a failure of the upstream; see [`crate::classify::raced_by_goaway`]).
 pub(super) fn going_away(e: &hyper::Error) -> bool {
     crate::classify::remote_h2(e).is_some_and(h2::Error::is_go_away)
 }

@@ -54,7 +54,7 @@ pub(super) fn host_header(authority: &Authority, https: bool) -> Result<HeaderVa
 
 /// The absolute form of `path` (an origin-form target) at `origin`: what [`origin_form`]
 /// took away, for a request that goes again on another connection.
-pub(super) fn absolute_form(origin: &Origin, path: &Uri) -> Result<Uri, NetError> {
+pub(super) fn absolute_form<B>(origin: &Origin<B>, path: &Uri) -> Result<Uri, NetError> {
     let mut parts = Parts::default();
     parts.scheme = Some(if origin.https {
         http::uri::Scheme::HTTPS

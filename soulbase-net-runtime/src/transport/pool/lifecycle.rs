@@ -3,6 +3,7 @@
 //! host name moved in DNS, its HTTP/2 connection going away) and reaped.
 
 use std::{
+    any::Any,
     sync::{atomic::Ordering, Arc, Weak},
     time::Duration,
 };
@@ -11,16 +12,16 @@ use hyper::client::conn::http1;
 use soulbase_net_core::{NetEvent, RetireReason};
 use tokio::time::Instant;
 
-use super::budget::Candidate;
+use super::budget::{Candidate, Kept};
 use super::{Facts, Idle, Origin, Sender, Shared, SharedH2, State, Stream, DNS_RECHECK};
-use crate::transport::body::{self, ReqBody, WireBody};
+use crate::transport::body::{self, ReqBody, RequestBody, WireBody};
 
-impl Shared {
+impl<B: RequestBody> Shared<B> {
     /// Gives a connection back: to the first request still waiting, else to the idle list.
     pub(super) fn give_back(
         self: &Arc<Self>,
-        origin: &Origin,
-        tx: http1::SendRequest<ReqBody>,
+        origin: &Origin<B>,
+        tx: http1::SendRequest<B>,
         facts: Facts,
     ) {
         let now = Instant::now();
@@ -59,7 +60,7 @@ impl Shared {
     }
 
     /// Sets the origin's shared HTTP/2 connection, counting it in the budget.
-    pub(super) fn set_h2(&self, state: &mut State, h2: Option<SharedH2>) {
+    pub(super) fn set_h2(&self, state: &mut State<B>, h2: Option<SharedH2<B>>) {
         match (state.h2.is_some(), h2.is_some()) {
             (false, true) => self.budget.add(1),
             (true, false) => self.budget.sub(1),
@@ -69,7 +70,7 @@ impl Shared {
     }
 
     /// Takes the most recently used idle HTTP/1.1 connection of the origin.
-    pub(super) fn pop_idle(&self, state: &mut State) -> Option<Idle> {
+    pub(super) fn pop_idle(&self, state: &mut State<B>) -> Option<Idle<B>> {
         let idle = state.idle.pop();
         if idle.is_some() {
             self.budget.sub(1);
@@ -78,14 +79,18 @@ impl Shared {
     }
 
     /// Keeps `idle` as the origin's most recently used idle HTTP/1.1 connection.
-    pub(super) fn push_idle(&self, state: &mut State, idle: Idle) {
+    pub(super) fn push_idle(&self, state: &mut State<B>, idle: Idle<B>) {
         state.idle.push(idle);
         self.budget.add(1);
     }
 
     /// Keeps the idle HTTP/1.1 connections of the origin for which `keep` says so; returns
     /// how many went.
-    pub(super) fn retain_idle(&self, state: &mut State, keep: impl FnMut(&Idle) -> bool) -> usize {
+    pub(super) fn retain_idle(
+        &self,
+        state: &mut State<B>,
+        keep: impl FnMut(&Idle<B>) -> bool,
+    ) -> usize {
         let before = state.idle.len();
         state.idle.retain(keep);
         let gone = before - state.idle.len();
@@ -101,59 +106,8 @@ impl Shared {
         }
     }
 
-    /// The idle connections of this pool that the budget may evict: every idle HTTP/1.1
-    /// connection, and each HTTP/2 one with no request on it.
-    pub(super) fn idle_candidates(self: &Arc<Self>, out: &mut Vec<Candidate>) {
-        let origins = self.origins.lock();
-        for origin in origins.http.map.values().chain(origins.https.map.values()) {
-            let state = origin.state.lock();
-            for idle in &state.idle {
-                out.push(Candidate {
-                    since: idle.since,
-                    pool: self.clone(),
-                    origin: origin.clone(),
-                    h2: None,
-                });
-            }
-            if let Some(h2) = state.h2.as_ref().filter(|h2| h2.is_idle()) {
-                out.push(Candidate {
-                    since: h2.used,
-                    pool: self.clone(),
-                    origin: origin.clone(),
-                    h2: Some(h2.serial),
-                });
-            }
-        }
-    }
-
-    /// Evicts the origin's oldest idle HTTP/1.1 connection (`h2` is `None`), or its HTTP/2
-    /// connection `h2` if it still has no request on it.
-    pub(super) fn evict(&self, origin: &Origin, h2: Option<u64>) {
-        let mut state = origin.state.lock();
-        let evicted = match h2 {
-            None if !state.idle.is_empty() => {
-                state.idle.remove(0);
-                self.budget.sub(1);
-                true
-            }
-            None => false,
-            Some(serial) => {
-                let idle =
-                    (state.h2.as_ref()).is_some_and(|h2| h2.serial == serial && h2.is_idle());
-                if idle {
-                    self.set_h2(&mut state, None);
-                }
-                idle
-            }
-        };
-        drop(state);
-        if evicted {
-            self.retired(origin, RetireReason::IdleBudget, 1);
-        }
-    }
-
     /// Reports `n` connections of `origin` retired for `reason`.
-    pub(super) fn retired(&self, origin: &Origin, reason: RetireReason, n: usize) {
+    pub(super) fn retired(&self, origin: &Origin<B>, reason: RetireReason, n: usize) {
         let host = origin.host.to_str().unwrap_or("");
         for _ in 0..n {
             self.connector
@@ -166,7 +120,7 @@ impl Shared {
     /// answer no longer holds the address a pooled connection went to, that connection takes
     /// no new request (idle ones close now, busy ones when given back, the HTTP/2 one when
     /// its streams are done). A failed lookup changes nothing.
-    pub(super) fn follow_dns(self: &Arc<Self>, origin: &Arc<Origin>) {
+    pub(super) fn follow_dns(self: &Arc<Self>, origin: &Arc<Origin<B>>) {
         let (Some(name), Ok(runtime)) = (
             origin.name.as_deref(),
             tokio::runtime::Handle::try_current(),
@@ -204,7 +158,7 @@ impl Shared {
 
     /// Takes the origin's HTTP/2 connection `serial` out of the pool (it is going away): it
     /// finishes the streams it has, and the next request opens another.
-    pub(super) fn retire_h2(&self, origin: &Origin, serial: u64) {
+    pub(super) fn retire_h2(&self, origin: &Origin<B>, serial: u64) {
         let mut state = origin.state.lock();
         if state.h2.as_ref().is_some_and(|h2| h2.serial == serial) {
             self.set_h2(&mut state, None);
@@ -215,7 +169,7 @@ impl Shared {
 
     /// Takes the origin's HTTP/2 connection `serial` out of the pool, without an event: its
     /// task has ended (the server closed it, or it finished draining).
-    pub(super) fn forget_h2(&self, origin: &Origin, serial: u64) {
+    pub(super) fn forget_h2(&self, origin: &Origin<B>, serial: u64) {
         let mut state = origin.state.lock();
         if state.h2.as_ref().is_some_and(|h2| h2.serial == serial) {
             self.set_h2(&mut state, None);
@@ -248,7 +202,7 @@ impl Shared {
             .idle_timeout
             .min(lifetime)
             .max(Duration::from_millis(10));
-        let pool: Weak<Shared> = Arc::downgrade(self);
+        let pool: Weak<Shared<B>> = Arc::downgrade(self);
         let mut alive = self.alive.subscribe();
         runtime.spawn(async move {
             loop {
@@ -305,32 +259,82 @@ impl Shared {
     }
 }
 
+impl<B: RequestBody> Kept for Shared<B> {
+    /// Every idle HTTP/1.1 connection of the pool, and each HTTP/2 one with no request on it.
+    fn idle_candidates(self: Arc<Self>, out: &mut Vec<Candidate>) {
+        let origins = self.origins.lock();
+        for origin in origins.http.map.values().chain(origins.https.map.values()) {
+            let state = origin.state.lock();
+            let candidate = |since, h2| Candidate {
+                since,
+                pool: self.clone(),
+                origin: origin.clone(),
+                h2,
+            };
+            out.extend(state.idle.iter().map(|idle| candidate(idle.since, None)));
+            if let Some(h2) = state.h2.as_ref().filter(|h2| h2.is_idle()) {
+                out.push(candidate(h2.used, Some(h2.serial)));
+            }
+        }
+    }
+
+    /// Evicts the origin's oldest idle HTTP/1.1 connection (`h2` is `None`), or its HTTP/2
+    /// connection `h2` if it still has no request on it.
+    fn evict(&self, origin: &(dyn Any + Send + Sync), h2: Option<u64>) {
+        // Always one of this pool's origins (see `idle_candidates`).
+        let Some(origin) = origin.downcast_ref::<Origin<B>>() else {
+            return;
+        };
+        let mut state = origin.state.lock();
+        let evicted = match h2 {
+            None if !state.idle.is_empty() => {
+                state.idle.remove(0);
+                self.budget.sub(1);
+                true
+            }
+            None => false,
+            Some(serial) => {
+                let idle =
+                    (state.h2.as_ref()).is_some_and(|h2| h2.serial == serial && h2.is_idle());
+                if idle {
+                    self.set_h2(&mut state, None);
+                }
+                idle
+            }
+        };
+        drop(state);
+        if evicted {
+            self.retired(origin, RetireReason::IdleBudget, 1);
+        }
+    }
+}
+
 /// Gives an HTTP/1.1 connection back to the pool once its response was read to the end.
-pub(crate) struct GiveBack {
-    pub(super) shared: Arc<Shared>,
-    pub(super) origin: Arc<Origin>,
-    pub(super) tx: http1::SendRequest<ReqBody>,
+pub(crate) struct GiveBack<B> {
+    pub(super) shared: Arc<Shared<B>>,
+    pub(super) origin: Arc<Origin<B>>,
+    pub(super) tx: http1::SendRequest<B>,
     pub(super) facts: Facts,
 }
 
-impl GiveBack {
+impl<B: RequestBody> GiveBack<B> {
     fn give(self) {
         self.shared.give_back(&self.origin, self.tx, self.facts);
     }
 }
 
 /// What a pool response's body holds on its connection (see [`body::Lease`]).
-pub(crate) enum Lease {
+pub(crate) enum Lease<B = ReqBody> {
     /// An HTTP/1.1 connection, given back when the body ends (hyper drains what is left of
     /// a dropped body when it has already arrived, and closes the connection otherwise; the
     /// request that takes the connection next waits for one or the other, and a closed one
     /// is discarded).
-    H1(GiveBack),
+    H1(GiveBack<B>),
     /// An HTTP/2 response's stream, counted on its connection until the body ends.
     H2(Stream),
 }
 
-impl body::Lease for Lease {
+impl<B: RequestBody> body::Lease for Lease<B> {
     fn release(self) {
         match self {
             Lease::H1(back) => back.give(),
@@ -340,4 +344,4 @@ impl body::Lease for Lease {
 }
 
 /// A response body from the pool.
-pub(crate) type PoolBody = WireBody<Lease>;
+pub(crate) type PoolBody<B = ReqBody> = WireBody<Lease<B>>;

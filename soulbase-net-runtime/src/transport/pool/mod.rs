@@ -56,7 +56,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::body::{ReqBody, WireBody};
+use super::body::{ReqBody, RequestBody, WireBody};
 use super::connect::Connector;
 use crate::pruned::PrunedMap;
 
@@ -98,16 +98,16 @@ pub(crate) struct PoolConfig {
 }
 
 /// The pool of one transport.
-pub(crate) struct Pool {
-    shared: Arc<Shared>,
+pub(crate) struct Pool<B = ReqBody> {
+    shared: Arc<Shared<B>>,
 }
 
-struct Shared {
+struct Shared<B> {
     connector: Connector,
     cfg: PoolConfig,
     h1: http1::Builder,
     h2: http2::Builder<TokioExecutor>,
-    origins: Mutex<Origins>,
+    origins: Mutex<Origins<B>>,
     /// Whether a reaper task is running.
     reaping: AtomicBool,
     /// Dropped with the pool: a reaper asleep until its next pass ends at once instead.
@@ -118,12 +118,12 @@ struct Shared {
 
 /// Origins by authority, one map per scheme (a lookup needs no key built). Origins without
 /// connections are pruned in bulk (see [`PrunedMap`]): origins that keep connections stay.
-struct Origins {
-    http: PrunedMap<Arc<Origin>>,
-    https: PrunedMap<Arc<Origin>>,
+struct Origins<B> {
+    http: PrunedMap<Arc<Origin<B>>>,
+    https: PrunedMap<Arc<Origin<B>>>,
 }
 
-impl Default for Origins {
+impl<B> Default for Origins<B> {
     fn default() -> Self {
         Self {
             http: PrunedMap::new(MAX_ORIGINS),
@@ -143,7 +143,7 @@ const MAX_ORIGINS: usize = 4096;
 const MAX_STALE: usize = 8;
 
 /// One origin's connections.
-struct Origin {
+struct Origin<B> {
     /// Whether it is an `https` origin (ALPN decides its protocol).
     https: bool,
     /// The `Host` header of HTTP/1.1 requests to this origin, made once.
@@ -154,26 +154,39 @@ struct Origin {
     open: Arc<AtomicUsize>,
     /// The host name its connections follow (see [`Follow`]); `None` for an IP literal.
     name: Option<Box<str>>,
-    state: Mutex<State>,
+    state: Mutex<State<B>>,
 }
 
-#[derive(Default)]
-struct State {
+struct State<B> {
     /// Idle HTTP/1.1 connections; the most recently used last.
-    idle: Vec<Idle>,
+    idle: Vec<Idle<B>>,
     /// The HTTP/2 connection requests share.
-    h2: Option<SharedH2>,
+    h2: Option<SharedH2<B>>,
     /// A connect that will (or, by ALPN, may) give HTTP/2 is under way; other requests wait
     /// for it rather than each opening a connection the first one would have served.
     h2_connecting: bool,
     /// What the last connect's ALPN said: HTTP/2 or not (`None` before the first).
     speaks_h2: Option<bool>,
     /// Requests waiting for a connection (given back, or a new HTTP/2 one).
-    waiters: VecDeque<oneshot::Sender<Sender>>,
+    waiters: VecDeque<oneshot::Sender<Sender<B>>>,
     /// The serial of the last HTTP/2 connection opened to this origin.
     h2_serial: u64,
     /// The origin's host name, as its connections follow it.
     dns: Follow,
+}
+
+impl<B> Default for State<B> {
+    fn default() -> Self {
+        Self {
+            idle: Vec::new(),
+            h2: None,
+            h2_connecting: false,
+            speaks_h2: None,
+            waiters: VecDeque::new(),
+            h2_serial: 0,
+            dns: Follow::default(),
+        }
+    }
 }
 
 /// Following the DNS answer of an origin's host name: every [`DNS_RECHECK`] while the origin
@@ -205,8 +218,8 @@ impl Follow {
 /// How often an origin in use asks for its host name's answer again.
 const DNS_RECHECK: Duration = Duration::from_secs(1);
 
-struct Idle {
-    tx: http1::SendRequest<ReqBody>,
+struct Idle<B> {
+    tx: http1::SendRequest<B>,
     facts: Facts,
     /// When it became idle.
     since: Instant,
@@ -225,8 +238,8 @@ struct Facts {
 }
 
 /// An origin's shared HTTP/2 connection.
-struct SharedH2 {
-    tx: http2::SendRequest<ReqBody>,
+struct SharedH2<B> {
+    tx: http2::SendRequest<B>,
     /// Which of the origin's HTTP/2 connections it is, so that a request that learnt it is
     /// going away (GOAWAY) retires this one and not its successor.
     serial: u64,
@@ -243,13 +256,13 @@ struct SharedH2 {
 }
 
 /// A connection's sending half, as a request holds it.
-enum Sender {
+enum Sender<B> {
     H1 {
-        tx: http1::SendRequest<ReqBody>,
+        tx: http1::SendRequest<B>,
         facts: Facts,
     },
     H2 {
-        tx: http2::SendRequest<ReqBody>,
+        tx: http2::SendRequest<B>,
         /// The connection's [`SharedH2::serial`].
         serial: u64,
         /// This request, counted among the connection's streams until its body ends.
@@ -276,11 +289,11 @@ impl Drop for Stream {
 }
 
 /// What a request does after looking at its origin's state.
-enum Next {
-    Use(Sender),
+enum Next<B> {
+    Use(Sender<B>),
     Connect(OwnedSemaphorePermit),
     Wait {
-        rx: oneshot::Receiver<Sender>,
+        rx: oneshot::Receiver<Sender<B>>,
         /// Whether a freed slot under the cap may end the wait (not while an HTTP/2-only
         /// connect is under way: the others wait for that one).
         may_connect: bool,
@@ -289,7 +302,7 @@ enum Next {
 
 // === impl Pool ===
 
-impl Pool {
+impl<B: RequestBody> Pool<B> {
     pub(crate) fn new(connector: Connector, cfg: PoolConfig, budget: Arc<IdleBudget>) -> Self {
         let mut h1 = http1::Builder::new();
         if let Some(max) = cfg.max_headers {
@@ -316,7 +329,8 @@ impl Pool {
             alive: tokio::sync::watch::Sender::new(()),
             budget,
         });
-        shared.budget.register(&shared);
+        let kept: std::sync::Weak<dyn budget::Kept> = Arc::downgrade(&shared) as _;
+        shared.budget.register(kept);
         Pool { shared }
     }
 
@@ -332,8 +346,8 @@ impl Pool {
     )]
     pub(crate) fn send(
         &self,
-        mut req: Request<ReqBody>,
-    ) -> impl Future<Output = Result<(Response<PoolBody>, Duration), NetError>> + Send + '_ {
+        mut req: Request<B>,
+    ) -> impl Future<Output = Result<(Response<PoolBody<B>>, Duration), NetError>> + Send + '_ {
         async move {
             let shared = &self.shared;
             let origin = shared.origin(req.uri())?;
@@ -428,14 +442,9 @@ impl Pool {
                                     // replacement while the old one finishes what it took.
                                     shared.retire_h2(&origin, serial);
                                     if complete_in_head {
-                                        return Err(NetError::new(
-                                            soulbase_net_core::ErrorKind::Io,
-                                        )
-                                        .with_message(
-                                            "the server is closing the connection (GOAWAY); \
-                                             the request may have been processed",
-                                        )
-                                        .with_source(e));
+                                        // `Io` for the caller; not a failure of the upstream
+                                        // for the breaker (see `raced_by_goaway`).
+                                        return Err(crate::classify::raced_by_goaway(e));
                                     }
                                     return Err(crate::classify::send_error(e));
                                 }
@@ -453,7 +462,7 @@ impl Pool {
     }
 }
 
-impl Pool {
+impl<B: RequestBody> Pool<B> {
     /// Opens (or finds) a connection to the origin of `uri` without sending anything on it;
     /// an HTTP/1.1 one goes back to the pool idle. The TCP side of an `h3-or-tcp` race.
     #[cfg(feature = "http3")]
@@ -493,7 +502,7 @@ impl Pool {
     }
 }
 
-impl Drop for Shared {
+impl<B> Drop for Shared<B> {
     /// The pool's kept connections close with it: they leave the client's budget.
     fn drop(&mut self) {
         let origins = self.origins.get_mut();
@@ -507,7 +516,7 @@ impl Drop for Shared {
     }
 }
 
-impl fmt::Debug for Pool {
+impl<B> fmt::Debug for Pool<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pool")
             .field("cfg", &self.shared.cfg)
@@ -517,7 +526,7 @@ impl fmt::Debug for Pool {
 
 // === impl Origin ===
 
-impl Origin {
+impl<B> Origin<B> {
     /// Whether the origin has no connections, kept or in use, and nobody waiting.
     fn is_empty(&self, cap: usize) -> bool {
         let state = self.state.lock();
@@ -531,7 +540,7 @@ impl Origin {
 
 // === impl SharedH2 ===
 
-impl SharedH2 {
+impl<B> SharedH2<B> {
     /// Open with no request on it: what the idle gauge counts.
     fn is_idle(&self) -> bool {
         !self.tx.is_closed() && self.streams.load(Ordering::Relaxed) == 0
@@ -540,7 +549,7 @@ impl SharedH2 {
 
 // === impl Sender ===
 
-impl Sender {
+impl<B: RequestBody> Sender<B> {
     /// Waits until the connection can take a request; false when it closed.
     async fn ready(&mut self) -> bool {
         match self {
@@ -593,7 +602,7 @@ mod tests {
     }
 
     /// An origin with (`busy`) or without a connection: a busy one holds its only slot.
-    fn origin(busy: bool) -> Arc<Origin> {
+    fn origin(busy: bool) -> Arc<Origin<ReqBody>> {
         let cap = Arc::new(Semaphore::new(1));
         if busy {
             cap.clone().try_acquire_owned().unwrap().forget();
@@ -627,7 +636,7 @@ mod tests {
             ("http://[::1]:8080/v6?q", false),
         ] {
             let mut uri: http::Uri = url.parse().unwrap();
-            let origin = Origin {
+            let origin: Origin<ReqBody> = Origin {
                 https,
                 host: host_header(uri.authority().unwrap(), https).unwrap(),
                 cap: Arc::new(Semaphore::new(1)),
@@ -638,6 +647,102 @@ mod tests {
             let absolute = origin_form(&mut uri).unwrap();
             assert_eq!(absolute_form(&origin, &uri).unwrap(), absolute, "{url}");
         }
+    }
+
+    /// A pool of its own for request bodies of type `B`, to loopback, with nothing but the
+    /// defaults (`http2_only` for prior-knowledge h2c).
+    fn pool_of<B: RequestBody>(http2_only: bool) -> (Pool<B>, Arc<std::sync::atomic::AtomicU64>) {
+        let mut security = soulbase_net_policy::SecurityPolicy::default();
+        security.grants.cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+        let mut dns = soulbase_net_policy::DnsPolicy::default();
+        // IP literals only: the resolver is never asked (and never the system's).
+        dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
+        let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let connector = Connector::new(crate::transport::connect::ConnectorConfig {
+            guard: soulbase_net_policy::AddressGuard::new(&security).unwrap(),
+            tls: crate::tls::client_config(&soulbase_net_policy::TlsPolicy::default(), &[])
+                .unwrap(),
+            proxy_tls: None,
+            dialer: Arc::new(crate::testing::LoopbackDialer::default()),
+            resolver: Arc::new(crate::dns::DnsResolver::new(&dns).unwrap()),
+            observer: Arc::new(soulbase_net_core::NoopObserver),
+            connect_timeout: Duration::from_secs(5),
+            happy_eyeballs_delay: None,
+            freeze_addresses: None,
+            proxy: None,
+            proxy_resolves_locally: false,
+            opened: opened.clone(),
+        });
+        let cfg = PoolConfig {
+            idle_timeout: Duration::from_secs(30),
+            max_idle_per_origin: 8,
+            max_lifetime: None,
+            keep_alive: None,
+            per_origin_cap: 8,
+            http2_only,
+            h2_alpn: false,
+            max_headers: None,
+            max_head_bytes: 64 * 1024,
+        };
+        (Pool::new(connector, cfg, IdleBudget::new(64)), opened)
+    }
+
+    /// The pool takes any request body hyper's connections take, as hyper-util's does: here
+    /// `Full` and `Empty` bodies, not the client's boxed `ReqBody`, over HTTP/1.1 (the
+    /// connection given back and reused) and over h2c (one shared connection).
+    #[tokio::test]
+    async fn the_pool_sends_bodies_of_any_type() {
+        use http_body_util::{BodyExt, Empty, Full};
+        let srv = soulbase_net_testkit::FaultServer::http1()
+            .route("/echo", soulbase_net_testkit::Reply::ok("ok"))
+            .start()
+            .await
+            .unwrap();
+        let url = srv.url("/echo");
+        let (pool, opened) = pool_of::<Full<bytes::Bytes>>(false);
+        for i in 0..3 {
+            let req = Request::post(url.as_str())
+                .body(Full::new(bytes::Bytes::from(format!("body {i}"))))
+                .unwrap();
+            let (res, _) = pool.send(req).await.unwrap();
+            assert_eq!(res.status(), 200);
+            // Read to its end: the connection goes back to the pool.
+            assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "ok");
+        }
+        assert_eq!(
+            opened.load(Ordering::Relaxed),
+            1,
+            "one HTTP/1.1 connection, reused"
+        );
+        let bodies: Vec<String> = srv.requests("/echo").iter().map(|r| r.text()).collect();
+        assert_eq!(bodies, ["body 0", "body 1", "body 2"]);
+
+        let h2c = soulbase_net_testkit::FaultServer::http2()
+            .route("/echo", soulbase_net_testkit::Reply::ok("ok"))
+            .start()
+            .await
+            .unwrap();
+        let (pool, opened) = pool_of::<Empty<bytes::Bytes>>(true);
+        let pool = Arc::new(pool);
+        let mut sent = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            let (pool, url) = (pool.clone(), h2c.url("/echo"));
+            sent.spawn(async move {
+                let req = Request::get(url.as_str()).body(Empty::new()).unwrap();
+                pool.send(req).await
+            });
+        }
+        while let Some(sent) = sent.join_next().await {
+            let sent = sent.unwrap();
+            let (res, _) = sent.unwrap();
+            assert_eq!(res.version(), http::Version::HTTP_2);
+            assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "ok");
+        }
+        assert_eq!(
+            opened.load(Ordering::Relaxed),
+            1,
+            "one shared HTTP/2 connection"
+        );
     }
 
     #[test]
