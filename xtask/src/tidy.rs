@@ -56,6 +56,15 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "soulbase-net-agent",
+        &[
+            "soulbase-net-core",
+            "soulbase-net-policy",
+            "soulbase-net-store",
+            "soulbase-net-runtime",
+        ],
+    ),
+    (
         "soulbase-net",
         &[
             "soulbase-net-core",

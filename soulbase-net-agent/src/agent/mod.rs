@@ -1,0 +1,486 @@
+//! The agent: registers with its control plane, claims leased tasks as its queues have room,
+//! runs them, keeps their leases alive while they run, and reports what they observed.
+//!
+//! It owns its leases while it holds them and nothing else: tasks, their schedule and their
+//! results are the control plane's.
+//!
+//! The parts, each a task of its own (seed 002's flow, Claim → Dispatch → Execute → Report):
+//!
+//! - the **claim loop** asks for as many leases of each kind as the dispatcher can hold
+//!   ([`ClaimRequest`]'s `capacity`), waits while it can hold
+//!   none (backpressure), and backs off (doubling, jittered) when a batch comes back empty or
+//!   a call fails;
+//! - the **dispatcher** (`dispatch`): a bounded queue and a pool per kind, under a global
+//!   bound of `max_inflight` probes;
+//! - the **lease extender** (`extender`): extends every held lease on schedule; a lease the
+//!   control plane says is lost, or that ran out before it could be extended, has its probe
+//!   cancelled and is never reported done;
+//! - the **reporter** (`reporter`): sends reports in batches, retried until acknowledged;
+//! - the **heartbeat**: every `heartbeat_every`, with the agent's load; a refused heartbeat
+//!   makes the agent register again (resume).
+
+mod backoff;
+mod client;
+mod config;
+mod dispatch;
+mod extender;
+mod reporter;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use soulbase_net_core::{ErrorKind, NetError};
+use soulbase_net_runtime::CancellationToken;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+pub use self::client::ControlClient;
+pub use self::config::AgentConfig;
+
+use self::backoff::Backoff;
+use self::dispatch::{Context, Dispatcher, Job};
+use self::extender::{Command, ExtenderStats};
+use self::reporter::ReporterStats;
+use crate::protocol::{
+    ClaimRequest, HeartbeatRequest, RegisterRequest, RegisterResponse, TaskKind,
+};
+use crate::workers::Probes;
+
+/// What an agent has done so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentStats {
+    /// Leases claimed.
+    pub claimed: u64,
+    /// Probes finished and handed to the reporter.
+    pub completed: u64,
+    /// Probes cancelled (lease lost, run out, or the agent stopping): never reported.
+    pub cancelled: u64,
+    /// Reports the control plane accepted.
+    pub reports_accepted: u64,
+    /// Reports it refused (the lease was no longer this agent's).
+    pub reports_refused: u64,
+    /// Reports dropped before sending because their lease was lost meanwhile.
+    pub reports_dropped: u64,
+    /// Lease extensions granted.
+    pub extended: u64,
+    /// Leases the control plane said were lost (revoked or taken over).
+    pub lost: u64,
+    /// Leases that ran out before they could be extended.
+    pub expired: u64,
+    /// Probes running now.
+    pub inflight: u32,
+    /// Leases waiting in the queues now.
+    pub queued: u32,
+    /// Leases tracked by the extender now (queued, running, or waiting for their report's
+    /// acknowledgement).
+    pub held: u32,
+    /// The longest a lease waited in a queue so far.
+    pub max_queue_wait: Duration,
+}
+
+/// What the agent's tasks share.
+#[derive(Debug)]
+struct Shared {
+    config: AgentConfig,
+    client: ControlClient,
+    dispatcher: Dispatcher,
+    extender: mpsc::UnboundedSender<Command>,
+    extender_stats: Arc<ExtenderStats>,
+    reporter_stats: Arc<ReporterStats>,
+    claimed: AtomicU64,
+    lease: Duration,
+}
+
+/// A running agent. [`shutdown`](Self::shutdown) stops it gracefully, [`kill`](Self::kill)
+/// at once (as a crash would); dropping it kills it.
+#[derive(Debug)]
+pub struct AgentHandle {
+    shared: Arc<Shared>,
+    /// The parent of every lease's token: cancelled, every probe stops.
+    root: CancellationToken,
+    /// Cancelled, the claim loop stops.
+    stop_claiming: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    registration: RegisterResponse,
+}
+
+/// Starts an agent: registers (or resumes) with the control plane, then runs until stopped.
+///
+/// # Errors
+/// `InvalidRequest` for a configuration that cannot work; the registration's error when the
+/// control plane refuses it or cannot be reached.
+pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
+    config.validate()?;
+    let client = ControlClient::new(&config)?;
+    let probes = Probes::new(&config.probe_policy, &config.dns_servers)?;
+    let registration = client.register(&register_request(&config)).await?;
+    tracing::info!(agent = %config.agent_id, session = registration.session, resumed = registration.resumed, "registered");
+    let lease = Duration::from_millis(registration.lease_ms.max(2));
+    let extend_every = config
+        .extend_every
+        .min(lease / 3)
+        .max(Duration::from_millis(1));
+
+    let (extender_tx, extender_rx) = mpsc::unbounded_channel();
+    let (reporter_tx, reporter_rx) = mpsc::unbounded_channel();
+    let extender_stats = Arc::new(ExtenderStats::default());
+    let reporter_stats = Arc::new(ReporterStats::default());
+    let ctx = Arc::new(Context {
+        probes,
+        extender: extender_tx.clone(),
+        reporter: reporter_tx,
+        global: Arc::new(Semaphore::new(config.max_inflight as usize)),
+        inflight: Default::default(),
+        changed: Default::default(),
+        cancelled: Default::default(),
+        completed: Default::default(),
+        max_queue_wait_us: Default::default(),
+    });
+    let (dispatcher, feeds) = Dispatcher::new(&config.pools, config.max_inflight, ctx);
+    let mut tasks: Vec<JoinHandle<()>> = feeds.into_iter().map(tokio::spawn).collect();
+    tasks.push(tokio::spawn(extender::run(
+        client.clone(),
+        extender_rx,
+        extend_every,
+        lease,
+        extender_stats.clone(),
+    )));
+    tasks.push(tokio::spawn(reporter::run(
+        client.clone(),
+        reporter_rx,
+        extender_tx.clone(),
+        (config.claim_backoff_min, config.claim_backoff_max),
+        reporter_stats.clone(),
+    )));
+    let shared = Arc::new(Shared {
+        config,
+        client,
+        dispatcher,
+        extender: extender_tx,
+        extender_stats,
+        reporter_stats,
+        claimed: AtomicU64::new(0),
+        lease,
+    });
+    let root = CancellationToken::new();
+    let stop_claiming = CancellationToken::new();
+    tasks.push(tokio::spawn(heartbeat_loop(shared.clone())));
+    tasks.push(tokio::spawn(claim_loop(
+        shared.clone(),
+        root.clone(),
+        stop_claiming.clone(),
+    )));
+    Ok(AgentHandle {
+        shared,
+        root,
+        stop_claiming,
+        tasks,
+        registration,
+    })
+}
+
+fn register_request(config: &AgentConfig) -> RegisterRequest {
+    RegisterRequest {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        kinds: config
+            .pools
+            .iter()
+            .filter(|(_, &n)| n > 0)
+            .map(|(&k, _)| k)
+            .collect(),
+        max_inflight: config.max_inflight,
+        hostname: std::env::var("HOSTNAME").ok(),
+    }
+}
+
+/// Claims while there is room, backing off while nothing comes.
+async fn claim_loop(shared: Arc<Shared>, root: CancellationToken, stop: CancellationToken) {
+    let config = &shared.config;
+    let mut backoff = Backoff::new(config.claim_backoff_min, config.claim_backoff_max);
+    let ctx = shared.dispatcher.ctx.clone();
+    while !stop.is_cancelled() {
+        // Registered before the check, so a probe ending in between is not missed.
+        let changed = ctx.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let capacity = shared.dispatcher.free();
+        if capacity.is_empty() {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = changed => continue,
+            }
+        }
+        let sent = Instant::now();
+        let request = ClaimRequest { capacity };
+        let answer = tokio::select! {
+            () = stop.cancelled() => break,
+            answer = shared.client.claim(&request) => answer,
+        };
+        let wait = match answer {
+            Ok(batch) if batch.leases.is_empty() => backoff.next_delay(),
+            Ok(batch) => {
+                backoff.reset();
+                shared
+                    .claimed
+                    .fetch_add(batch.leases.len() as u64, Ordering::Relaxed);
+                for lease in batch.leases {
+                    let cancel = root.child_token();
+                    let until = sent + Duration::from_millis(lease.lease_ms);
+                    let lease_id = lease.lease_id.clone();
+                    let _ = shared.extender.send(Command::Track {
+                        lease_id: lease_id.clone(),
+                        cancel: cancel.clone(),
+                        until,
+                    });
+                    let job = Job {
+                        lease,
+                        cancel,
+                        claimed_at: sent,
+                    };
+                    if !shared.dispatcher.push(job) {
+                        tracing::warn!(lease = %lease_id, "no room for a claimed lease: dropped, it will run out");
+                        let _ = shared.extender.send(Command::Revoke(lease_id));
+                    }
+                }
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::Blocked => {
+                // The control plane does not know this agent (any more): register again.
+                tracing::warn!(error = %e, "claim refused: registering again");
+                if let Err(e) = shared.client.register(&register_request(config)).await {
+                    tracing::warn!(error = %e, "registering again failed");
+                }
+                backoff.next_delay()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claim failed");
+                backoff.next_delay()
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Beats every `heartbeat_every`; registers again when the control plane no longer knows
+/// the agent.
+async fn heartbeat_loop(shared: Arc<Shared>) {
+    let mut ticker = tokio::time::interval(shared.config.heartbeat_every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let beat = HeartbeatRequest {
+            inflight: shared.dispatcher.ctx.inflight.load(Ordering::Relaxed),
+            queued: shared.dispatcher.queued(),
+            leases: u32::try_from(shared.extender_stats.tracked.load(Ordering::Relaxed))
+                .unwrap_or(u32::MAX),
+        };
+        match shared.client.heartbeat(&beat).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Blocked => {
+                tracing::warn!(error = %e, "heartbeat refused: registering again");
+                if let Err(e) = shared
+                    .client
+                    .register(&register_request(&shared.config))
+                    .await
+                {
+                    tracing::warn!(error = %e, "registering again failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+impl Shared {
+    /// What the agent has done so far.
+    fn stats(&self) -> AgentStats {
+        let ctx = &self.dispatcher.ctx;
+        let ext = &self.extender_stats;
+        let rep = &self.reporter_stats;
+        AgentStats {
+            claimed: self.claimed.load(Ordering::Relaxed),
+            completed: ctx.completed.load(Ordering::Relaxed),
+            cancelled: ctx.cancelled.load(Ordering::Relaxed),
+            reports_accepted: rep.accepted.load(Ordering::Relaxed),
+            reports_refused: rep.refused.load(Ordering::Relaxed),
+            reports_dropped: rep.dropped.load(Ordering::Relaxed),
+            extended: ext.extended.load(Ordering::Relaxed),
+            lost: ext.lost.load(Ordering::Relaxed),
+            expired: ext.expired.load(Ordering::Relaxed),
+            inflight: ctx.inflight.load(Ordering::Relaxed),
+            queued: self.dispatcher.queued(),
+            held: u32::try_from(ext.tracked.load(Ordering::Relaxed)).unwrap_or(u32::MAX),
+            max_queue_wait: Duration::from_micros(ctx.max_queue_wait_us.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The agent's metrics in the Prometheus text format: the seed's
+    /// `dispatcher.queue.fill` per kind (as `agent_dispatcher_queue_fill{kind}`, the share of
+    /// the kind's capacity outstanding), probes in flight, and the counters of
+    /// [`AgentStats`].
+    fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP agent_dispatcher_queue_fill Leases outstanding per kind, as a share of the kind's capacity.\n# TYPE agent_dispatcher_queue_fill gauge");
+        for (kind, q) in &self.dispatcher.queues {
+            let fill =
+                f64::from(q.outstanding.load(Ordering::Relaxed)) / f64::from(q.capacity.max(1));
+            let _ = writeln!(out, "agent_dispatcher_queue_fill{{kind=\"{kind}\"}} {fill}");
+        }
+        let s = self.stats();
+        let _ = writeln!(
+            out,
+            "# HELP agent_inflight Probes running.\n# TYPE agent_inflight gauge\nagent_inflight {}",
+            s.inflight
+        );
+        for (name, v) in [
+            ("agent_claimed_total", s.claimed),
+            ("agent_completed_total", s.completed),
+            ("agent_cancelled_total", s.cancelled),
+            ("agent_reports_accepted_total", s.reports_accepted),
+            ("agent_reports_refused_total", s.reports_refused),
+            ("agent_leases_lost_total", s.lost),
+            ("agent_leases_expired_total", s.expired),
+        ] {
+            let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
+        }
+        out
+    }
+}
+
+impl AgentHandle {
+    /// What the control plane answered at registration.
+    pub fn registration(&self) -> &RegisterResponse {
+        &self.registration
+    }
+
+    /// The lease time the control plane gives.
+    pub fn lease(&self) -> Duration {
+        self.shared.lease
+    }
+
+    /// What the agent has done so far.
+    pub fn stats(&self) -> AgentStats {
+        self.shared.stats()
+    }
+
+    /// The agent's metrics in the Prometheus text format: the seed's
+    /// `dispatcher.queue.fill` per kind (as `agent_dispatcher_queue_fill{kind}`, the share of
+    /// the kind's capacity outstanding), probes in flight, and the counters of
+    /// [`AgentStats`].
+    pub fn metrics_text(&self) -> String {
+        self.shared.metrics_text()
+    }
+
+    /// Serves `GET /metrics` (as [`metrics_text`](Self::metrics_text)) and `GET /health` on
+    /// `addr` until the agent stops; the address bound.
+    ///
+    /// # Errors
+    /// `Io` when `addr` cannot be bound.
+    pub async fn serve_metrics(&mut self, addr: SocketAddr) -> Result<SocketAddr, NetError> {
+        let io = |e: std::io::Error| {
+            NetError::new(ErrorKind::Io)
+                .with_message(format!("agent metrics: cannot listen on {addr}"))
+                .with_source(e)
+        };
+        let listener = TcpListener::bind(addr).await.map_err(io)?;
+        let local = listener.local_addr().map_err(io)?;
+        self.tasks
+            .push(tokio::spawn(serve_metrics(self.shared.clone(), listener)));
+        Ok(local)
+    }
+
+    /// The free capacity of each kind now (what the next claim would ask for).
+    pub fn free_capacity(&self) -> std::collections::BTreeMap<TaskKind, u32> {
+        self.shared.dispatcher.free()
+    }
+
+    /// Stops claiming, lets the probes running and queued finish and their reports be
+    /// acknowledged, within `grace`; then stops everything (what is left is cancelled and
+    /// unreported, its leases run out at the control plane).
+    pub async fn shutdown(self, grace: Duration) {
+        self.stop_claiming.cancel();
+        let deadline = Instant::now() + grace;
+        let ctx = self.shared.dispatcher.ctx.clone();
+        loop {
+            let changed = ctx.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let idle = self.shared.dispatcher.outstanding() == 0
+                && self.shared.extender_stats.tracked.load(Ordering::Relaxed) == 0;
+            if idle || Instant::now() >= deadline {
+                break;
+            }
+            // Reports are acknowledged without a probe ending: look again now and then.
+            let _ = tokio::time::timeout_at(
+                deadline.min(Instant::now() + Duration::from_millis(20)),
+                changed,
+            )
+            .await;
+        }
+        self.kill();
+    }
+
+    /// Stops at once, as a crash would: every probe is cancelled, nothing more is reported
+    /// or extended, and the leases held run out at the control plane.
+    pub fn kill(mut self) {
+        self.abort();
+    }
+
+    fn abort(&mut self) {
+        self.stop_claiming.cancel();
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        self.root.cancel();
+    }
+}
+
+/// The metrics endpoint's loop: one HTTP/1.1 connection task per client.
+async fn serve_metrics(shared: Arc<Shared>, listener: TcpListener) {
+    use bytes::Bytes;
+    use http_body_util::Full;
+
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = shared.clone();
+                conns.spawn(async move {
+                    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let shared = shared.clone();
+                        async move {
+                            let (status, body) = match (req.method(), req.uri().path()) {
+                                (&hyper::Method::GET, "/metrics") => (200, shared.metrics_text()),
+                                (&hyper::Method::GET, "/health") => (200, "{\"status\":\"ok\"}".to_owned()),
+                                _ => (404, "GET /metrics or /health\n".to_owned()),
+                            };
+                            let mut res = hyper::Response::new(Full::new(Bytes::from(body)));
+                            *res.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+                            Ok::<_, std::convert::Infallible>(res)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+impl Drop for AgentHandle {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}

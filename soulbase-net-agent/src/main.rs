@@ -1,0 +1,130 @@
+//! `soulbase-net-agent`: runs the control plane or an agent.
+//!
+//! ```text
+//! soulbase-net-agent control [--listen ADDR] [--database FILE] [--lease-secs N]
+//! soulbase-net-agent agent            # configured by AGENT_* environment variables
+//! ```
+//!
+//! The control plane's admin token, when wanted, comes from `AGENT_ADMIN_TOKEN`; an agent
+//! serves its metrics on `AGENT_METRICS_LISTEN` (`ip:port`) when set. Logs go to
+//! standard error (`RUST_LOG`-style filtering is not built in: `info` and above).
+
+use std::time::Duration;
+
+use soulbase_net_agent::agent::{self, AgentConfig};
+use soulbase_net_agent::control::{ControlConfig, ControlPlane};
+
+const USAGE: &str = "usage: soulbase-net-agent control [--listen ADDR] [--database FILE] [--lease-secs N]\n       soulbase-net-agent agent   (AGENT_CONTROL_PLANE, AGENT_ID, AGENT_AUTH_TOKEN, AGENT_MAX_INFLIGHT, AGENT_POOL_<KIND>_SIZE, AGENT_DNS_SERVERS, AGENT_METRICS_LISTEN; or AGENT_CONFIG=FILE.toml)";
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match args.first().map(String::as_str) {
+        Some("control") => control(&args[1..]).await,
+        Some("agent") => run_agent().await,
+        _ => {
+            eprintln!("{USAGE}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn control(args: &[String]) -> i32 {
+    let mut config = ControlConfig::default();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let Some(value) = it.next() else {
+            eprintln!("{flag} needs a value\n{USAGE}");
+            return 2;
+        };
+        match flag.as_str() {
+            "--listen" => match value.parse() {
+                Ok(addr) => config = config.listen(addr),
+                Err(_) => {
+                    eprintln!("--listen: `{value}` is not an address");
+                    return 2;
+                }
+            },
+            "--database" => config = config.database(value),
+            "--lease-secs" => match value.parse::<u64>() {
+                Ok(n) if n > 0 => config = config.lease(Duration::from_secs(n)),
+                _ => {
+                    eprintln!("--lease-secs: `{value}` is not a positive number");
+                    return 2;
+                }
+            },
+            _ => {
+                eprintln!("unknown flag {flag}\n{USAGE}");
+                return 2;
+            }
+        }
+    }
+    if let Ok(token) = std::env::var("AGENT_ADMIN_TOKEN") {
+        config = config.admin_token(token);
+    }
+    let control = match ControlPlane::start(config).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("control plane: {e}");
+            return 1;
+        }
+    };
+    eprintln!("control plane listening on {}", control.url());
+    let _ = tokio::signal::ctrl_c().await;
+    control.shutdown().await;
+    0
+}
+
+async fn run_agent() -> i32 {
+    let config = match AgentConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return 2;
+        }
+    };
+    // The control plane may not be up yet: register until it answers (or refuses).
+    let mut wait = Duration::from_millis(200);
+    let handle = loop {
+        match agent::start(config.clone()).await {
+            Ok(h) => break h,
+            Err(e)
+                if e.kind() == soulbase_net_core::ErrorKind::InvalidRequest
+                    || e.kind() == soulbase_net_core::ErrorKind::Blocked =>
+            {
+                eprintln!("agent: {e}");
+                return 1;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "registration failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+        }
+    };
+    let mut handle = handle;
+    if let Ok(listen) = std::env::var("AGENT_METRICS_LISTEN") {
+        let served = match listen.parse() {
+            Ok(addr) => handle.serve_metrics(addr).await,
+            Err(_) => Err(soulbase_net_core::NetError::invalid_request(format!(
+                "AGENT_METRICS_LISTEN: `{listen}` is not an ip:port"
+            ))),
+        };
+        match served {
+            Ok(addr) => eprintln!("agent metrics on http://{addr}/metrics"),
+            Err(e) => {
+                eprintln!("agent: {e}");
+                handle.kill();
+                return 1;
+            }
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    handle.shutdown(Duration::from_secs(10)).await;
+    0
+}

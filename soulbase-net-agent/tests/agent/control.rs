@@ -1,0 +1,298 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use soulbase_net_agent::agent::{AgentConfig, ControlClient};
+use soulbase_net_agent::control::{ControlConfig, ControlPlane};
+use soulbase_net_agent::protocol::{
+    ClaimRequest, ExtendRequest, LeaseReport, Observation, RegisterRequest, ReportRequest,
+    ReportStatus, TaskKind, TaskSpec, TaskState, TaskView,
+};
+use soulbase_net_core::{ErrorKind, NetRequest};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_runtime::Client;
+
+use super::{control_plane, eventually, task};
+
+fn client(control: &ControlPlane, id: &str, token: &str) -> ControlClient {
+    ControlClient::new(&AgentConfig::new(control.url(), id, token)).unwrap()
+}
+
+async fn registered(control: &ControlPlane, id: &str) -> ControlClient {
+    let c = client(control, id, &format!("token-of-{id}"));
+    c.register(&register()).await.unwrap();
+    c
+}
+
+fn register() -> RegisterRequest {
+    RegisterRequest {
+        version: "test".into(),
+        kinds: vec![TaskKind::Tcp],
+        max_inflight: 4,
+        hostname: None,
+    }
+}
+
+fn tcp_claim(n: u32) -> ClaimRequest {
+    ClaimRequest {
+        capacity: BTreeMap::from([(TaskKind::Tcp, n)]),
+    }
+}
+
+fn report(lease_id: &str, task_id: &str) -> ReportRequest {
+    ReportRequest {
+        reports: vec![LeaseReport {
+            lease_id: lease_id.into(),
+            task_id: task_id.into(),
+            status: ReportStatus::Ok,
+            observations: vec![Observation::with_unit("connect_ms", 0.25, "ms")],
+            error: None,
+        }],
+    }
+}
+
+fn tcp_spec() -> TaskSpec {
+    TaskSpec::Tcp {
+        host: "127.0.0.1".into(),
+        port: 9,
+        timeout_ms: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_binds_the_token_and_resumes_with_it() {
+    let control = control_plane(Duration::from_secs(10)).await;
+    let first = client(&control, "a1", "first-token");
+    let r = first.register(&register()).await.unwrap();
+    assert_eq!((r.session, r.resumed), (1, false));
+    assert_eq!(r.lease_ms, 10_000);
+    let again = first.register(&register()).await.unwrap();
+    assert_eq!((again.session, again.resumed), (2, true));
+
+    // Another token for the same id: refused, and it cannot claim either.
+    let impostor = client(&control, "a1", "other-token");
+    let err = impostor.register(&register()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Blocked);
+    let err = impostor.claim(&tcp_claim(1)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Blocked);
+    // Nor can an agent never registered.
+    let stranger = client(&control, "a9", "stranger-token");
+    assert_eq!(
+        stranger.claim(&tcp_claim(1)).await.unwrap_err().kind(),
+        ErrorKind::Blocked
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_or_foreign_report_changes_nothing_and_a_task_is_done_once() {
+    let control = control_plane(Duration::from_millis(300)).await;
+    let a1 = registered(&control, "a1").await;
+    let a2 = registered(&control, "a2").await;
+    let id = task(&control, "t1", tcp_spec()).await;
+
+    let first = a1.claim(&tcp_claim(5)).await.unwrap().leases;
+    assert_eq!(first.len(), 1);
+    let l1 = first[0].lease_id.clone();
+    assert_eq!(first[0].attempt, 1);
+    // Held: nothing for a2.
+    assert!(a2.claim(&tcp_claim(5)).await.unwrap().leases.is_empty());
+
+    // a1 stops extending; the lease runs out on the store's clock and a2 takes the task.
+    let second = eventually("a2 takes the task", Duration::from_secs(5), || async {
+        let leases = a2.claim(&tcp_claim(5)).await.unwrap().leases;
+        (!leases.is_empty()).then_some(leases)
+    })
+    .await;
+    let l2 = second[0].lease_id.clone();
+    assert_ne!(l1, l2, "a new lease, under a new token");
+    assert_eq!(second[0].attempt, 2);
+
+    // a1's extension and report come too late: refused, nothing recorded.
+    let ext = a1
+        .extend(&ExtendRequest {
+            lease_ids: vec![l1.clone()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(ext.lost, vec![l1.clone()]);
+    let stale = a1.report(&report(&l1, &id)).await.unwrap();
+    assert!(stale.acknowledged);
+    assert_eq!(stale.refused, vec![l1.clone()]);
+    // a1 cannot report a2's lease either (foreign).
+    let foreign = a1.report(&report(&l2, &id)).await.unwrap();
+    assert_eq!(foreign.refused, vec![l2.clone()]);
+    assert!(control.results(&id, 10).await.unwrap().is_empty());
+
+    // a2's report is recorded, once, however often it is sent.
+    let ok = a2.report(&report(&l2, &id)).await.unwrap();
+    assert_eq!(ok.accepted, vec![l2.clone()]);
+    let again = a2.report(&report(&l2, &id)).await.unwrap();
+    assert_eq!(
+        again.accepted,
+        vec![l2.clone()],
+        "a repeated report is acknowledged"
+    );
+    let results = control.results(&id, 10).await.unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].agent_id, "a2");
+    let view = control.task(&id).await.unwrap().unwrap();
+    assert_eq!(view.state, TaskState::Done);
+    assert_eq!((view.claims, view.results), (2, 1));
+    // Done: never claimed again.
+    assert!(a1.claim(&tcp_claim(5)).await.unwrap().leases.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_lease_is_lost_at_its_next_extension_and_its_report_refused() {
+    let control = control_plane(Duration::from_secs(10)).await;
+    let a1 = registered(&control, "a1").await;
+    let id = task(&control, "t1", tcp_spec()).await;
+    let lease = a1.claim(&tcp_claim(1)).await.unwrap().leases.remove(0);
+    let view = control.task(&id).await.unwrap().unwrap();
+    assert_eq!(view.state, TaskState::Leased);
+    assert_eq!(view.lease_id.as_deref(), Some(lease.lease_id.as_str()));
+
+    assert!(control.revoke(&lease.lease_id).await.unwrap());
+    assert!(!control.revoke(&lease.lease_id).await.unwrap(), "once");
+    let ext = a1
+        .extend(&ExtendRequest {
+            lease_ids: vec![lease.lease_id.clone()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(ext.lost, vec![lease.lease_id.clone()]);
+    let r = a1.report(&report(&lease.lease_id, &id)).await.unwrap();
+    assert_eq!(r.refused, vec![lease.lease_id.clone()]);
+    // The task is due again, under a new lease.
+    let again = a1.claim(&tcp_claim(1)).await.unwrap().leases;
+    assert_eq!(again.len(), 1);
+    assert_ne!(again[0].lease_id, lease.lease_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_task_is_due_again_a_period_after_its_report() {
+    let control = control_plane(Duration::from_secs(10)).await;
+    let a1 = registered(&control, "a1").await;
+    let id = control
+        .create_task(soulbase_net_agent::protocol::CreateTask {
+            spec: tcp_spec(),
+            every_secs: Some(1),
+            id: None,
+        })
+        .await
+        .unwrap();
+    let lease = a1.claim(&tcp_claim(1)).await.unwrap().leases.remove(0);
+    a1.report(&report(&lease.lease_id, &id)).await.unwrap();
+    let view = control.task(&id).await.unwrap().unwrap();
+    assert_eq!(view.state, TaskState::Pending);
+    assert_eq!(view.every_secs, Some(1));
+    // Not due at once.
+    assert!(a1.claim(&tcp_claim(1)).await.unwrap().leases.is_empty());
+    let start = tokio::time::Instant::now();
+    let next = eventually("the next run is due", Duration::from_secs(5), || async {
+        let leases = a1.claim(&tcp_claim(1)).await.unwrap().leases;
+        (!leases.is_empty()).then_some(leases)
+    })
+    .await;
+    let waited = start.elapsed();
+    assert!(
+        waited <= Duration::from_millis(1500),
+        "due after {waited:?}"
+    );
+    assert_eq!(next[0].attempt, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_api_over_http_needs_the_admin_token() {
+    let control = ControlPlane::start(ControlConfig::default().admin_token("admin-secret"))
+        .await
+        .unwrap();
+    let mut policy = NetPolicy::default();
+    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
+    let http = Client::builder().policy(policy).build().unwrap();
+    let body =
+        serde_json::json!({"spec": {"kind": "tcp", "host": "127.0.0.1", "port": 9}, "id": "t1"});
+
+    let refused = http
+        .send(
+            NetRequest::post(format!("{}/v1/tasks", control.url()))
+                .json(&body)
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused.status.as_u16(), 403);
+    assert!(
+        control.task("t1").await.unwrap().is_none(),
+        "nothing stored"
+    );
+
+    let created = http
+        .send(
+            NetRequest::post(format!("{}/v1/tasks", control.url()))
+                .header("authorization", "Bearer admin-secret")
+                .json(&body)
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.status.as_u16(), 201);
+    let created: serde_json::Value = created.json().await.unwrap();
+    assert_eq!(created["task_id"], "t1");
+
+    let view = http
+        .send(
+            NetRequest::get(format!("{}/v1/tasks/t1", control.url()))
+                .header("authorization", "Bearer admin-secret"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(view.status.as_u16(), 200);
+    let view: TaskView = view.json().await.unwrap();
+    assert_eq!(view.state, TaskState::Pending);
+
+    let metrics = http
+        .send(NetRequest::get(format!("{}/metrics", control.url())))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agent_control_tasks{state=\"pending\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("agent_control_unauthorized_total 1"),
+        "{metrics}"
+    );
+    let health = http
+        .send(NetRequest::get(format!("{}/health", control.url())))
+        .await
+        .unwrap();
+    assert_eq!(health.status.as_u16(), 200);
+
+    let cancelled = http
+        .send(
+            NetRequest::new(
+                soulbase_net_core::http::Method::DELETE,
+                format!("{}/v1/tasks/t1", control.url()),
+            )
+            .header("authorization", "Bearer admin-secret"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status.as_u16(), 200);
+    assert_eq!(
+        control.task("t1").await.unwrap().unwrap().state,
+        TaskState::Cancelled
+    );
+    let results = http
+        .send(
+            NetRequest::get(format!("{}/v1/tasks/t1/results?limit=5", control.url()))
+                .header("authorization", "Bearer admin-secret"),
+        )
+        .await
+        .unwrap();
+    let results: serde_json::Value = results.json().await.unwrap();
+    assert_eq!(results["results"], serde_json::json!([]));
+}

@@ -1,0 +1,191 @@
+use std::process::Stdio;
+use std::time::Duration;
+
+use soulbase_net_agent::agent;
+use soulbase_net_agent::protocol::{DnsRecordType, ReportStatus, TaskSpec, TaskState};
+use soulbase_net_testkit::MockDns;
+use tokio::time::Instant;
+
+use super::{agent_config, control_plane, done, eventually, task};
+
+/// The agent binary, configured by the seed's variables, holds a slow DNS probe's lease past
+/// a whole lease (it extends it), is killed with SIGKILL, and an agent started then takes the
+/// task within the lease and reports it; the task is recorded done once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_process_killed_with_sigkill_has_its_lease_taken_within_the_lease() {
+    let mock = MockDns::start().await.unwrap();
+    mock.set_ips("slow.test", &["127.0.0.1".parse().unwrap()], 60);
+    mock.delay("slow.test", Duration::from_secs(30));
+    let lease = Duration::from_millis(1500);
+    let control = control_plane(lease).await;
+    let spec = TaskSpec::Dns {
+        name: "slow.test".into(),
+        record_types: vec![DnsRecordType::A],
+        timeout_ms: Some(20_000),
+    };
+    task(&control, "slow-dns", spec).await;
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
+        .arg("agent")
+        .env("AGENT_CONTROL_PLANE", control.url())
+        .env("AGENT_ID", "proc-agent")
+        .env("AGENT_AUTH_TOKEN", "token-of-proc-agent")
+        .env("AGENT_DNS_SERVERS", mock.addr().to_string())
+        .env("AGENT_POOL_DNS_SIZE", "2")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let holder = || async { control.task("slow-dns").await.unwrap().unwrap().agent_id };
+    eventually(
+        "the process holds the task",
+        Duration::from_secs(20),
+        || async { (holder().await.as_deref() == Some("proc-agent")).then_some(()) },
+    )
+    .await;
+    // An observation window longer than the lease: only extensions keep it held.
+    tokio::time::sleep(lease + Duration::from_millis(500)).await;
+    assert_eq!(
+        holder().await.as_deref(),
+        Some("proc-agent"),
+        "extended by the process"
+    );
+
+    // Another agent, claiming already (the task is not free for it yet); answers come at
+    // once from now on (the process's query, in flight, stays delayed).
+    mock.delay("slow.test", Duration::ZERO);
+    let b = agent::start(agent_config(&control, "agent-b", mock.addr()))
+        .await
+        .unwrap();
+    child.start_kill().unwrap(); // SIGKILL
+    let killed = Instant::now();
+    let status = child.wait().await.unwrap();
+    assert!(!status.success());
+    // Taken (or, as its probe is quick now, already done) by agent-b.
+    eventually(
+        "agent-b takes the task",
+        Duration::from_secs(10),
+        || async {
+            let v = control.task("slow-dns").await.unwrap().unwrap();
+            (v.agent_id.as_deref() == Some("agent-b") || v.state == TaskState::Done).then_some(())
+        },
+    )
+    .await;
+    let took_over = killed.elapsed();
+    assert!(
+        took_over <= lease + Duration::from_millis(600),
+        "taken over after {took_over:?}"
+    );
+    let r = done(&control, "slow-dns").await;
+    assert_eq!(r.agent_id, "agent-b");
+    assert_eq!(r.status, ReportStatus::Ok, "{r:?}");
+    let v = control.task("slow-dns").await.unwrap().unwrap();
+    assert_eq!((v.claims, v.results), (2, 1));
+    println!("a SIGKILLed agent process's lease taken over after {took_over:?} (lease {lease:?})");
+    b.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Both sides as processes, as `docs/agent.md` runs them: the control plane on a SQLite file,
+/// a task created over HTTP, an agent configured by the seed's variables; the result read
+/// back over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binaries_run_a_task_end_to_end() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let dir = std::env::temp_dir().join(format!("agent-binaries-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = env!("CARGO_BIN_EXE_soulbase-net-agent");
+    let mut control = tokio::process::Command::new(bin)
+        .args([
+            "control",
+            "--listen",
+            "127.0.0.1:0",
+            "--lease-secs",
+            "5",
+            "--database",
+        ])
+        .arg(dir.join("control.db"))
+        .env("AGENT_ADMIN_TOKEN", "admin-secret")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(control.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.split("listening on ").nth(1) {
+                return url.trim().to_owned();
+            }
+        }
+        panic!("the control plane exited");
+    })
+    .await
+    .unwrap();
+    // Keep reading its log so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = open.local_addr().unwrap().port();
+    let mut policy = soulbase_net_policy::NetPolicy::default();
+    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
+    let http = soulbase_net_runtime::Client::builder()
+        .policy(policy)
+        .build()
+        .unwrap();
+    let created = http
+        .send(
+            soulbase_net_core::NetRequest::post(format!("{url}/v1/tasks"))
+                .header("authorization", "Bearer admin-secret")
+                .json(&serde_json::json!({
+                    "spec": {"kind": "tcp", "host": "127.0.0.1", "port": port},
+                    "id": "tcp-open"
+                }))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.status.as_u16(), 201);
+
+    let _agent = tokio::process::Command::new(bin)
+        .arg("agent")
+        .env("AGENT_CONTROL_PLANE", &url)
+        .env("AGENT_ID", "proc-agent")
+        .env("AGENT_AUTH_TOKEN", "token-of-proc-agent")
+        .env("AGENT_DNS_SERVERS", "127.0.0.1:9")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let view: serde_json::Value =
+        eventually("the task is done", Duration::from_secs(20), || async {
+            let res = http
+                .send(
+                    soulbase_net_core::NetRequest::get(format!("{url}/v1/tasks/tcp-open"))
+                        .header("authorization", "Bearer admin-secret"),
+                )
+                .await
+                .ok()?;
+            let view: serde_json::Value = res.json().await.ok()?;
+            (view["state"] == "done").then_some(view)
+        })
+        .await;
+    assert_eq!(view["results"], 1);
+    assert_eq!(view["last"]["agent_id"], "proc-agent");
+    assert_eq!(view["last"]["status"], "ok");
+    let connected = view["last"]["observations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "connected")
+        .cloned();
+    assert_eq!(connected.unwrap()["value"], true);
+    let _ = control.start_kill();
+    let _ = control.wait().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
