@@ -314,6 +314,9 @@ enum Verdict {
     Delivered,
     Retry(Option<Duration>, String),
     Dead(String, Option<u16>),
+    /// The item's deadline passed before this delivery could start: dead-lettered with the
+    /// attempts already made, since nothing was sent.
+    Expired,
 }
 
 impl Outbox {
@@ -628,17 +631,11 @@ impl Delivery {
         // discipline's bound): a delivery stuck past it lets its item go.
         self.held
             .bound(&item, tokio::time::Instant::now() + limit + Held::MARGIN);
-        let sent = if limit.is_zero() {
-            None
-        } else {
-            tokio::time::timeout(limit, self.client.send(req))
-                .await
-                .ok()
-        };
-        let Some(sent) = sent else {
-            if !limit.is_zero() {
-                self.window.overload();
-            }
+        if limit.is_zero() {
+            return self.record(item, Verdict::Expired).await;
+        }
+        let Ok(sent) = tokio::time::timeout(limit, self.client.send(req)).await else {
+            self.window.overload();
             let reason = format!("the delivery did not finish within {limit:?}");
             return self.record(item, Verdict::Retry(None, reason)).await;
         };
@@ -710,6 +707,11 @@ impl Delivery {
             Verdict::Dead(reason, status) => {
                 event(OutboxStep::Dead, None);
                 store.dead(&item, attempt, &reason, status).await
+            }
+            Verdict::Expired => {
+                event(OutboxStep::Dead, None);
+                let why = "the deadline passed before the next attempt could start";
+                store.dead(&item, item.attempts, why, None).await
             }
             Verdict::Retry(after, reason) => {
                 let wait = after

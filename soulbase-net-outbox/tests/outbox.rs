@@ -413,6 +413,40 @@ async fn a_passed_deadline_moves_the_item_to_the_dead_letters() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_due_after_its_deadline_is_dead_lettered_unsent_with_no_attempt_counted() {
+    let srv = FaultServer::http1()
+        .route("/late", Reply::ok("ok"))
+        .start()
+        .await
+        .unwrap();
+    let o = outbox(&db("due-after-deadline")).await;
+    let _run = run(&o);
+    o.enqueue(
+        OutboxItem::post(srv.url("/late"), "x")
+            .delay(Duration::from_millis(200))
+            .deadline(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    until("the dead letter", async || {
+        o.store().dead_letters().await.unwrap().len() == 1
+    })
+    .await;
+    let dead = o.store().dead_letters().await.unwrap().remove(0);
+    assert!(
+        dead.reason.contains("deadline passed before"),
+        "{}",
+        dead.reason
+    );
+    assert_eq!(
+        dead.item.attempts, 0,
+        "nothing was sent, so no attempt counts"
+    );
+    assert_eq!(srv.hits("/late"), 0);
+    srv.join().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_a_delivery_only_as_long_as_the_grace_period() {
     // The upstream holds its answer until the gate opens: the delivery is in flight.
     let gate = soulbase_net_testkit::Gate::new();
