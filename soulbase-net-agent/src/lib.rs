@@ -23,12 +23,15 @@
 //!   its address guard, limits and the task's own timeouts), TCP connect (time to connect),
 //!   DNS (A, AAAA, MX, NS, TXT through hickory, EDNS, TCP fallback on truncation). Ping and
 //!   trace answer an "unsupported in this build" error observation.
+//! - [`forwarder`]: the UDP DNS forwarder — each query sent upstream unchanged on a socket
+//!   of its own, its answer returned with the original id, `AGENT_MAX_INFLIGHT` at most at
+//!   once, a query left unanswered past the upstream timeout logged; latency measured.
 //!
 //! The binary `soulbase-net-agent` runs either side: `soulbase-net-agent control` (the
 //! control plane) or `soulbase-net-agent agent` (an agent, configured from the environment).
 //!
-//! What is not built yet (see `docs/agent.md`): ping and trace, the UDP DNS forwarder, the
-//! timer service, AIMD on the agent's own pools (the runtime's AIMD limiter is not public;
+//! What is not built yet (see `docs/agent.md`): ping and trace, the timer service, AIMD on
+//! the agent's own pools (the runtime's AIMD limiter is not public;
 //! HTTP probes get it per host through the probe policy's `limits.aimd`), PostgreSQL for
 //! several control-plane instances, and the seed's load test.
 //!
@@ -57,5 +60,6 @@
 
 pub mod agent;
 pub mod control;
+pub mod forwarder;
 pub mod protocol;
 pub mod workers;

@@ -3,29 +3,39 @@
 //! ```text
 //! soulbase-net-agent control [--listen ADDR] [--database FILE] [--lease-secs N]
 //! soulbase-net-agent agent            # configured by AGENT_* environment variables
+//! soulbase-net-agent probe 'SPEC'     # one probe (a TaskSpec as JSON) here, its result as JSON
 //! ```
 //!
 //! The control plane's admin token, when wanted, comes from `AGENT_ADMIN_TOKEN`; an agent
-//! serves its metrics on `AGENT_METRICS_LISTEN` (`ip:port`) when set. Logs go to
+//! serves its metrics on `AGENT_METRICS_LISTEN` (`ip:port`) when set, and runs the UDP DNS
+//! forwarder on `AGENT_DNS_LISTEN` when set (see `soulbase_net_agent::forwarder`). Logs go to
 //! standard error (`RUST_LOG`-style filtering is not built in: `info` and above).
 
 use std::time::Duration;
 
 use soulbase_net_agent::agent::{self, AgentConfig};
 use soulbase_net_agent::control::{ControlConfig, ControlPlane};
+use soulbase_net_agent::forwarder::Forwarder;
 
-const USAGE: &str = "usage: soulbase-net-agent control [--listen ADDR] [--database FILE] [--lease-secs N]\n       soulbase-net-agent agent   (AGENT_CONTROL_PLANE, AGENT_ID, AGENT_AUTH_TOKEN, AGENT_MAX_INFLIGHT, AGENT_POOL_<KIND>_SIZE, AGENT_DNS_SERVERS, AGENT_METRICS_LISTEN; or AGENT_CONFIG=FILE.toml)";
+const USAGE: &str = "usage: soulbase-net-agent control [--listen ADDR] [--database FILE] [--lease-secs N]\n       soulbase-net-agent agent   (AGENT_CONTROL_PLANE, AGENT_ID, AGENT_AUTH_TOKEN, AGENT_MAX_INFLIGHT, AGENT_POOL_<KIND>_SIZE, AGENT_DNS_SERVERS, AGENT_METRICS_LISTEN, AGENT_DNS_LISTEN, AGENT_DNS_UPSTREAM, AGENT_DNS_UPSTREAM_TIMEOUT; or AGENT_CONFIG=FILE.toml)\n       soulbase-net-agent probe '<TaskSpec JSON>'   (runs one probe here and prints its result as JSON; exit 0 when ok, 1 when not)";
 
 #[tokio::main]
 async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // A one-off probe logs each echo and hop (debug) as it goes.
+    let probing = args.first().is_some_and(|a| a == "probe");
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::INFO)
+        .with_max_level(if probing {
+            tracing::Level::DEBUG
+        } else {
+            tracing::Level::INFO
+        })
         .init();
-    let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match args.first().map(String::as_str) {
         Some("control") => control(&args[1..]).await,
         Some("agent") => run_agent().await,
+        Some("probe") => probe(&args[1..]).await,
         _ => {
             eprintln!("{USAGE}");
             2
@@ -88,6 +98,21 @@ async fn run_agent() -> i32 {
             return 2;
         }
     };
+    // The UDP DNS forwarder beside the agent, when AGENT_DNS_LISTEN is set: it serves
+    // whether or not the control plane is up (dropped, it stops).
+    let forwarder = match config.dns_forwarder.clone() {
+        Some(forwarder) => match Forwarder::start(forwarder).await {
+            Ok(f) => {
+                eprintln!("dns forwarder on udp {}", f.local_addr());
+                Some(f)
+            }
+            Err(e) => {
+                eprintln!("agent: {e}");
+                return 1;
+            }
+        },
+        None => None,
+    };
     // The control plane may not be up yet: register until it answers (or refuses).
     let mut wait = Duration::from_millis(200);
     let handle = loop {
@@ -125,6 +150,48 @@ async fn run_agent() -> i32 {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+    if let Some(forwarder) = forwarder {
+        forwarder.shutdown().await;
+    }
     handle.shutdown(Duration::from_secs(10)).await;
     0
+}
+
+/// `probe 'SPEC'`: runs the probe a `TaskSpec` (JSON) describes, with the default probe
+/// policy and the system's DNS configuration, and prints `{"status", "observations",
+/// "error"}` as JSON on standard output. 0 when the probe is ok, 1 when not, 2 on bad usage.
+async fn probe(args: &[String]) -> i32 {
+    let [spec] = args else {
+        eprintln!("probe takes one TaskSpec as JSON\n{USAGE}");
+        return 2;
+    };
+    let spec: soulbase_net_agent::protocol::TaskSpec = match serde_json::from_str(spec) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("probe: not a TaskSpec: {e}");
+            return 2;
+        }
+    };
+    let probes =
+        match soulbase_net_agent::workers::Probes::new(&AgentConfig::default_probe_policy(), &[]) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("probe: {e}");
+                return 1;
+            }
+        };
+    let result = probes.run(&spec).await;
+    let out = serde_json::json!({
+        "status": result.status,
+        "observations": result.observations,
+        "error": result.error,
+    });
+    #[allow(
+        clippy::print_stdout,
+        reason = "the probe's result is the command's output"
+    )]
+    {
+        println!("{out}");
+    }
+    i32::from(result.status != soulbase_net_agent::protocol::ReportStatus::Ok)
 }

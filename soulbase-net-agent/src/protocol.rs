@@ -25,9 +25,9 @@ pub enum TaskKind {
     Http,
     /// A TCP connect.
     Tcp,
-    /// ICMP echo (not in this build: reported as unsupported).
+    /// ICMP echo: round-trip times and loss.
     Ping,
-    /// TTL-limited probes along a path (not in this build: reported as unsupported).
+    /// TTL-limited probes along a path: each hop's address and round-trip time.
     Trace,
 }
 
@@ -140,18 +140,23 @@ pub enum TaskSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
     },
-    /// ICMP echo to `host`, `count` times.
+    /// ICMP echo to `host` (IPv4 or IPv6), `count` times, one every `interval_ms`, over a
+    /// raw socket (root or `CAP_NET_RAW`).
     Ping {
         /// An IP address or a name.
         host: String,
-        /// How many echoes. Default is 3.
+        /// How many echoes, 1 to 65 536. Default is 3.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         count: Option<u32>,
-        /// The timeout of each echo. Default is 1 s.
+        /// The timeout of each echo, from its sending. Default is 1 s.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
+        /// The time between two echoes' sending. Default is 1 s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        interval_ms: Option<u64>,
     },
-    /// TTL-limited probes towards `host`, up to `max_hops`.
+    /// ICMP echo probes towards `host` (IPv4 or IPv6) with TTL 1, 2, … up to `max_hops`, one
+    /// probe per hop, until the target answers, over a raw socket (root or `CAP_NET_RAW`).
     Trace {
         /// An IP address or a name.
         host: String,

@@ -319,10 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn responses_keep_status_headers_timings_and_body() {
-        let elapsed = Elapsed {
-            ttfb: std::time::Duration::from_millis(5),
-            ..Elapsed::default()
-        };
+        let elapsed = Elapsed::default().with_ttfb(std::time::Duration::from_millis(5));
         let mut net = NetResponse::from_bytes(http::StatusCode::CREATED, "made").with_header(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("text/plain"),

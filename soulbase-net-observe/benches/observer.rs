@@ -20,12 +20,9 @@ fn one_request(obs: &dyn Observer, id: u64) {
         url: "https://api.example/v1/x",
     };
     let outcome = Outcome::Response(StatusCode::OK);
-    let elapsed = Elapsed {
-        connect: Duration::ZERO,
-        ttfb: Duration::from_millis(12),
-        total: Duration::from_millis(12),
-        ..Elapsed::default()
-    };
+    let elapsed = Elapsed::default()
+        .with_ttfb(Duration::from_millis(12))
+        .with_total(Duration::from_millis(12));
     obs.on_event(&NetEvent::RequestStarted { req });
     obs.on_event(&NetEvent::AttemptStarted {
         req,

@@ -541,7 +541,7 @@ impl Observer for Metrics {
                 version,
                 ..
             } => {
-                self.on_finished(&req, &outcome, elapsed.total, version);
+                self.on_finished(&req, &outcome, elapsed.total(), version);
             }
             NetEvent::AttemptStarted {
                 req, hedge: true, ..
@@ -584,11 +584,11 @@ impl Observer for Metrics {
                 outcome, elapsed, ..
             } => {
                 // A pooled connection reports zero connect time: not a connect latency.
-                if !elapsed.connect.is_zero() {
-                    self.observe_ms("connect", elapsed.connect);
+                if !elapsed.connect().is_zero() {
+                    self.observe_ms("connect", elapsed.connect());
                 }
                 if matches!(outcome, Outcome::Response(_)) {
-                    self.observe_ms("ttfb", elapsed.ttfb);
+                    self.observe_ms("ttfb", elapsed.ttfb());
                 }
             }
             NetEvent::Bytes { req, dir, bytes } => {

@@ -32,6 +32,10 @@
 //!   delay server's tasks wait until they fire and are acknowledged — on the same engines,
 //!   statements' clock and lease discipline as the outbox's items.
 //!
+//! - `sql` (feature `outbox`): the engines' shared pieces — the statements' clock and
+//!   placeholders (`Dialect`), versioned migrations, a PostgreSQL pool — for stores kept in
+//!   other crates on the same engines (the probe agent's control plane).
+//!
 //! Configuration stays in `soulbase-net-policy` (`StoreConfig`, `RedisTarget`): this crate
 //! connects to what it names. The words used across the workspace for these things are in
 //! the glossary of `docs/architecture.md`.
@@ -56,6 +60,8 @@ pub mod outbox;
 pub mod rate;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "outbox")]
+pub mod sql;
 
 pub use crate::error::StoreError;
 #[cfg(feature = "redis")]

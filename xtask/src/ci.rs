@@ -92,6 +92,11 @@ const SERVERS: &[(&str, &str)] = &[
     ("valgrind", "valgrind"),
     // The delay server's interop with seed 003's own Go client.
     ("golang-go", "go"),
+    // The agent's ping and trace tests build network namespaces and veth pairs with `ip`.
+    ("iproute2", "ip"),
+    // The agent's DNS forwarder tests start a real dnsmasq on loopback. The executable only
+    // (`dnsmasq-base`): the `dnsmasq` package also installs a system service on port 53.
+    ("dnsmasq-base", "dnsmasq"),
 ];
 
 /// The chaos run of CI: short, with the default seed.

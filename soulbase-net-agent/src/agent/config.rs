@@ -8,6 +8,8 @@ use std::time::Duration;
 use soulbase_net_core::NetError;
 use soulbase_net_policy::NetPolicy;
 
+use super::limits::TargetLimits;
+use crate::forwarder::ForwarderConfig;
 use crate::protocol::TaskKind;
 
 /// How an agent runs.
@@ -22,6 +24,9 @@ use crate::protocol::TaskKind;
 /// | `AGENT_MAX_INFLIGHT` | [`max_inflight`](Self::max_inflight) | 64 |
 /// | `AGENT_POOL_<KIND>_SIZE` (`DNS`, `HTTP`, `TCP`, `PING`, `TRACE`) | [`pools`](Self::pools) | 16, 8, 8, 2, 1 |
 /// | `AGENT_DNS_SERVERS` (comma-separated `ip:port`) | [`dns_servers`](Self::dns_servers) | the system's |
+/// | `AGENT_DNS_LISTEN`, `AGENT_DNS_UPSTREAM`, `AGENT_DNS_UPSTREAM_TIMEOUT` | [`dns_forwarder`](Self::dns_forwarder) (see [`ForwarderConfig::from_vars`]) | off |
+/// | `AGENT_TARGET_MAX_INFLIGHT` | [`target_limits.max`](TargetLimits::max) | 32 |
+/// | `AGENT_TRACE_RUNTIME_WORKERS` | [`trace_runtime_workers`](Self::trace_runtime_workers) | 2 |
 /// | `AGENT_CONFIG` (a TOML file, read first; the variables above override it) | see [`from_toml_str`](Self::from_toml_str) | none |
 ///
 /// Its `Debug` shows the token as `"<redacted>"`.
@@ -34,12 +39,23 @@ pub struct AgentConfig {
     pub agent_id: String,
     /// The agent's token (at least 8 bytes): bound to the id at its first registration.
     pub token: String,
-    /// Probes running at once, all kinds together. Default is 64.
+    /// Probes running at once, all kinds together: the ceiling of the agent's global AIMD
+    /// window (which starts there). Default is 64.
     pub max_inflight: u32,
-    /// Probes running at once per kind; a kind's queue holds as many again. Defaults are
-    /// DNS 16, HTTP 8, TCP 8, ping 2, trace 1.
+    /// Probes running at once per kind — the ceiling of the kind's AIMD window, which starts
+    /// there; a kind's queue holds as many again. Defaults are DNS 16, HTTP 8, TCP 8, ping 2,
+    /// trace 1.
     pub pools: BTreeMap<TaskKind, u32>,
-    /// How often to send a heartbeat. Default is 5 seconds (the seed's).
+    /// The AIMD windows per target (a host, or a DNS task's name): where they start (8),
+    /// their ceiling (32, `AGENT_TARGET_MAX_INFLIGHT`), how many targets keep one (4096,
+    /// the idle ones forgotten beyond).
+    pub target_limits: TargetLimits,
+    /// The worker threads of the runtime that ping and trace probes run on, apart from the
+    /// agent's own tasks (`AGENT_TRACE_RUNTIME_WORKERS`). Default is 2, the seed's minimum:
+    /// a lower value is raised to 2. No such runtime is started when neither kind has a pool.
+    pub trace_runtime_workers: usize,
+    /// How often to send a heartbeat. Default is 5 seconds (the seed's); more often when the
+    /// control plane asks for it at registration.
     pub heartbeat_every: Duration,
     /// How often to extend the leases held. Default is 2 seconds (the seed's), and never less
     /// often than a third of the control plane's lease.
@@ -62,6 +78,10 @@ pub struct AgentConfig {
     /// The policy of the calls to the control plane. Default is [`NetPolicy::default`] with
     /// the control plane's host granted (a control plane usually lives on a private network).
     pub control_policy: Option<NetPolicy>,
+    /// The UDP DNS forwarder the binary runs beside the agent ([`crate::forwarder`]), bounded
+    /// by [`max_inflight`](Self::max_inflight). Default is none (off); from the environment,
+    /// on when `AGENT_DNS_LISTEN` is set.
+    pub dns_forwarder: Option<ForwarderConfig>,
 }
 
 /// The configuration file's shape (see [`AgentConfig::from_toml_str`]).
@@ -75,6 +95,10 @@ struct FileConfig {
     max_inflight: Option<u32>,
     #[serde(default)]
     pools: BTreeMap<TaskKind, u32>,
+    #[serde(default)]
+    target_max_inflight: Option<u32>,
+    #[serde(default)]
+    trace_runtime_workers: Option<usize>,
     #[serde(default, with = "humantime_serde")]
     heartbeat_every: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
@@ -97,12 +121,15 @@ impl std::fmt::Debug for AgentConfig {
             .field("token", &"<redacted>")
             .field("max_inflight", &self.max_inflight)
             .field("pools", &self.pools)
+            .field("target_limits", &self.target_limits)
+            .field("trace_runtime_workers", &self.trace_runtime_workers)
             .field("heartbeat_every", &self.heartbeat_every)
             .field("extend_every", &self.extend_every)
             .field("claim_backoff_min", &self.claim_backoff_min)
             .field("claim_backoff_max", &self.claim_backoff_max)
             .field("call_timeout", &self.call_timeout)
             .field("dns_servers", &self.dns_servers)
+            .field("dns_forwarder", &self.dns_forwarder)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +153,8 @@ impl AgentConfig {
                 (TaskKind::Ping, 2),
                 (TaskKind::Trace, 1),
             ]),
+            target_limits: TargetLimits::default(),
+            trace_runtime_workers: 2,
             heartbeat_every: Duration::from_secs(5),
             extend_every: Duration::from_secs(2),
             claim_backoff_min: Duration::from_millis(100),
@@ -134,19 +163,21 @@ impl AgentConfig {
             dns_servers: Vec::new(),
             probe_policy: Self::default_probe_policy(),
             control_policy: None,
+            dns_forwarder: None,
         }
     }
 
     /// The default policy of HTTP probes: the workspace's defaults (the address guard
     /// refusing private and loopback addresses, TLS 1.2+, 30 s in total), with one attempt
-    /// per probe — a probe measures its target, and a retry would hide what it saw — and
-    /// the runtime's AIMD window per target host (`limits.aimd`, seed 002's per-target
-    /// level: +1 per success, ×0.5 per timeout or overload), a probe waiting up to 10 s for
-    /// a slot rather than failing at once.
+    /// per probe — a probe measures its target, and a retry would hide what it saw — and a
+    /// probe waiting up to 10 s for a slot of the client's per-host limits rather than
+    /// failing at once. The client's own AIMD window (`limits.aimd`) is off: the agent keeps
+    /// one per target for every kind of probe (see [`target_limits`](Self::target_limits)),
+    /// and a second window on HTTP probes would halve twice for one overload.
     pub fn default_probe_policy() -> NetPolicy {
         let mut policy = NetPolicy::default();
         policy.retry.max_attempts = 1;
-        policy.limits.aimd.enabled = true;
+        policy.limits.aimd.enabled = false;
         policy.limits.max_wait = Duration::from_secs(10);
         policy
     }
@@ -212,6 +243,12 @@ impl AgentConfig {
         if let Some(n) = number("AGENT_MAX_INFLIGHT")? {
             config.max_inflight = n;
         }
+        if let Some(n) = number("AGENT_TARGET_MAX_INFLIGHT")? {
+            config.target_limits.max = n;
+        }
+        if let Some(n) = number("AGENT_TRACE_RUNTIME_WORKERS")? {
+            config.trace_runtime_workers = n as usize;
+        }
         for kind in TaskKind::ALL {
             let name = format!("AGENT_POOL_{}_SIZE", kind.as_str().to_uppercase());
             if let Some(n) = number(&name)? {
@@ -232,12 +269,15 @@ impl AgentConfig {
                 })
                 .collect::<Result<_, _>>()?;
         }
+        config.dns_forwarder =
+            ForwarderConfig::from_vars(&var, config.max_inflight, &config.dns_servers)?;
         config.validate()?;
         Ok(config)
     }
 
     /// A configuration from a TOML document: `control_plane`, `agent_id` and `token`
-    /// required; `max_inflight`, `pools` (a table of kind to size), `heartbeat_every`,
+    /// required; `max_inflight`, `pools` (a table of kind to size), `target_max_inflight`,
+    /// `trace_runtime_workers`, `heartbeat_every`,
     /// `extend_every`, `claim_backoff_min`, `claim_backoff_max`, `call_timeout` (durations
     /// as `"5s"`, `"250ms"`) and `dns_servers` (`["127.0.0.1:53"]`) optional, with the
     /// defaults of [`new`](Self::new). Unknown fields are refused.
@@ -271,6 +311,12 @@ impl AgentConfig {
             config.max_inflight = n;
         }
         config.pools.extend(file.pools);
+        if let Some(n) = file.target_max_inflight {
+            config.target_limits.max = n;
+        }
+        if let Some(n) = file.trace_runtime_workers {
+            config.trace_runtime_workers = n;
+        }
         let durations = [
             (file.heartbeat_every, &mut config.heartbeat_every),
             (file.extend_every, &mut config.extend_every),
@@ -330,6 +376,12 @@ impl AgentConfig {
         }
         if self.max_inflight == 0 {
             problems.push("max_inflight must be at least 1".to_owned());
+        }
+        if self.target_limits.max == 0 || self.target_limits.max_targets == 0 {
+            problems.push(
+                "target_limits.max (AGENT_TARGET_MAX_INFLIGHT) and max_targets must be at least 1"
+                    .to_owned(),
+            );
         }
         if self.heartbeat_every.is_zero() || self.extend_every.is_zero() {
             problems.push("heartbeat_every and extend_every must not be zero".to_owned());
@@ -397,8 +449,18 @@ mod tests {
         let ok = AgentConfig::from_vars(vars(&[
             ("AGENT_MAX_INFLIGHT", "8"),
             ("AGENT_DNS_SERVERS", "127.0.0.1:5353, [::1]:53"),
+            ("AGENT_TARGET_MAX_INFLIGHT", "5"),
+            ("AGENT_TRACE_RUNTIME_WORKERS", "3"),
         ]));
-        assert!(matches!(ok, Ok(ref c) if c.max_inflight == 8 && c.dns_servers.len() == 2));
+        assert!(
+            matches!(ok, Ok(ref c) if c.max_inflight == 8 && c.dns_servers.len() == 2
+            && c.target_limits.max == 5 && c.trace_runtime_workers == 3)
+        );
+        let err = AgentConfig::from_vars(vars(&[("AGENT_TRACE_RUNTIME_WORKERS", "two")]))
+            .map_err(|e| e.to_string())
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("AGENT_TRACE_RUNTIME_WORKERS"), "{err}");
     }
 
     #[test]
@@ -427,5 +489,32 @@ mod tests {
             "control_plane = \"http://x:1\"\nagent_id = \"a\"\ntoken = \"a-long-secret\"\ncolour = 1\n",
         );
         assert!(unknown.is_err());
+    }
+
+    #[test]
+    fn the_dns_forwarder_is_on_with_agent_dns_listen_and_bounded_by_max_inflight() {
+        let base = |name: &str| match name {
+            "AGENT_CONTROL_PLANE" => Some("http://127.0.0.1:7070".to_owned()),
+            "AGENT_ID" => Some("probe-1".to_owned()),
+            "AGENT_AUTH_TOKEN" => Some("a-long-secret".to_owned()),
+            "AGENT_MAX_INFLIGHT" => Some("12".to_owned()),
+            "AGENT_DNS_SERVERS" => Some("127.0.0.1:5353".to_owned()),
+            _ => None,
+        };
+        let off = AgentConfig::from_vars(base);
+        assert!(
+            matches!(off, Ok(ref c) if c.dns_forwarder.is_none()),
+            "{off:?}"
+        );
+        let on = AgentConfig::from_vars(|name| match name {
+            "AGENT_DNS_LISTEN" => Some("127.0.0.1:5300".to_owned()),
+            _ => base(name),
+        });
+        let forwarder = on.ok().and_then(|c| c.dns_forwarder);
+        assert!(
+            matches!(&forwarder, Some(f) if f.max_inflight == 12
+                && f.upstream == SocketAddr::from(([127, 0, 0, 1], 5353))),
+            "{forwarder:?}"
+        );
     }
 }

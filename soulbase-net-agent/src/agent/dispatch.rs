@@ -5,7 +5,13 @@
 //! A kind's capacity is its pool size twice over: as many probes running as its pool allows,
 //! and as many leases waiting. A lease counts as outstanding from the claim until its probe
 //! ends (or is cancelled); the claim loop asks for at most the free capacity of each kind and
-//! waits for [`Dispatcher::changed`] while there is none.
+//! waits for `Context::changed` while there is none.
+//!
+//! A job taken off its queue enters the AIMD windows of its target, its kind and the agent
+//! ([`Limits`]) before its probe runs, and feeds the probe's outcome back to them
+//! ([`Feedback`]). Ping and trace probes run on a runtime of their own
+//! ([`ProbeRuntime`], `AGENT_TRACE_RUNTIME_WORKERS` threads), so that their long waits and
+//! raw-socket work do not compete with the agent's own tasks (claims, extensions, reports).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -16,9 +22,10 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::extender::Command;
+use super::limits::{Feedback, Limits};
 use super::reporter::Pending;
-use crate::protocol::{Lease, LeaseReport, TaskKind};
-use crate::workers::Probes;
+use crate::protocol::{Lease, LeaseReport, ReportStatus, TaskKind, TaskSpec};
+use crate::workers::{ProbeResult, Probes};
 
 /// A lease on its way to a probe.
 #[derive(Debug)]
@@ -43,7 +50,10 @@ pub(crate) struct Context {
     pub(crate) probes: Probes,
     pub(crate) extender: mpsc::UnboundedSender<Command>,
     pub(crate) reporter: mpsc::UnboundedSender<Pending>,
-    pub(crate) global: Arc<Semaphore>,
+    /// The AIMD windows every probe enters.
+    pub(crate) limits: Limits,
+    /// Where ping and trace probes run, when they have a runtime of their own.
+    pub(crate) probe_runtime: Option<ProbeRuntime>,
     pub(crate) inflight: AtomicU32,
     pub(crate) changed: Notify,
     pub(crate) cancelled: AtomicU64,
@@ -173,25 +183,28 @@ async fn feed(
     }
 }
 
-/// Runs one job: the global permit, the probe (cancelled when its lease is lost), then the
-/// report — never for a cancelled lease.
+/// Runs one job: its places in the windows, the probe (cancelled when its lease is lost),
+/// its outcome fed back to the windows, then the report — never for a cancelled lease.
 async fn run(ctx: Arc<Context>, queue: Arc<Queue>, job: Job, kind_permit: OwnedSemaphorePermit) {
     let Job { lease, cancel, .. } = job;
-    let global = tokio::select! {
+    let places = tokio::select! {
         biased;
         () = cancel.cancelled() => None,
-        p = ctx.global.clone().acquire_owned() => p.ok(),
+        p = ctx.limits.enter(&lease.spec) => Some(p),
     };
-    let result = match global {
-        Some(global) => {
+    let result = match places {
+        Some(places) => {
             ctx.inflight.fetch_add(1, Ordering::AcqRel);
             let result = tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,
-                r = ctx.probes.run(&lease.spec) => Some(r),
+                r = probe(&ctx, &lease.spec) => Some(r),
             };
             ctx.inflight.fetch_sub(1, Ordering::AcqRel);
-            drop(global);
+            // A cancelled probe says nothing about its target: its places go back uncounted.
+            if let Some(r) = &result {
+                places.record(Feedback::of(r));
+            }
             result
         }
         None => None,
@@ -215,6 +228,91 @@ async fn run(ctx: Arc<Context>, queue: Arc<Queue>, job: Job, kind_permit: OwnedS
             ctx.cancelled.fetch_add(1, Ordering::Relaxed);
             tracing::info!(lease = %lease.lease_id, task = %lease.task_id, "probe cancelled: not reported");
             let _ = ctx.extender.send(Command::Finish(lease.lease_id));
+        }
+    }
+}
+
+/// Runs `spec`'s probe: on the probe runtime for ping and trace when there is one, here
+/// otherwise.
+async fn probe(ctx: &Context, spec: &TaskSpec) -> ProbeResult {
+    let Some(runtime) = ctx
+        .probe_runtime
+        .as_ref()
+        .filter(|_| matches!(spec.kind(), TaskKind::Ping | TaskKind::Trace))
+    else {
+        return ctx.probes.run(spec).await;
+    };
+    let probes = ctx.probes.clone();
+    let owned = spec.clone();
+    let mut task = AbortOnDrop(
+        runtime
+            .handle()
+            .spawn(async move { probes.run(&owned).await }),
+    );
+    match (&mut task.0).await {
+        Ok(result) => result,
+        Err(e) => ProbeResult {
+            status: ReportStatus::Error,
+            observations: Vec::new(),
+            error: Some(format!("the probe's task failed: {e}")),
+        },
+    }
+}
+
+/// Aborts the probe runtime's task when the probe is given up (its lease cancelled).
+struct AbortOnDrop(tokio::task::JoinHandle<ProbeResult>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The runtime of ping and trace probes (`AGENT_TRACE_RUNTIME_WORKERS` worker threads),
+/// shut down in the background when the agent goes (a runtime cannot be dropped from
+/// within another's task).
+#[derive(Debug)]
+pub(crate) struct ProbeRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl ProbeRuntime {
+    /// A multi-threaded runtime of `workers` threads named `agent-trace-N`.
+    ///
+    /// # Errors
+    /// When the threads cannot be started.
+    pub(crate) fn new(workers: usize) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers.max(1))
+            .thread_name("agent-trace")
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Its handle.
+    fn handle(&self) -> tokio::runtime::Handle {
+        match &self.runtime {
+            Some(rt) => rt.handle().clone(),
+            // Only while being dropped; never seen by a probe.
+            None => tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// Its worker threads.
+    pub(crate) fn workers(&self) -> usize {
+        self.runtime
+            .as_ref()
+            .map_or(0, |rt| rt.metrics().num_workers())
+    }
+}
+
+impl Drop for ProbeRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
         }
     }
 }

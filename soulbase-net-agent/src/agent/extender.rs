@@ -9,6 +9,10 @@
 //! estimate on the agent's clock that errs early, never late — and a lease not extended by
 //! then is cancelled too: its work stops and it is never reported done, since another agent
 //! may hold it by now.
+//!
+//! Its waits (the next extension, the earliest lease running out) are one timer of the
+//! agent's timer service at a time, made again only when the instant moves earlier, so that
+//! a stream of commands does not fill the timer queue.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::client::ControlClient;
+use super::timer::TimerService;
 use crate::protocol::ExtendRequest;
 
 /// A command to the extender.
@@ -52,18 +57,30 @@ struct Tracked {
     until: Instant,
 }
 
-/// The extender's loop; ends when every sender of `commands` is gone.
+/// The extender's loop, extending every `every` leases held for `lease`; ends when every
+/// sender of `commands` is gone.
 pub(crate) async fn run(
     client: ControlClient,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    every: Duration,
-    lease: Duration,
+    (every, lease): (Duration, Duration),
+    timers: TimerService,
     stats: Arc<ExtenderStats>,
 ) {
     let mut leases: HashMap<String, Tracked> = HashMap::new();
     let mut next = Instant::now() + every;
+    // The one timer waited on, and its instant.
+    let mut wake_at = next;
+    let mut wake = Box::pin(timers.sleep_until(wake_at));
     loop {
-        let earliest = leases.values().map(|t| t.until).min();
+        let due = leases
+            .values()
+            .map(|t| t.until)
+            .min()
+            .map_or(next, |e| e.min(next));
+        if due < wake_at {
+            wake_at = due;
+            wake = Box::pin(timers.sleep_until(wake_at));
+        }
         tokio::select! {
             command = commands.recv() => {
                 let Some(command) = command else { break };
@@ -81,14 +98,18 @@ pub(crate) async fn run(
                     }
                 }
             }
-            () = tokio::time::sleep_until(next) => {
-                next = Instant::now() + every;
-                if leases.is_empty() {
-                    continue;
+            () = &mut wake => {
+                let now = Instant::now();
+                if now >= next {
+                    next = now + every;
+                    if !leases.is_empty() {
+                        extend(&client, &mut leases, lease, every, &stats).await;
+                    }
                 }
-                extend(&client, &mut leases, lease, every, &stats).await;
+                // Waiting next for the extension or the earliest lease, whichever comes first.
+                wake_at = leases.values().map(|t| t.until).min().map_or(next, |e| e.min(next));
+                wake = Box::pin(timers.sleep_until(wake_at));
             }
-            () = sleep_until_some(earliest) => {}
         }
         expire(&mut leases, &stats);
         stats.tracked.store(leases.len(), Ordering::Relaxed);
@@ -98,13 +119,6 @@ pub(crate) async fn run(
         t.cancel.cancel();
     }
     stats.tracked.store(0, Ordering::Relaxed);
-}
-
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// One extension of every tracked lease, within `every` (a slow control plane must not keep

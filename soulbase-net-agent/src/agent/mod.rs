@@ -10,13 +10,18 @@
 //!   ([`ClaimRequest`]'s `capacity`), waits while it can hold
 //!   none (backpressure), and backs off (doubling, jittered) when a batch comes back empty or
 //!   a call fails;
-//! - the **dispatcher** (`dispatch`): a bounded queue and a pool per kind, under a global
-//!   bound of `max_inflight` probes;
+//! - the **dispatcher** (`dispatch`): a bounded queue and a pool per kind; each probe enters
+//!   the AIMD windows (`limits`) of its target, its kind and the agent — ceilings
+//!   [`TargetLimits::max`], the kind's pool, `max_inflight` — and feeds its outcome back
+//!   ([`AgentHandle::concurrency`] shows them);
+//! - the **timer service** (`timer`): one timer queue for the claim loop's back-off, the
+//!   heartbeat and the extender's schedule, its depth and lag warned about and measured;
 //! - the **lease extender** (`extender`): extends every held lease on schedule; a lease the
 //!   control plane says is lost, or that ran out before it could be extended, has its probe
 //!   cancelled and is never reported done;
 //! - the **reporter** (`reporter`): sends reports in batches, retried until acknowledged;
-//! - the **heartbeat**: every `heartbeat_every`, with the agent's load; a refused heartbeat
+//! - the **heartbeat**: every `heartbeat_every`, or as often as the control plane asks at
+//!   registration when that is more often, with the agent's load; a refused heartbeat
 //!   makes the agent register again (resume).
 
 mod backoff;
@@ -24,7 +29,9 @@ mod client;
 mod config;
 mod dispatch;
 mod extender;
+mod limits;
 mod reporter;
+mod timer;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -35,17 +42,20 @@ use std::time::Duration;
 use soulbase_net_core::{ErrorKind, NetError};
 use soulbase_net_runtime::CancellationToken;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use self::client::ControlClient;
 pub use self::config::AgentConfig;
+pub use self::limits::{ConcurrencySnapshot, TargetLimits, WindowSnapshot};
 
 use self::backoff::Backoff;
-use self::dispatch::{Context, Dispatcher, Job};
+use self::dispatch::{Context, Dispatcher, Job, ProbeRuntime};
 use self::extender::{Command, ExtenderStats};
+use self::limits::Limits;
 use self::reporter::ReporterStats;
+use self::timer::TimerService;
 use crate::protocol::{
     ClaimRequest, HeartbeatRequest, RegisterRequest, RegisterResponse, TaskKind,
 };
@@ -82,6 +92,12 @@ pub struct AgentStats {
     pub held: u32,
     /// The longest a lease waited in a queue so far.
     pub max_queue_wait: Duration,
+    /// Timers waiting in the timer service now.
+    pub timer_depth: u64,
+    /// The latest a timer of the timer service fired after its instant, so far.
+    pub timer_max_lag: Duration,
+    /// Timers that fired later than the lag threshold (100 ms).
+    pub timers_late: u64,
 }
 
 /// What the agent's tasks share.
@@ -93,6 +109,8 @@ struct Shared {
     extender: mpsc::UnboundedSender<Command>,
     extender_stats: Arc<ExtenderStats>,
     reporter_stats: Arc<ReporterStats>,
+    timers: TimerService,
+    heartbeat_every: Duration,
     claimed: AtomicU64,
     lease: Duration,
 }
@@ -126,16 +144,29 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
         .extend_every
         .min(lease / 3)
         .max(Duration::from_millis(1));
+    // A control plane that wants beats more often than configured counts an agent beating
+    // less often as stale (and returns its leases): its period wins.
+    let heartbeat_every = match registration.heartbeat_ms {
+        0 => config.heartbeat_every,
+        ms => config.heartbeat_every.min(Duration::from_millis(ms)),
+    }
+    .max(Duration::from_millis(1));
 
     let (extender_tx, extender_rx) = mpsc::unbounded_channel();
     let (reporter_tx, reporter_rx) = mpsc::unbounded_channel();
     let extender_stats = Arc::new(ExtenderStats::default());
     let reporter_stats = Arc::new(ReporterStats::default());
+    let probe_runtime = probe_runtime(&config)?;
     let ctx = Arc::new(Context {
         probes,
         extender: extender_tx.clone(),
         reporter: reporter_tx,
-        global: Arc::new(Semaphore::new(config.max_inflight as usize)),
+        limits: Limits::new(
+            config.max_inflight,
+            &config.pools,
+            config.target_limits.clone(),
+        ),
+        probe_runtime,
         inflight: Default::default(),
         changed: Default::default(),
         cancelled: Default::default(),
@@ -144,11 +175,13 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
     });
     let (dispatcher, feeds) = Dispatcher::new(&config.pools, config.max_inflight, ctx);
     let mut tasks: Vec<JoinHandle<()>> = feeds.into_iter().map(tokio::spawn).collect();
+    let (timers, timer_driver) = TimerService::new();
+    tasks.push(tokio::spawn(timer_driver));
     tasks.push(tokio::spawn(extender::run(
         client.clone(),
         extender_rx,
-        extend_every,
-        lease,
+        (extend_every, lease),
+        timers.clone(),
         extender_stats.clone(),
     )));
     tasks.push(tokio::spawn(reporter::run(
@@ -165,6 +198,8 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
         extender: extender_tx,
         extender_stats,
         reporter_stats,
+        timers,
+        heartbeat_every,
         claimed: AtomicU64::new(0),
         lease,
     });
@@ -182,6 +217,25 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
         stop_claiming,
         tasks,
         registration,
+    })
+}
+
+/// The runtime of ping and trace probes: `trace_runtime_workers` threads (at least 2, the
+/// seed's minimum), when either kind has a pool.
+fn probe_runtime(config: &AgentConfig) -> Result<Option<ProbeRuntime>, NetError> {
+    let wanted = [TaskKind::Ping, TaskKind::Trace]
+        .iter()
+        .any(|k| config.pools.get(k).is_some_and(|&n| n > 0));
+    if !wanted {
+        return Ok(None);
+    }
+    let workers = config.trace_runtime_workers.max(2);
+    ProbeRuntime::new(workers).map(Some).map_err(|e| {
+        NetError::new(ErrorKind::Io)
+            .with_message(format!(
+                "agent: cannot start the trace runtime's {workers} threads"
+            ))
+            .with_source(e)
     })
 }
 
@@ -265,18 +319,20 @@ async fn claim_loop(shared: Arc<Shared>, root: CancellationToken, stop: Cancella
         };
         tokio::select! {
             () = stop.cancelled() => break,
-            () = tokio::time::sleep(wait) => {}
+            () = shared.timers.sleep(wait) => {}
         }
     }
 }
 
-/// Beats every `heartbeat_every`; registers again when the control plane no longer knows
-/// the agent.
+/// Beats every `heartbeat_every` (or the control plane's period); registers again when the
+/// control plane no longer knows the agent.
 async fn heartbeat_loop(shared: Arc<Shared>) {
-    let mut ticker = tokio::time::interval(shared.config.heartbeat_every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let every = shared.heartbeat_every;
+    let mut next = Instant::now();
     loop {
-        ticker.tick().await;
+        shared.timers.sleep_until(next).await;
+        // A beat late (a slow call, a starved runtime) is not made up: the next is a period on.
+        next = (next + every).max(Instant::now());
         let beat = HeartbeatRequest {
             inflight: shared.dispatcher.ctx.inflight.load(Ordering::Relaxed),
             queued: shared.dispatcher.queued(),
@@ -320,13 +376,16 @@ impl Shared {
             queued: self.dispatcher.queued(),
             held: u32::try_from(ext.tracked.load(Ordering::Relaxed)).unwrap_or(u32::MAX),
             max_queue_wait: Duration::from_micros(ctx.max_queue_wait_us.load(Ordering::Relaxed)),
+            timer_depth: self.timers.stats().depth.load(Ordering::Relaxed) as u64,
+            timer_max_lag: Duration::from_micros(
+                self.timers.stats().max_lag_us.load(Ordering::Relaxed),
+            ),
+            timers_late: self.timers.stats().late.load(Ordering::Relaxed),
         }
     }
 
-    /// The agent's metrics in the Prometheus text format: the seed's
-    /// `dispatcher.queue.fill` per kind (as `agent_dispatcher_queue_fill{kind}`, the share of
-    /// the kind's capacity outstanding), probes in flight, and the counters of
-    /// [`AgentStats`].
+    /// The agent's metrics in the Prometheus text format (see
+    /// [`AgentHandle::metrics_text`]).
     fn metrics_text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "# HELP agent_dispatcher_queue_fill Leases outstanding per kind, as a share of the kind's capacity.\n# TYPE agent_dispatcher_queue_fill gauge");
@@ -352,7 +411,52 @@ impl Shared {
         ] {
             let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
         }
+        self.concurrency_metrics(&mut out);
+        let _ = writeln!(
+            out,
+            "# HELP agent_timer_queue_depth Timers waiting in the timer service.\n\
+             # TYPE agent_timer_queue_depth gauge\nagent_timer_queue_depth {}\n\
+             # HELP agent_timer_lag_seconds_max The latest a timer fired after its instant.\n\
+             # TYPE agent_timer_lag_seconds_max gauge\nagent_timer_lag_seconds_max {}\n\
+             # TYPE agent_timer_late_total counter\nagent_timer_late_total {}",
+            s.timer_depth,
+            s.timer_max_lag.as_secs_f64(),
+            s.timers_late
+        );
         out
+    }
+
+    /// The seed's `concurrency.inflight` and the windows, per level:
+    /// `agent_concurrency_window{level,kind|target}` (the limit),
+    /// `agent_concurrency_inflight{…}`, and `agent_concurrency_backpressure_total` (probes
+    /// that waited for a window).
+    fn concurrency_metrics(&self, out: &mut String) {
+        let c = self.dispatcher.ctx.limits.snapshot();
+        let _ = writeln!(out, "# HELP agent_concurrency_window The AIMD window's limit.\n# TYPE agent_concurrency_window gauge\n# HELP agent_concurrency_inflight Probes in the AIMD window.\n# TYPE agent_concurrency_inflight gauge");
+        let mut line = |labels: String, w: &WindowSnapshot| {
+            let _ = writeln!(out, "agent_concurrency_window{{{labels}}} {}", w.limit);
+            let _ = writeln!(
+                out,
+                "agent_concurrency_inflight{{{labels}}} {}",
+                w.in_flight
+            );
+        };
+        if let Some(g) = &c.global {
+            line("level=\"global\"".to_owned(), g);
+        }
+        for (kind, w) in &c.kinds {
+            line(format!("level=\"kind\",kind=\"{kind}\""), w);
+        }
+        for (target, w) in &c.targets {
+            let target = target.replace('\\', "\\\\").replace('"', "\\\"");
+            line(format!("level=\"target\",target=\"{target}\""), w);
+        }
+        let _ = writeln!(
+            out,
+            "# TYPE agent_concurrency_backpressure_total counter\nagent_concurrency_backpressure_total {}\n\
+             # TYPE agent_concurrency_targets_evicted_total counter\nagent_concurrency_targets_evicted_total {}",
+            c.waits, c.evicted
+        );
     }
 }
 
@@ -374,8 +478,11 @@ impl AgentHandle {
 
     /// The agent's metrics in the Prometheus text format: the seed's
     /// `dispatcher.queue.fill` per kind (as `agent_dispatcher_queue_fill{kind}`, the share of
-    /// the kind's capacity outstanding), probes in flight, and the counters of
-    /// [`AgentStats`].
+    /// the kind's capacity outstanding), probes in flight, the counters of [`AgentStats`],
+    /// the AIMD windows (`agent_concurrency_window{level="global"|"kind"|"target",…}`, their
+    /// `agent_concurrency_inflight`, `agent_concurrency_backpressure_total`) and the timer
+    /// service (`agent_timer_queue_depth`, `agent_timer_lag_seconds_max`,
+    /// `agent_timer_late_total`).
     pub fn metrics_text(&self) -> String {
         self.shared.metrics_text()
     }
@@ -396,6 +503,23 @@ impl AgentHandle {
         self.tasks
             .push(tokio::spawn(serve_metrics(self.shared.clone(), listener)));
         Ok(local)
+    }
+
+    /// The AIMD windows now: the agent's, each kind's, each target's (see
+    /// [`TargetLimits`]).
+    pub fn concurrency(&self) -> ConcurrencySnapshot {
+        self.shared.dispatcher.ctx.limits.snapshot()
+    }
+
+    /// The worker threads of the runtime ping and trace probes run on (0 when there is none:
+    /// neither kind has a pool).
+    pub fn trace_runtime_workers(&self) -> usize {
+        self.shared
+            .dispatcher
+            .ctx
+            .probe_runtime
+            .as_ref()
+            .map_or(0, ProbeRuntime::workers)
     }
 
     /// The free capacity of each kind now (what the next claim would ask for).

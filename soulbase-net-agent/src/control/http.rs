@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::agents::AgentList;
 use super::metrics::Metrics;
 use super::store::{Registered, Reported};
 use super::{create_task, token_hash, Inner};
@@ -176,21 +177,15 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Answer {
     let method = req.method().clone();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (&method, segments.as_slice()) {
-        (&Method::GET, ["health"]) => {
-            match inner.store.counts(inner.config.heartbeat_every * 3).await {
-                Ok(_) => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-                Err(e) => json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &serde_json::json!({"status": "store unavailable", "message": e.to_string()}),
-                ),
-            }
-        }
+        (&Method::GET, ["health"]) => match inner.store.counts(inner.config.stale_after()).await {
+            Ok(_) => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
+            Err(e) => json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({"status": "store unavailable", "message": e.to_string()}),
+            ),
+        },
         (&Method::GET, ["metrics"]) => {
-            let counts = inner
-                .store
-                .counts(inner.config.heartbeat_every * 3)
-                .await
-                .ok();
+            let counts = inner.store.counts(inner.config.stale_after()).await.ok();
             let mut res = Response::new(Full::new(Bytes::from(inner.metrics.render(counts))));
             res.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -217,6 +212,15 @@ async fn handle(inner: &Inner, req: Request<Incoming>) -> Answer {
                     ErrorKind::InvalidRequest,
                     "no such lease",
                 ),
+                Err(e) => failed(&e),
+            }
+        }
+        (&Method::GET, ["v1", "agents"]) => {
+            if let Some(refused) = refuse_admin(inner, &req) {
+                return refused;
+            }
+            match inner.store.agents(inner.config.stale_after()).await {
+                Ok(agents) => json(StatusCode::OK, &AgentList { agents }),
                 Err(e) => failed(&e),
             }
         }
@@ -366,7 +370,11 @@ async fn claim(inner: &Inner, req: Request<Incoming>) -> Answer {
     Metrics::add(&inner.metrics.claims);
     let mut leases = Vec::new();
     for (kind, n) in request.capacity {
-        match inner.store.claim(&id, kind, n.min(1000)).await {
+        match inner
+            .store
+            .claim(&id, kind, n.min(1000), inner.config.stale_after())
+            .await
+        {
             Ok(mut got) => leases.append(&mut got),
             // Leases taken already stay in the answer; they would otherwise be held for
             // nothing until they ran out.

@@ -1,5 +1,6 @@
 //! The control plane's Prometheus metrics, in the text exposition format: counters kept as
-//! it works, task and agent gauges read from the store at scrape time.
+//! it works (by this instance: with several instances on one database, sum them), task and
+//! agent gauges read from the store at scrape time (the same on every instance).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,10 @@ pub(crate) struct Metrics {
     pub(crate) refused: AtomicU64,
     pub(crate) revoked: AtomicU64,
     pub(crate) unauthorized: AtomicU64,
+    /// Agents found stale by this instance's sweeps.
+    pub(crate) stale: AtomicU64,
+    /// Leases of stale agents this instance's sweeps returned to the queue.
+    pub(crate) returned: AtomicU64,
 }
 
 impl Metrics {
@@ -37,7 +42,7 @@ impl Metrics {
     /// The exposition, with the store's `counts` when it answered.
     pub(crate) fn render(&self, counts: Option<Counts>) -> String {
         let mut out = String::with_capacity(2048);
-        let counters: [(&str, &str, &AtomicU64); 12] = [
+        let counters: [(&str, &str, &AtomicU64); 14] = [
             (
                 "agent_control_tasks_created_total",
                 "Tasks created.",
@@ -98,6 +103,16 @@ impl Metrics {
                 "Requests refused for a missing or wrong token.",
                 &self.unauthorized,
             ),
+            (
+                "agent_control_stale_agents_total",
+                "Agents found stale (no heartbeat within the threshold) by this instance.",
+                &self.stale,
+            ),
+            (
+                "agent_control_returned_leases_total",
+                "Leases of stale agents returned to the queue by this instance.",
+                &self.returned,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -120,7 +135,8 @@ impl Metrics {
                 let _ = writeln!(out, "agent_control_tasks{{state=\"{state}\"}} {n}");
             }
             let _ = writeln!(out, "# HELP agent_control_agents Agents registered.\n# TYPE agent_control_agents gauge\nagent_control_agents {}", c.agents);
-            let _ = writeln!(out, "# HELP agent_control_agents_live Agents heard from within three heartbeats.\n# TYPE agent_control_agents_live gauge\nagent_control_agents_live {}", c.agents_live);
+            let _ = writeln!(out, "# HELP agent_control_agents_live Agents heard from within the stale threshold.\n# TYPE agent_control_agents_live gauge\nagent_control_agents_live {}", c.agents_live);
+            let _ = writeln!(out, "# HELP agent_control_agents_stale Agents not heard from within the stale threshold.\n# TYPE agent_control_agents_stale gauge\nagent_control_agents_stale {}", c.agents - c.agents_live);
         }
         out
     }

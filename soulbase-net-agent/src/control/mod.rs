@@ -1,8 +1,17 @@
-//! The control plane: an HTTP service (hyper) over SQLite (sqlx) that agents register with,
-//! claim leased tasks from, extend their leases at, and report to; and that operators create,
-//! revoke, cancel and read tasks through.
+//! The control plane: an HTTP service (hyper) over SQLite or PostgreSQL (sqlx) that agents
+//! register with, claim leased tasks from, extend their leases at, and report to; and that
+//! operators create, revoke, cancel and read tasks through.
 //!
-//! It owns the tasks, their leases and their results; it never runs a probe.
+//! It owns the tasks, their leases and their results; it never runs a probe. Several
+//! instances can share one PostgreSQL database (cargo feature `postgres`): claims take their
+//! rows `FOR UPDATE SKIP LOCKED`, leases are fenced by a token and timed on the database's
+//! clock, and every report and reschedule is conditional, so a task is held by one lease at a
+//! time and reported once whichever instances the agents talk to.
+//!
+//! An agent whose heartbeats stop ([`ControlConfig::missed_heartbeats`] intervals without one)
+//! is found stale by a sweep each instance runs: its leases are returned to the queue at once
+//! (their tokens gone, so its late extensions and reports are refused) and it is given no more
+//! until it beats again.
 //!
 //! Agent endpoints (headers `X-Agent-Id` and `X-Agent-Token`, JSON bodies of
 //! [`protocol`](crate::protocol)):
@@ -21,7 +30,8 @@
 //! - `GET /v1/tasks/{id}` → [`TaskView`]; `GET /v1/tasks/{id}/results?limit=N` →
 //!   [`TaskResults`]; `DELETE /v1/tasks/{id}` cancels the task;
 //! - `POST /v1/leases/{lease_id}/revoke`: the task is unleased and due again; its holder
-//!   learns it at its next extension and stops.
+//!   learns it at its next extension and stops;
+//! - `GET /v1/agents` → [`AgentList`]: every agent, live or stale, with the leases it holds.
 //!
 //! And `GET /health`, `GET /metrics` (Prometheus text).
 //!
@@ -40,9 +50,13 @@
 //! [`TaskView`]: crate::protocol::TaskView
 //! [`TaskResults`]: crate::protocol::TaskResults
 
+mod agents;
 mod http;
+mod location;
 mod metrics;
+mod sql;
 mod store;
+mod sweep;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -54,6 +68,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use self::agents::{AgentList, AgentState, AgentView};
+use self::location::Location;
 use self::metrics::Metrics;
 use self::store::TaskStore;
 use crate::protocol::{CreateTask, TaskResult, TaskView};
@@ -64,13 +80,19 @@ use crate::protocol::{CreateTask, TaskResult, TaskView};
 pub struct ControlConfig {
     /// Where it listens. Default is `127.0.0.1:0` (a free loopback port).
     pub listen: SocketAddr,
-    /// The SQLite file. Default is none: an in-memory database, gone when the control plane
-    /// stops.
+    /// The database: a SQLite file's path (or `sqlite:PATH`), or a PostgreSQL URL
+    /// (`postgres://user[:password]@host[:port]/database`, cargo feature `postgres`) that
+    /// several instances can share. Default is none: SQLite in memory, gone when the control
+    /// plane stops.
     pub database: Option<PathBuf>,
     /// How long a lease holds without extension. Default is 10 seconds.
     pub lease: Duration,
     /// How often agents are told to beat. Default is 5 seconds (the seed's).
     pub heartbeat_every: Duration,
+    /// How many heartbeat intervals without a heartbeat make an agent stale: its leases are
+    /// returned to the queue and it is given none until it beats again. Default is 3 (at
+    /// least 1); see [`stale_after`](Self::stale_after).
+    pub missed_heartbeats: u32,
     /// The token the operator endpoints need (`Authorization: Bearer …`). Default is none:
     /// they are open, for a control plane on loopback.
     pub admin_token: Option<String>,
@@ -80,9 +102,16 @@ impl std::fmt::Debug for ControlConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ControlConfig")
             .field("listen", &self.listen)
-            .field("database", &self.database)
+            .field(
+                "database",
+                &self.database.as_deref().map(|p| match p.to_str() {
+                    Some(text) => location::redacted(text),
+                    None => p.display().to_string(),
+                }),
+            )
             .field("lease", &self.lease)
             .field("heartbeat_every", &self.heartbeat_every)
+            .field("missed_heartbeats", &self.missed_heartbeats)
             .field(
                 "admin_token",
                 &self.admin_token.as_ref().map(|_| "<redacted>"),
@@ -98,6 +127,7 @@ impl Default for ControlConfig {
             database: None,
             lease: Duration::from_secs(10),
             heartbeat_every: Duration::from_secs(5),
+            missed_heartbeats: 3,
             admin_token: None,
         }
     }
@@ -110,9 +140,10 @@ impl ControlConfig {
         self
     }
 
-    /// Sets [`database`](Self::database).
-    pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
-        self.database = Some(path.into());
+    /// Sets [`database`](Self::database): a SQLite file's path, `sqlite:PATH`, or a
+    /// PostgreSQL URL (`postgres://…`).
+    pub fn database(mut self, location: impl Into<PathBuf>) -> Self {
+        self.database = Some(location.into());
         self
     }
 
@@ -126,6 +157,27 @@ impl ControlConfig {
     pub fn heartbeat_every(mut self, every: Duration) -> Self {
         self.heartbeat_every = every;
         self
+    }
+
+    /// Sets [`missed_heartbeats`](Self::missed_heartbeats) (at least 1).
+    pub fn missed_heartbeats(mut self, n: u32) -> Self {
+        self.missed_heartbeats = n.max(1);
+        self
+    }
+
+    /// How long after its last heartbeat (or registration) an agent is stale:
+    /// [`missed_heartbeats`](Self::missed_heartbeats) × [`heartbeat_every`](Self::heartbeat_every).
+    /// Its leases are back in the queue within this plus a quarter of it (the sweep's
+    /// period).
+    pub fn stale_after(&self) -> Duration {
+        self.heartbeat_every
+            .saturating_mul(self.missed_heartbeats.max(1))
+    }
+
+    /// How often each instance sweeps for stale agents: a quarter of
+    /// [`stale_after`](Self::stale_after), at least 10 ms.
+    fn sweep_every(&self) -> Duration {
+        (self.stale_after() / 4).max(Duration::from_millis(10))
     }
 
     /// Sets [`admin_token`](Self::admin_token).
@@ -176,15 +228,20 @@ pub struct ControlPlane {
     inner: Arc<Inner>,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+    sweeper: Option<JoinHandle<()>>,
 }
 
 impl ControlPlane {
-    /// Opens the store and starts serving.
+    /// Opens the store (creating or migrating its schema) and starts serving, and sweeping
+    /// for stale agents.
     ///
     /// # Errors
-    /// `Io` when the database cannot be opened or the address bound.
+    /// `Io` when the database cannot be opened or migrated or the address bound;
+    /// `InvalidRequest` for a database URL this build does not know (PostgreSQL without the
+    /// `postgres` feature, another scheme).
     pub async fn start(config: ControlConfig) -> Result<Self, NetError> {
-        let store = TaskStore::open(config.database.as_deref(), config.lease).await?;
+        let location = Location::of(config.database.as_deref())?;
+        let store = TaskStore::open(&location, config.lease).await?;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| {
             NetError::new(ErrorKind::Io)
                 .with_message(format!("control plane: cannot listen on {}", config.listen))
@@ -201,13 +258,15 @@ impl ControlPlane {
             metrics: Metrics::default(),
         });
         let (stop, stopped) = watch::channel(false);
+        let sweeper = tokio::spawn(sweep::run(inner.clone(), stopped.clone()));
         let task = tokio::spawn(http::serve(inner.clone(), listener, stopped));
-        tracing::info!(%addr, "control plane listening");
+        tracing::info!(%addr, database = ?location, "control plane listening");
         Ok(Self {
             addr,
             inner,
             stop,
             task: Some(task),
+            sweeper: Some(sweeper),
         })
     }
 
@@ -259,6 +318,18 @@ impl ControlPlane {
         Ok(revoked)
     }
 
+    /// Every agent, by id: live, or stale when not heard from within
+    /// [`ControlConfig::stale_after`], with the leases it holds.
+    ///
+    /// # Errors
+    /// `Io` when the store fails.
+    pub async fn agents(&self) -> Result<Vec<AgentView>, NetError> {
+        self.inner
+            .store
+            .agents(self.inner.config.stale_after())
+            .await
+    }
+
     /// Cancels a task (and its lease); whether there was such a task not yet cancelled.
     ///
     /// # Errors
@@ -267,10 +338,13 @@ impl ControlPlane {
         self.inner.store.cancel(task_id).await
     }
 
-    /// Stops serving and waits for the server's task to end.
+    /// Stops serving and sweeping, and waits for their tasks to end.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        if let Some(task) = self.task.take() {
+        for task in [self.task.take(), self.sweeper.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = task.await;
         }
     }
@@ -279,7 +353,7 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
-        if let Some(task) = &self.task {
+        for task in [&self.task, &self.sweeper].into_iter().flatten() {
             task.abort();
         }
     }

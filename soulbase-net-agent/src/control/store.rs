@@ -1,71 +1,67 @@
-//! The control plane's tables on SQLite (sqlx): agents, tasks and their leases, results.
+//! The control plane's store: agents, tasks and their leases, results — on SQLite (the
+//! embedded default: a file, or memory) or PostgreSQL (several control-plane instances on one
+//! database), with one text of statements for both ([`sql`](super::sql)).
 //!
 //! The lease discipline is the store crate's (`soulbase_net_store::lease`): a lease is a
 //! random token drawn by the claim statement itself, and every extension, report and
 //! revocation is conditional on it (and on the agent holding it); lease ends are computed in
-//! the statements on SQLite's clock, never on an agent's; leases are short and extended by
-//! their holder.
+//! the statements on the database's clock, never on an agent's or an instance's; leases are
+//! short and extended by their holder. On PostgreSQL a claim takes its rows
+//! `FOR UPDATE SKIP LOCKED`, so instances claiming together never hand out one task twice,
+//! and the conditional statements make every report, return and reschedule happen once
+//! whichever instance runs it.
 //!
-//! One connection: SQLite has one writer at a time anyway, and every statement here is short,
-//! so the pool serialises them rather than letting them meet `SQLITE_BUSY`.
+//! SQLite gets one connection: it has one writer at a time anyway, and every statement here is
+//! short, so the pool serialises them rather than letting them meet `SQLITE_BUSY`.
 
 use std::path::Path;
 use std::time::Duration;
 
 use soulbase_net_core::{ErrorKind, NetError};
 use soulbase_net_store::lease::Lease as LeaseTime;
+use soulbase_net_store::sql::Dialect;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
+use super::agents::{AgentState, AgentView};
+use super::location::Location;
+use super::sql::{Statements, MIGRATIONS_TABLE, SCHEMA_VERSION, SQLITE_MIGRATIONS};
 use crate::protocol::{
     Lease, LeaseReport, ReportStatus, TaskKind, TaskResult, TaskSpec, TaskState, TaskView,
 };
 
-/// SQLite's clock, in milliseconds since the Unix epoch (as the outbox's statements read it).
-const NOW: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+/// How long a connection may be waited for, and a PostgreSQL server for its first one.
+const ACQUIRE: Duration = Duration::from_secs(10);
 
-/// The schema: agents, tasks (with their current lease) and results.
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS agents (
-        id TEXT PRIMARY KEY,
-        token_hash TEXT NOT NULL,
-        session INTEGER NOT NULL,
-        info TEXT NOT NULL,
-        registered_at INTEGER NOT NULL,
-        last_seen INTEGER NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS tasks (
-        id TEXT PRIMARY KEY,
-        kind TEXT NOT NULL,
-        spec TEXT NOT NULL,
-        every_ms INTEGER,
-        next_at INTEGER NOT NULL,
-        state TEXT NOT NULL,
-        lease_id TEXT,
-        agent_id TEXT,
-        lease_until INTEGER,
-        claims INTEGER NOT NULL DEFAULT 0,
-        created_at INTEGER NOT NULL
-    )",
-    "CREATE INDEX IF NOT EXISTS tasks_due ON tasks (state, kind, next_at)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS tasks_lease ON tasks (lease_id)",
-    "CREATE TABLE IF NOT EXISTS results (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        task_id TEXT NOT NULL,
-        lease_id TEXT NOT NULL UNIQUE,
-        agent_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        observations TEXT NOT NULL,
-        error TEXT,
-        reported_at INTEGER NOT NULL
-    )",
-    "CREATE INDEX IF NOT EXISTS results_task ON results (task_id, seq)",
-];
+/// Connections to PostgreSQL, per instance.
+#[cfg(feature = "postgres")]
+const PG_CONNECTIONS: u32 = 10;
+
+/// The engine's pool.
+#[derive(Clone, Debug)]
+enum Pool {
+    Sqlite(SqlitePool),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the engine's pool: the body is written once and
+/// type-checked for each engine's concrete sqlx types (as the outbox's `sql_store!` is).
+macro_rules! on_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match &$store.pool {
+            Pool::Sqlite($pool) => $body,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres($pool) => $body,
+        }
+    };
+}
 
 /// The control plane's store.
 #[derive(Clone, Debug)]
 pub(crate) struct TaskStore {
-    pool: SqlitePool,
+    pool: Pool,
+    sql: Statements,
     lease_ms: i64,
 }
 
@@ -89,6 +85,15 @@ pub(crate) enum Reported {
     Refused,
 }
 
+/// What a sweep for stale agents did.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Swept {
+    /// The agents it found stale (each is found once, by one instance).
+    pub(crate) stale: Vec<String>,
+    /// The tasks whose leases it returned.
+    pub(crate) returned: Vec<String>,
+}
+
 /// Counts for the metrics.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Counts {
@@ -110,6 +115,10 @@ fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+fn count(n: i64) -> u32 {
+    u32::try_from(n).unwrap_or(if n < 0 { 0 } else { u32::MAX })
+}
+
 fn status_str(s: ReportStatus) -> &'static str {
     match s {
         ReportStatus::Ok => "ok",
@@ -118,36 +127,46 @@ fn status_str(s: ReportStatus) -> &'static str {
 }
 
 impl TaskStore {
-    /// Opens (creating) the file at `path`, or an in-memory database without one, with leases
-    /// of `lease`.
-    pub(crate) async fn open(path: Option<&Path>, lease: Duration) -> Result<Self, NetError> {
-        let connect = match path {
-            Some(p) => SqliteConnectOptions::new()
-                .filename(p)
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal),
-            None => SqliteConnectOptions::new().in_memory(true),
-        }
-        .busy_timeout(Duration::from_secs(5));
-        // One connection, kept for good: an in-memory database lives as long as it does.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(connect)
-            .await
-            .map_err(|e| io("opening the database", e))?;
-        for statement in SCHEMA {
-            sqlx::query(statement)
-                .execute(&pool)
-                .await
-                .map_err(|e| io("creating the schema", e))?;
-        }
+    /// Opens the store at `location` (creating and migrating its schema), with leases of
+    /// `lease`.
+    ///
+    /// # Errors
+    /// `Io` when the database cannot be opened or migrated; `InvalidRequest` for PostgreSQL in
+    /// a build without the `postgres` feature.
+    pub(crate) async fn open(location: &Location, lease: Duration) -> Result<Self, NetError> {
+        let (pool, dialect) = match location {
+            Location::Memory => (Pool::Sqlite(sqlite(None).await?), Dialect::Sqlite),
+            Location::Sqlite(path) => (Pool::Sqlite(sqlite(Some(path)).await?), Dialect::Sqlite),
+            #[cfg(feature = "postgres")]
+            Location::Postgres(url) => {
+                let pool = soulbase_net_store::sql::connect_postgres(
+                    url,
+                    PG_CONNECTIONS,
+                    ACQUIRE,
+                    "control plane",
+                )
+                .await?;
+                soulbase_net_store::sql::migrate_postgres(
+                    &pool,
+                    "control plane",
+                    MIGRATIONS_TABLE,
+                    super::sql::POSTGRES_MIGRATIONS,
+                    SCHEMA_VERSION,
+                )
+                .await?;
+                (Pool::Postgres(pool), Dialect::Postgres)
+            }
+            #[cfg(not(feature = "postgres"))]
+            Location::Postgres(_) => {
+                return Err(NetError::invalid_request(
+                    "control plane: PostgreSQL needs the cargo feature `postgres` of \
+                     soulbase-net-agent",
+                ))
+            }
+        };
         Ok(Self {
             pool,
+            sql: Statements::new(dialect),
             lease_ms: ms(LeaseTime::new(lease).ttl()),
         })
     }
@@ -165,35 +184,30 @@ impl TaskStore {
         token_hash: &str,
         info: &str,
     ) -> Result<Registered, NetError> {
-        let inserted = sqlx::query(&format!(
-            "INSERT INTO agents (id, token_hash, session, info, registered_at, last_seen)
-             VALUES (?, ?, 1, ?, {NOW}, {NOW}) ON CONFLICT (id) DO NOTHING"
-        ))
-        .bind(agent)
-        .bind(token_hash)
-        .bind(info)
-        .execute(&self.pool)
-        .await
+        let inserted = on_pool!(self, |pool| sqlx::query(&self.sql.register)
+            .bind(agent)
+            .bind(token_hash)
+            .bind(info)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected()))
         .map_err(|e| io("registering an agent", e))?;
-        if inserted.rows_affected() == 1 {
+        if inserted == 1 {
             return Ok(Registered::Yes {
                 session: 1,
                 resumed: false,
             });
         }
-        let row = sqlx::query(&format!(
-            "UPDATE agents SET session = session + 1, info = ?, last_seen = {NOW}
-             WHERE id = ? AND token_hash = ? RETURNING session"
-        ))
-        .bind(info)
-        .bind(agent)
-        .bind(token_hash)
-        .fetch_optional(&self.pool)
-        .await
+        let session: Option<i64> = on_pool!(self, |pool| sqlx::query_scalar(&self.sql.resume)
+            .bind(info)
+            .bind(agent)
+            .bind(token_hash)
+            .fetch_optional(pool)
+            .await)
         .map_err(|e| io("resuming an agent", e))?;
-        Ok(match row {
-            Some(row) => Registered::Yes {
-                session: u64::try_from(row.get::<i64, _>(0)).unwrap_or(0),
+        Ok(match session {
+            Some(session) => Registered::Yes {
+                session: u64::try_from(session).unwrap_or(0),
                 resumed: true,
             },
             None => Registered::WrongToken,
@@ -206,25 +220,23 @@ impl TaskStore {
         agent: &str,
         token_hash: &str,
     ) -> Result<bool, NetError> {
-        let row = sqlx::query("SELECT 1 FROM agents WHERE id = ? AND token_hash = ?")
+        on_pool!(self, |pool| sqlx::query(&self.sql.authenticate)
             .bind(agent)
             .bind(token_hash)
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await
-            .map_err(|e| io("authenticating an agent", e))?;
-        Ok(row.is_some())
+            .map(|row| row.is_some()))
+        .map_err(|e| io("authenticating an agent", e))
     }
 
-    /// Records a heartbeat of `agent`; its session.
+    /// Records a heartbeat of `agent` (live again if it was stale); its session.
     pub(crate) async fn heartbeat(&self, agent: &str) -> Result<u64, NetError> {
-        let row = sqlx::query(&format!(
-            "UPDATE agents SET last_seen = {NOW} WHERE id = ? RETURNING session"
-        ))
-        .bind(agent)
-        .fetch_optional(&self.pool)
-        .await
+        let session: Option<i64> = on_pool!(self, |pool| sqlx::query_scalar(&self.sql.heartbeat)
+            .bind(agent)
+            .fetch_optional(pool)
+            .await)
         .map_err(|e| io("recording a heartbeat", e))?;
-        Ok(row.map_or(0, |r| u64::try_from(r.get::<i64, _>(0)).unwrap_or(0)))
+        Ok(session.map_or(0, |s| u64::try_from(s).unwrap_or(0)))
     }
 
     /// Stores a new task; `false` when a task with that id exists already.
@@ -235,57 +247,67 @@ impl TaskStore {
         every: Option<Duration>,
     ) -> Result<bool, NetError> {
         let spec_text = serde_json::to_string(spec).map_err(|e| io("encoding a task", e))?;
-        let done = sqlx::query(&format!(
-            "INSERT INTO tasks (id, kind, spec, every_ms, next_at, state, created_at)
-             VALUES (?, ?, ?, ?, {NOW}, 'pending', {NOW}) ON CONFLICT (id) DO NOTHING"
-        ))
-        .bind(id)
-        .bind(spec.kind().as_str())
-        .bind(spec_text)
-        .bind(every.map(ms))
-        .execute(&self.pool)
-        .await
+        let inserted = on_pool!(self, |pool| sqlx::query(&self.sql.create)
+            .bind(id)
+            .bind(spec.kind().as_str())
+            .bind(&spec_text)
+            .bind(every.map(ms))
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected()))
         .map_err(|e| io("storing a task", e))?;
-        Ok(done.rows_affected() == 1)
+        Ok(inserted == 1)
     }
 
     /// Leases up to `n` due tasks of `kind` to `agent`, each under a fresh random token, for
-    /// the lease time from now (the store's now). Tasks whose lease ran out are due again.
+    /// the lease time from now (the store's now) — none to an agent not heard from within
+    /// `stale_after`. Tasks whose lease ran out are due again.
     pub(crate) async fn claim(
         &self,
         agent: &str,
         kind: TaskKind,
         n: u32,
+        stale_after: Duration,
     ) -> Result<Vec<Lease>, NetError> {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(&format!(
-            "UPDATE tasks SET lease_id = lower(hex(randomblob(16))), agent_id = ?,
-                lease_until = {NOW} + ?, claims = claims + 1
-             WHERE id IN (SELECT id FROM tasks
-                          WHERE state = 'pending' AND kind = ? AND next_at <= {NOW}
-                            AND (lease_until IS NULL OR lease_until <= {NOW})
-                          ORDER BY next_at LIMIT ?)
-             RETURNING id, spec, lease_id, claims"
-        ))
-        .bind(agent)
-        .bind(self.lease_ms)
-        .bind(kind.as_str())
-        .bind(i64::from(n))
-        .fetch_all(&self.pool)
-        .await
+        let claimed: Vec<(String, String, String, i64)> = on_pool!(self, |pool| {
+            sqlx::query(&self.sql.claim)
+                .bind(agent)
+                .bind(self.lease_ms)
+                .bind(kind.as_str())
+                .bind(agent)
+                .bind(ms(stale_after))
+                .bind(i64::from(n))
+                .fetch_all(pool)
+                .await
+                .map(|rows| {
+                    rows.iter()
+                        .map(|r| {
+                            (
+                                r.get("id"),
+                                r.get("spec"),
+                                r.get("lease_id"),
+                                r.get("claims"),
+                            )
+                        })
+                        .collect()
+                })
+        })
         .map_err(|e| io("claiming tasks", e))?;
-        let mut leases = Vec::with_capacity(rows.len());
-        for row in rows {
-            let spec: String = row.get("spec");
-            let spec = serde_json::from_str(&spec).map_err(|e| io("decoding a task", e))?;
+        let mut leases = Vec::with_capacity(claimed.len());
+        for (task_id, spec, lease_id, claims) in claimed {
+            // A spec that does not read (stored by another build?) is left leased: it comes
+            // back when the lease runs out, and the error says which task it is.
+            let spec = serde_json::from_str(&spec)
+                .map_err(|e| io(&format!("decoding task `{task_id}`"), e))?;
             leases.push(Lease {
-                lease_id: row.get("lease_id"),
-                task_id: row.get("id"),
+                lease_id,
+                task_id,
                 spec,
                 lease_ms: self.lease_ms(),
-                attempt: u32::try_from(row.get::<i64, _>("claims")).unwrap_or(u32::MAX),
+                attempt: u32::try_from(claims).unwrap_or(u32::MAX),
             });
         }
         Ok(leases)
@@ -298,23 +320,18 @@ impl TaskStore {
         lease_ids: &[String],
     ) -> Result<Vec<String>, NetError> {
         let ids = serde_json::to_string(lease_ids).map_err(|e| io("encoding lease ids", e))?;
-        let rows = sqlx::query(&format!(
-            "UPDATE tasks SET lease_until = {NOW} + ?
-             WHERE agent_id = ? AND state = 'pending'
-               AND lease_id IN (SELECT value FROM json_each(?))
-             RETURNING lease_id"
-        ))
-        .bind(self.lease_ms)
-        .bind(agent)
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| io("extending leases", e))?;
-        Ok(rows.into_iter().map(|r| r.get(0)).collect())
+        on_pool!(self, |pool| sqlx::query_scalar(&self.sql.extend)
+            .bind(self.lease_ms)
+            .bind(agent)
+            .bind(&ids)
+            .fetch_all(pool)
+            .await)
+        .map_err(|e| io("extending leases", e))
     }
 
     /// Records `report` by `agent`, if the lease is still its own; the task is then done (a
-    /// one-off) or due again a period from now (a periodic one), and unleased.
+    /// one-off) or due again a period from now (a periodic one), and unleased. One
+    /// transaction: the fence and the result together, once whichever instance takes it.
     pub(crate) async fn report(
         &self,
         agent: &str,
@@ -322,105 +339,122 @@ impl TaskStore {
     ) -> Result<Reported, NetError> {
         let observations =
             serde_json::to_string(&report.observations).map_err(|e| io("encoding a report", e))?;
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| io("beginning a report", e))?;
-        let fenced = sqlx::query(&format!(
-            "UPDATE tasks SET lease_id = NULL, agent_id = NULL, lease_until = NULL,
-                state = CASE WHEN every_ms IS NULL THEN 'done' ELSE state END,
-                next_at = CASE WHEN every_ms IS NULL THEN next_at ELSE {NOW} + every_ms END
-             WHERE id = ? AND lease_id = ? AND agent_id = ? AND state = 'pending'"
-        ))
-        .bind(&report.task_id)
-        .bind(&report.lease_id)
-        .bind(agent)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| io("fencing a report", e))?;
-        if fenced.rows_affected() == 1 {
-            sqlx::query(&format!(
-                "INSERT INTO results (task_id, lease_id, agent_id, status, observations, error,
-                    reported_at)
-                 VALUES (?, ?, ?, ?, ?, ?, {NOW})"
-            ))
-            .bind(&report.task_id)
-            .bind(&report.lease_id)
-            .bind(agent)
-            .bind(status_str(report.status))
-            .bind(observations)
-            .bind(report.error.as_deref())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| io("recording a result", e))?;
-            tx.commit()
+        let sql = &self.sql;
+        on_pool!(self, |pool| {
+            let mut tx = pool
+                .begin_with(sql.begin)
                 .await
-                .map_err(|e| io("committing a report", e))?;
-            return Ok(Reported::Recorded);
-        }
-        let earlier = sqlx::query(
-            "SELECT 1 FROM results WHERE lease_id = ? AND agent_id = ? AND task_id = ?",
-        )
-        .bind(&report.lease_id)
-        .bind(agent)
-        .bind(&report.task_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| io("looking a report up", e))?;
-        tx.commit().await.map_err(|e| io("ending a report", e))?;
-        Ok(if earlier.is_some() {
-            Reported::Duplicate
-        } else {
-            Reported::Refused
+                .map_err(|e| io("beginning a report", e))?;
+            let fenced = sqlx::query(&sql.fence_report)
+                .bind(&report.task_id)
+                .bind(&report.lease_id)
+                .bind(agent)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| io("fencing a report", e))?;
+            if fenced.rows_affected() == 1 {
+                sqlx::query(&sql.record_result)
+                    .bind(&report.task_id)
+                    .bind(&report.lease_id)
+                    .bind(agent)
+                    .bind(status_str(report.status))
+                    .bind(&observations)
+                    .bind(report.error.as_deref())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| io("recording a result", e))?;
+                tx.commit()
+                    .await
+                    .map_err(|e| io("committing a report", e))?;
+                return Ok(Reported::Recorded);
+            }
+            let earlier = sqlx::query(&sql.earlier_result)
+                .bind(&report.lease_id)
+                .bind(agent)
+                .bind(&report.task_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| io("looking a report up", e))?;
+            tx.commit().await.map_err(|e| io("ending a report", e))?;
+            Ok(if earlier.is_some() {
+                Reported::Duplicate
+            } else {
+                Reported::Refused
+            })
         })
     }
 
     /// Revokes the lease `lease_id`: the task is unleased and due again; its holder learns at
     /// its next extension. Whether there was such a lease.
     pub(crate) async fn revoke(&self, lease_id: &str) -> Result<bool, NetError> {
-        let done = sqlx::query(
-            "UPDATE tasks SET lease_id = NULL, agent_id = NULL, lease_until = NULL
-             WHERE lease_id = ?",
-        )
-        .bind(lease_id)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| io("revoking a lease", e))?;
-        Ok(done.rows_affected() == 1)
+        on_pool!(self, |pool| sqlx::query(&self.sql.revoke)
+            .bind(lease_id)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected() == 1))
+        .map_err(|e| io("revoking a lease", e))
     }
 
     /// Cancels the task `id` (and its lease); whether there was such a task not cancelled.
     pub(crate) async fn cancel(&self, id: &str) -> Result<bool, NetError> {
-        let done = sqlx::query(
-            "UPDATE tasks SET state = 'cancelled', lease_id = NULL, agent_id = NULL,
-                lease_until = NULL
-             WHERE id = ? AND state != 'cancelled'",
-        )
-        .bind(id)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| io("cancelling a task", e))?;
-        Ok(done.rows_affected() == 1)
+        on_pool!(self, |pool| sqlx::query(&self.sql.cancel)
+            .bind(id)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected() == 1))
+        .map_err(|e| io("cancelling a task", e))
+    }
+
+    /// Finds the agents not heard from within `stale_after` (marking each once) and returns
+    /// every lease the agents marked stale hold: the tasks are due at once, and the old
+    /// tokens refused.
+    pub(crate) async fn sweep(&self, stale_after: Duration) -> Result<Swept, NetError> {
+        let stale: Vec<String> = on_pool!(self, |pool| sqlx::query_scalar(&self.sql.mark_stale)
+            .bind(ms(stale_after))
+            .fetch_all(pool)
+            .await)
+        .map_err(|e| io("finding stale agents", e))?;
+        let returned: Vec<String> =
+            on_pool!(self, |pool| sqlx::query_scalar(&self.sql.return_leases)
+                .fetch_all(pool)
+                .await)
+            .map_err(|e| io("returning the leases of stale agents", e))?;
+        Ok(Swept { stale, returned })
     }
 
     /// The task `id`, with its last result.
     pub(crate) async fn task(&self, id: &str) -> Result<Option<TaskView>, NetError> {
-        let row = sqlx::query(&format!(
-            "SELECT spec, every_ms, state, claims, agent_id, lease_id,
-                (lease_id IS NOT NULL AND lease_until > {NOW}) AS leased,
-                (SELECT COUNT(*) FROM results WHERE task_id = tasks.id) AS results
-             FROM tasks WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
+        type Fields = (
+            String,
+            Option<i64>,
+            String,
+            i64,
+            Option<String>,
+            Option<String>,
+            bool,
+            i64,
+        );
+        let row: Option<Fields> = on_pool!(self, |pool| sqlx::query(&self.sql.task)
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+            .map(|row| row.map(|r| (
+                r.get("spec"),
+                r.get("every_ms"),
+                r.get("state"),
+                r.get("claims"),
+                r.get("agent_id"),
+                r.get("lease_id"),
+                r.get("leased"),
+                r.get("results"),
+            ))))
         .map_err(|e| io("reading a task", e))?;
-        let Some(row) = row else { return Ok(None) };
-        let spec: String = row.get("spec");
-        let spec = serde_json::from_str(&spec).map_err(|e| io("decoding a task", e))?;
-        let leased: bool = row.get("leased");
-        let state = match row.get::<String, _>("state").as_str() {
+        let Some((spec, every_ms, state, claims, agent_id, lease_id, leased, results)) = row else {
+            return Ok(None);
+        };
+        let spec =
+            serde_json::from_str(&spec).map_err(|e| io(&format!("decoding task `{id}`"), e))?;
+        let state = match state.as_str() {
             "done" => TaskState::Done,
             "cancelled" => TaskState::Cancelled,
             _ if leased => TaskState::Leased,
@@ -430,73 +464,159 @@ impl TaskStore {
         Ok(Some(TaskView {
             task_id: id.to_owned(),
             spec,
-            every_secs: row
-                .get::<Option<i64>, _>("every_ms")
-                .map(|m| u64::try_from(m / 1000).unwrap_or(0)),
+            every_secs: every_ms.map(|m| u64::try_from(m / 1000).unwrap_or(0)),
             state,
-            claims: u32::try_from(row.get::<i64, _>("claims")).unwrap_or(u32::MAX),
-            results: u32::try_from(row.get::<i64, _>("results")).unwrap_or(u32::MAX),
-            agent_id: if leased { row.get("agent_id") } else { None },
-            lease_id: if leased { row.get("lease_id") } else { None },
+            claims: count(claims),
+            results: count(results),
+            agent_id: agent_id.filter(|_| leased),
+            lease_id: lease_id.filter(|_| leased),
             last,
         }))
     }
 
     /// The results of task `id`, newest first, at most `limit`.
     pub(crate) async fn results(&self, id: &str, limit: u32) -> Result<Vec<TaskResult>, NetError> {
-        let rows = sqlx::query(
-            "SELECT lease_id, agent_id, status, observations, error, reported_at
-             FROM results WHERE task_id = ? ORDER BY seq DESC LIMIT ?",
-        )
-        .bind(id)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
+        type Fields = (String, String, String, String, Option<String>, i64);
+        let rows: Vec<Fields> = on_pool!(self, |pool| sqlx::query(&self.sql.results)
+            .bind(id)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await
+            .map(|rows| rows
+                .iter()
+                .map(|r| (
+                    r.get("lease_id"),
+                    r.get("agent_id"),
+                    r.get("status"),
+                    r.get("observations"),
+                    r.get("error"),
+                    r.get("reported_at"),
+                ))
+                .collect()))
         .map_err(|e| io("reading results", e))?;
         let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let observations: String = row.get("observations");
+        for (lease_id, agent_id, status, observations, error, reported_at_ms) in rows {
             out.push(TaskResult {
-                lease_id: row.get("lease_id"),
-                agent_id: row.get("agent_id"),
-                status: if row.get::<String, _>("status") == "ok" {
+                lease_id,
+                agent_id,
+                status: if status == "ok" {
                     ReportStatus::Ok
                 } else {
                     ReportStatus::Error
                 },
                 observations: serde_json::from_str(&observations)
-                    .map_err(|e| io("decoding a result", e))?,
-                error: row.get("error"),
-                reported_at_ms: row.get("reported_at"),
+                    .map_err(|e| io(&format!("decoding a result of task `{id}`"), e))?,
+                error,
+                reported_at_ms,
             });
         }
         Ok(out)
     }
 
-    /// Tasks by state and agents (live: seen within `live_within`).
-    pub(crate) async fn counts(&self, live_within: Duration) -> Result<Counts, NetError> {
-        let row = sqlx::query(&format!(
-            "SELECT
-                (SELECT COUNT(*) FROM tasks WHERE state = 'pending'
-                    AND (lease_id IS NULL OR lease_until <= {NOW})) AS pending,
-                (SELECT COUNT(*) FROM tasks WHERE state = 'pending'
-                    AND lease_id IS NOT NULL AND lease_until > {NOW}) AS leased,
-                (SELECT COUNT(*) FROM tasks WHERE state = 'done') AS done,
-                (SELECT COUNT(*) FROM tasks WHERE state = 'cancelled') AS cancelled,
-                (SELECT COUNT(*) FROM agents) AS agents,
-                (SELECT COUNT(*) FROM agents WHERE last_seen > {NOW} - ?) AS agents_live"
-        ))
-        .bind(ms(live_within))
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| io("counting", e))?;
-        Ok(Counts {
-            pending: row.get("pending"),
-            leased: row.get("leased"),
-            done: row.get("done"),
-            cancelled: row.get("cancelled"),
-            agents: row.get("agents"),
-            agents_live: row.get("agents_live"),
-        })
+    /// Every agent, by id, stale when not heard from within `stale_after`.
+    pub(crate) async fn agents(&self, stale_after: Duration) -> Result<Vec<AgentView>, NetError> {
+        type Fields = (String, i64, String, i64, i64, Option<i64>, bool, i64);
+        let rows: Vec<Fields> = on_pool!(self, |pool| sqlx::query(&self.sql.agents)
+            .bind(ms(stale_after))
+            .fetch_all(pool)
+            .await
+            .map(|rows| rows
+                .iter()
+                .map(|r| (
+                    r.get("id"),
+                    r.get("session"),
+                    r.get("info"),
+                    r.get("registered_at"),
+                    r.get("last_seen"),
+                    r.get("stale_at"),
+                    r.get("stale"),
+                    r.get("leases"),
+                ))
+                .collect()))
+        .map_err(|e| io("reading agents", e))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    agent_id,
+                    session,
+                    info,
+                    registered_at_ms,
+                    last_seen_ms,
+                    stale_at,
+                    stale,
+                    leases,
+                )| {
+                    AgentView {
+                        agent_id,
+                        state: if stale {
+                            AgentState::Stale
+                        } else {
+                            AgentState::Live
+                        },
+                        session: u64::try_from(session).unwrap_or(0),
+                        registered_at_ms,
+                        last_seen_ms,
+                        stale_since_ms: stale_at,
+                        leases: count(leases),
+                        // What the agent sent, stored as it was read: it reads back (a row of
+                        // another build's that does not is shown without it).
+                        registration: serde_json::from_str(&info).ok(),
+                    }
+                },
+            )
+            .collect())
     }
+
+    /// Tasks by state and agents (live: heard from within `stale_after`).
+    pub(crate) async fn counts(&self, stale_after: Duration) -> Result<Counts, NetError> {
+        on_pool!(self, |pool| sqlx::query(&self.sql.counts)
+            .bind(ms(stale_after))
+            .fetch_one(pool)
+            .await
+            .map(|row| Counts {
+                pending: row.get("pending"),
+                leased: row.get("leased"),
+                done: row.get("done"),
+                cancelled: row.get("cancelled"),
+                agents: row.get("agents"),
+                agents_live: row.get("agents_live"),
+            }))
+        .map_err(|e| io("counting", e))
+    }
+}
+
+/// A SQLite pool of one connection, kept for good (an in-memory database lives as long as
+/// it does), on the file at `path` (WAL) or in memory; its schema migrated.
+async fn sqlite(path: Option<&Path>) -> Result<SqlitePool, NetError> {
+    let connect = match path {
+        Some(p) => SqliteConnectOptions::new()
+            .filename(p)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal),
+        None => SqliteConnectOptions::new().in_memory(true),
+    }
+    .busy_timeout(Duration::from_secs(5));
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .acquire_timeout(ACQUIRE)
+        .connect_with(connect)
+        .await
+        .map_err(|e| {
+            let at = path.map_or_else(|| "in memory".to_owned(), |p| p.display().to_string());
+            io(&format!("opening the SQLite database ({at})"), e)
+        })?;
+    soulbase_net_store::sql::migrate_sqlite(
+        &pool,
+        "control plane",
+        MIGRATIONS_TABLE,
+        SQLITE_MIGRATIONS,
+        SCHEMA_VERSION,
+    )
+    .await?;
+    Ok(pool)
 }

@@ -49,8 +49,8 @@ pub(super) async fn probe(client: &Client, task: HttpTask<'_>) -> ProbeResult {
             let mut observations = vec![
                 Observation::new("status", status),
                 Observation::with_unit("total_ms", millis(total), "ms"),
-                Observation::with_unit("connect_ms", millis(elapsed.connect), "ms"),
-                Observation::with_unit("ttfb_ms", millis(elapsed.ttfb), "ms"),
+                Observation::with_unit("connect_ms", millis(elapsed.connect()), "ms"),
+                Observation::with_unit("ttfb_ms", millis(elapsed.ttfb()), "ms"),
                 Observation::new("attempts", attempts),
             ];
             let body = match body {

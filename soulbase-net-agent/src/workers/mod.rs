@@ -1,5 +1,6 @@
 //! The probes an agent runs (seed 002's `workers`): HTTP through the soulbase-net client,
-//! TCP connect, DNS through hickory; ping and trace answer "unsupported in this build".
+//! TCP connect, DNS through hickory, ping (ICMP echo) and trace (TTL-limited ICMP echo) over
+//! raw ICMP sockets (IPv4 and IPv6), which need root or `CAP_NET_RAW`.
 //!
 //! A probe never fails as a call: whatever happened to its target is its result — a
 //! [`ProbeResult`] with observations (each with its unit where it has one), and
@@ -7,7 +8,10 @@
 
 mod dns;
 mod http;
+mod icmp;
+mod ping;
 mod tcp;
+mod trace;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -124,10 +128,30 @@ impl Probes {
                 let timeout = Duration::from_millis(timeout_ms.unwrap_or(5000));
                 self.dns.probe(name, record_types, timeout).await
             }
-            TaskSpec::Ping { .. } | TaskSpec::Trace { .. } => ProbeResult::error(
-                vec![Observation::new("unsupported", true)],
-                format!("{} probes are unsupported in this build", spec.kind()),
-            ),
+            TaskSpec::Ping {
+                host,
+                count,
+                timeout_ms,
+                interval_ms,
+            } => {
+                let task = ping::PingTask {
+                    count: count.unwrap_or(3),
+                    interval: Duration::from_millis(interval_ms.unwrap_or(1000)),
+                    timeout: Duration::from_millis(timeout_ms.unwrap_or(1000)),
+                };
+                ping::probe(&self.addresses, host, task).await
+            }
+            TaskSpec::Trace {
+                host,
+                max_hops,
+                timeout_ms,
+            } => {
+                let task = trace::TraceTask {
+                    max_hops: max_hops.unwrap_or(30),
+                    timeout: Duration::from_millis(timeout_ms.unwrap_or(1000)),
+                };
+                trace::probe(&self.addresses, host, task).await
+            }
         }
     }
 }

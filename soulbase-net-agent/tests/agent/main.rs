@@ -1,10 +1,15 @@
 //! The control plane and agents end to end over loopback: the control plane's API and lease
-//! fencing (`control`), and agents running probes against the testkit's servers
-//! (`pipeline`). DNS goes to the testkit's MockDns only, never to the system resolver.
+//! fencing (`control`), agents running probes against the testkit's servers
+//! (`pipeline`), and the UDP DNS forwarder (`forwarder`). DNS goes to the testkit's MockDns
+//! or a dnsmasq started on loopback only, never to the system resolver.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod control;
+mod forwarder;
+mod load;
+mod netns;
 mod pipeline;
+mod postgres;
 mod process;
 mod records;
 

@@ -54,12 +54,10 @@ pub(crate) fn attempt(
         req,
         attempt: n,
         outcome,
-        elapsed: Elapsed {
-            connect: ms(connect_ms),
-            ttfb: ms(ttfb_ms),
-            total: ms(ttfb_ms),
-            ..Elapsed::default()
-        },
+        elapsed: Elapsed::default()
+            .with_connect(ms(connect_ms))
+            .with_ttfb(ms(ttfb_ms))
+            .with_total(ms(ttfb_ms)),
     });
 }
 
@@ -78,12 +76,9 @@ pub(crate) fn finished(
         req,
         outcome,
         attempts,
-        elapsed: Elapsed {
-            connect: Duration::ZERO,
-            ttfb: ms(total_ms),
-            total: ms(total_ms),
-            ..Elapsed::default()
-        },
+        elapsed: Elapsed::default()
+            .with_ttfb(ms(total_ms))
+            .with_total(ms(total_ms)),
         version: outcome_version(&outcome),
     });
 }

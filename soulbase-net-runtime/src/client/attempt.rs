@@ -95,10 +95,7 @@ impl Inner {
             Ok(res) => (Outcome::Response(res.status), res.elapsed),
             Err(e) => (
                 Outcome::Error(e.kind()),
-                Elapsed {
-                    total: began.elapsed(),
-                    ..Elapsed::default()
-                },
+                Elapsed::default().with_total(began.elapsed()),
             ),
         };
         record_outcome(&span, &outcome, 1);
@@ -250,14 +247,12 @@ impl Inner {
                     .map(str::to_owned),
                 headers: parts.headers,
                 body: RespBody::Stream(body),
-                elapsed: Elapsed {
-                    connect,
-                    ttfb,
-                    total: head_at.saturating_duration_since(call.started),
-                    queue_out: taken.saturating_duration_since(began),
-                    network: head_at.saturating_duration_since(taken),
-                    ..Elapsed::default()
-                },
+                elapsed: Elapsed::default()
+                    .with_connect(connect)
+                    .with_ttfb(ttfb)
+                    .with_total(head_at.saturating_duration_since(call.started))
+                    .with_queue_out(taken.saturating_duration_since(began))
+                    .with_network(head_at.saturating_duration_since(taken)),
                 bytes_in: 0,
                 attempts: 1,
                 url: url.as_str().to_owned(),

@@ -103,7 +103,7 @@ impl Inner {
             };
             if let Ok(res) = &result {
                 if res.status.as_u16() < 500 && policy.timeout.dynamic.enabled {
-                    self.latencies.record(call.host(), res.elapsed.ttfb);
+                    self.latencies.record(call.host(), res.elapsed.ttfb());
                 }
             }
             // The server did not process it (RFC 9113 §8.7): it goes again at once on another

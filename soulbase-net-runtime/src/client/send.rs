@@ -59,11 +59,9 @@ impl Segments {
     /// `elapsed` with the call's segments.
     pub(super) fn fill(&self, elapsed: Elapsed) -> Elapsed {
         let read = |n: &AtomicU64| Duration::from_nanos(n.load(Ordering::Relaxed));
-        Elapsed {
-            queue_in: read(&self.queue_in),
-            processing: read(&self.processing),
-            ..elapsed
-        }
+        elapsed
+            .with_queue_in(read(&self.queue_in))
+            .with_processing(read(&self.processing))
     }
 }
 
@@ -384,10 +382,7 @@ impl Inner {
                         res.elapsed = segments.fill(res.elapsed);
                         res.elapsed
                     }
-                    Err(_) => segments.fill(Elapsed {
-                        total: started.elapsed(),
-                        ..Elapsed::default()
-                    }),
+                    Err(_) => segments.fill(Elapsed::default().with_total(started.elapsed())),
                 };
                 self.emit(|| NetEvent::RequestFinished {
                     req: call.info(),

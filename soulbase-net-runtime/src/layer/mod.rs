@@ -6,6 +6,8 @@
 //!   ([`CircuitBreakerPolicy`](soulbase_net_policy::CircuitBreakerPolicy)).
 //! - [`LimitLayer`]: the client's per-host limits — concurrency, GCRA rate, AIMD window —
 //!   ([`LimitsPolicy`](soulbase_net_policy::LimitsPolicy)).
+//! - [`AimdLimit`]: the limiter's AIMD window alone, acquired and fed by hand (the probe
+//!   agent's windows).
 //!
 //! The layers run the same state machines the client runs (`resilience/`), with the same
 //! policy types and the same events; the client itself does not go through them (its call
@@ -26,6 +28,9 @@ mod limit;
 
 pub use self::breaker::{CircuitBreaker, CircuitBreakerLayer};
 pub use self::limit::{Limit, LimitLayer};
+/// The AIMD window of [`LimitLayer`], on its own (seed 002's adaptive concurrency for work
+/// that is not an HTTP call).
+pub use crate::resilience::{AimdLimit, AimdLimitPermit};
 
 /// The future of a service behind one of these layers.
 pub type LayerFuture<RB> = Pin<Box<dyn Future<Output = Result<Response<RB>, BoxError>> + Send>>;

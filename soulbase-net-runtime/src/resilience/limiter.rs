@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 pub(crate) use self::aimd::{signal, Signal};
 use self::aimd::{Aimd, AimdPermit};
+pub use self::aimd::{AimdLimit, AimdLimitPermit};
 use self::gcra::Gcra;
 use crate::pruned::PrunedMap;
 

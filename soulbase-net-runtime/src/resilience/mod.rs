@@ -64,6 +64,7 @@ pub(crate) use self::freeze::Freezer;
 pub(crate) use self::hedge::HedgeSchedule;
 pub(crate) use self::histogram::LatencyHistogram;
 pub(crate) use self::latency::LatencyWindow;
+pub use self::limiter::{AimdLimit, AimdLimitPermit};
 pub(crate) use self::limiter::{LimitPermit, Limiter};
 pub(crate) use self::random::FastRand;
 pub(crate) use self::retry::{decide, AttemptEnd, RetryDecision};

@@ -38,7 +38,7 @@ async fn server_a() -> FaultServer {
 async fn get_a(client: &soulbase_net_runtime::Client, srv: &FaultServer) -> Duration {
     let res = client.send(NetRequest::get(srv.url("/a"))).await.unwrap();
     assert_eq!(res.attempts, 1);
-    let connect = res.elapsed.connect;
+    let connect = res.elapsed.connect();
     assert_eq!(res.text().await.unwrap(), "a");
     connect
 }
@@ -158,7 +158,7 @@ async fn a_body_dropped_unread_leaves_the_pool_usable() {
             .send(NetRequest::get(srv.url("/small")))
             .await
             .unwrap();
-        assert_eq!(res.elapsed.connect, Duration::ZERO, "the pooled one");
+        assert_eq!(res.elapsed.connect(), Duration::ZERO, "the pooled one");
         assert_eq!(res.text().await.unwrap(), "tiny");
         assert_eq!(srv.connections(), 1);
         // Most of 4 MiB is still on the wire when the body is dropped: that connection is
@@ -200,7 +200,7 @@ async fn a_connection_the_server_closes_is_not_used_again() {
                 .await
                 .unwrap();
             assert_eq!(res.attempts, 1);
-            assert!(res.elapsed.connect > Duration::ZERO, "a new connection");
+            assert!(res.elapsed.connect() > Duration::ZERO, "a new connection");
             assert_eq!(res.text().await.unwrap(), "bye");
         }
         assert_eq!(srv.connections(), 3);
@@ -260,7 +260,7 @@ async fn a_request_waiting_at_the_cap_can_be_cancelled() {
         assert_eq!(srv.hits("/w"), 1);
         // The pool is whole: the next call takes the same connection.
         let res = h.client.send(NetRequest::get(srv.url("/w"))).await.unwrap();
-        assert_eq!(res.elapsed.connect, Duration::ZERO);
+        assert_eq!(res.elapsed.connect(), Duration::ZERO);
         assert_eq!(res.text().await.unwrap(), "w");
         assert_eq!(srv.connections(), 1);
         srv.join().await;
@@ -317,7 +317,7 @@ async fn a_broken_http2_connection_is_replaced() {
         assert_eq!(err.kind(), soulbase_net_core::ErrorKind::Io, "{err}");
         // …and the next one goes on a new connection.
         let res = h.client.send(NetRequest::get(srv.url("/m"))).await.unwrap();
-        assert!(res.elapsed.connect > Duration::ZERO, "a new connection");
+        assert!(res.elapsed.connect() > Duration::ZERO, "a new connection");
         assert_eq!(res.text().await.unwrap(), "m");
         assert_eq!(srv.connections(), 2);
         srv.join().await;

@@ -84,7 +84,7 @@ async fn the_first_byte_clock_starts_when_the_connection_takes_the_request() {
     let req = NetRequest::get(srv.url("/now")).timeout(TimeoutCfg::default().with_ttfb(ttfb));
     let res = h.client.send(req).await.unwrap();
     assert_eq!(res.status, 200);
-    assert!(res.elapsed.ttfb >= connect, "{:?}", res.elapsed);
+    assert!(res.elapsed.ttfb() >= connect, "{:?}", res.elapsed);
     // A late head after a slow connect: the timeout counts from the request's start on the
     // connection, so it fires no earlier than connect + ttfb. One attempt, so the upper
     // bound is that one attempt's connect + ttfb with room for a loaded machine.
@@ -328,21 +328,21 @@ async fn each_segment_of_a_call_is_measured_where_its_time_went() {
     let ms = Duration::from_millis;
     // Each segment is at least what was spent in it, and at most that plus scheduling.
     let near = |got: Duration, spent: Duration| got >= spent && got <= spent + ms(150);
-    assert!(a.queue_in < ms(30), "{a:?}");
-    assert!(near(a.processing, ms(80)), "{a:?}");
+    assert!(a.queue_in() < ms(30), "{a:?}");
+    assert!(near(a.processing(), ms(80)), "{a:?}");
     assert!(
-        near(a.queue_out, ms(80)) && a.queue_out >= a.connect,
+        near(a.queue_out(), ms(80)) && a.queue_out() >= a.connect(),
         "{a:?}"
     );
-    assert!(near(a.network, ms(120)), "{a:?}");
+    assert!(near(a.network(), ms(120)), "{a:?}");
     // The second waited for the first to end (its whole call, after hooks included).
     assert!(
-        b.queue_in + ms(20) >= took_a.saturating_sub(ms(30)),
+        b.queue_in() + ms(20) >= took_a.saturating_sub(ms(30)),
         "{b:?} {took_a:?}"
     );
-    assert!(near(b.processing, ms(80)), "{b:?}");
-    assert!(b.connect.is_zero() && b.queue_out < ms(30), "{b:?}");
-    assert!(near(b.network, ms(120)), "{b:?}");
+    assert!(near(b.processing(), ms(80)), "{b:?}");
+    assert!(b.connect().is_zero() && b.queue_out() < ms(30), "{b:?}");
+    assert!(near(b.network(), ms(120)), "{b:?}");
     // The budget closes: the segments fit in what the caller saw, which fits the timeout.
     for (e, took) in [(a, took_a), (b, took_b)] {
         assert!(e.segments() <= took && took <= timeout, "{e:?} {took:?}");

@@ -14,7 +14,6 @@ use sqlx::{
 use tokio::sync::Notify;
 
 use super::{
-    io,
     sql::{migrate_postgres, sql_store, Dialect, Migration, Sql},
     timed, StoreOptions,
 };
@@ -309,5 +308,9 @@ pub(crate) async fn pool(
         .acquire_timeout(op_timeout)
         .connect_with(connect)
         .await
-        .map_err(|e| io(&format!("connecting to {target}"), e))
+        .map_err(|e| {
+            NetError::new(soulbase_net_core::ErrorKind::Io)
+                .with_message(format!("{what} store: connecting to {target}"))
+                .with_source(e)
+        })
 }

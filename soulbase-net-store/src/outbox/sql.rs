@@ -3,14 +3,14 @@
 //! once as a macro over the engine's concrete sqlx types (a generic one over
 //! `sqlx::Database` would need a bound per bound type and column).
 
-/// The engine's dialect, where the statements differ.
+/// The engine's dialect, where the statements differ. Public (as
+/// [`soulbase_net_store::sql::Dialect`](crate::sql::Dialect)) for the stores of other crates
+/// that keep their tables on the same engines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Dialect {
+pub enum Dialect {
+    /// SQLite: the embedded engine, one file.
     Sqlite,
-    #[cfg_attr(
-        not(feature = "postgres"),
-        allow(dead_code, reason = "built with `postgres`")
-    )]
+    /// PostgreSQL: several instances on one database.
     Postgres,
 }
 
@@ -20,7 +20,7 @@ impl Dialect {
     /// takes over a live lease). PostgreSQL's `clock_timestamp()` is the server's time at that
     /// moment (`now()` would be the transaction's start, stale after a wait for a lock);
     /// SQLite's is the machine's, the one every instance sharing the file runs on.
-    pub(crate) fn now(self) -> &'static str {
+    pub fn now(self) -> &'static str {
         match self {
             Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
             Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
@@ -31,7 +31,7 @@ impl Dialect {
     /// one write lock at once (waiting for it as `busy_timeout` allows) rather than at the
     /// first write, so that what the transaction computes meanwhile (a lease's end) is not
     /// stale when it writes.
-    pub(crate) fn begin(self) -> &'static str {
+    pub fn begin(self) -> &'static str {
         match self {
             Dialect::Sqlite => "BEGIN IMMEDIATE",
             Dialect::Postgres => "BEGIN",
@@ -39,8 +39,8 @@ impl Dialect {
     }
 
     /// `sql`, written with `?` placeholders, as this engine reads it: PostgreSQL numbers
-    /// them (see [`numbered`]), SQLite takes them as they are.
-    pub(crate) fn place(self, sql: String) -> String {
+    /// them (`$1`, `$2`, …), SQLite takes them as they are.
+    pub fn place(self, sql: String) -> String {
         match self {
             Dialect::Sqlite => sql,
             Dialect::Postgres => numbered(&sql),
@@ -48,7 +48,7 @@ impl Dialect {
     }
 
     /// The 64-bit integer type's name.
-    pub(crate) fn int(self) -> &'static str {
+    pub fn int(self) -> &'static str {
         match self {
             Dialect::Sqlite => "INTEGER",
             Dialect::Postgres => "BIGINT",
@@ -81,7 +81,7 @@ impl Versions {
 }
 
 /// One schema version: its number, what it adds, and its statements (`{t}` is the table).
-pub(crate) type Migration = (i64, &'static str, &'static [&'static str]);
+pub type Migration = (i64, &'static str, &'static [&'static str]);
 
 /// The statements, with the table's name in them (built once when the store opens).
 #[derive(Debug, Clone)]

@@ -756,10 +756,10 @@ async fn segmented_budget() -> Result<Row, String> {
         seen.iter().map(|(e, _)| f(e)).sum()
     };
     let (q_in, proc, q_out, net) = (
-        sum(|e| e.queue_in),
-        sum(|e| e.processing),
-        sum(|e| e.queue_out),
-        sum(|e| e.network),
+        sum(|e| e.queue_in()),
+        sum(|e| e.processing()),
+        sum(|e| e.queue_out()),
+        sum(|e| e.network()),
     );
     let callers: Duration = seen.iter().map(|(_, took)| *took).sum();
     let covered = (q_in + proc + q_out + net).as_secs_f64() / callers.as_secs_f64().max(1e-9);

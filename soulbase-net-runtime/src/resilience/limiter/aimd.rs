@@ -1,6 +1,7 @@
 //! The AIMD adaptive concurrency window (seed 002): success adds `increase`, a timeout or an
 //! overload multiplies by `decrease_factor`, clamped to `[min, max]`; permits return on drop.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -110,6 +111,154 @@ struct State {
     waiting: u32,
 }
 
+/// One AIMD concurrency window on its own (seed 002), for work that is not a call through
+/// [`Client`](crate::Client) — the probe agent's global, per-kind and per-target windows.
+///
+/// The window is the client's (the same arithmetic and permits, under an [`AimdPolicy`] whose
+/// `enabled` and `scope` are not read): it starts at `initial`, stays within `[min, max]`, a
+/// timeout or an error multiplies it by `decrease_factor`, successes add `increase`. Two rules
+/// make a window that many concurrent calls share settle rather than swing between its
+/// bounds (TCP's congestion avoidance):
+///
+/// - **one decrease per window**: feedback from a permit taken before the last decrease (a
+///   call already in flight when the overload was seen) is not counted, success or failure;
+/// - **additive increase per window**: `increase` is added once per `limit` successes (about
+///   once a round trip), not at each success.
+///
+/// A permit is a place in the window, given back when it is dropped or its outcome recorded.
+/// Clones share the window.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_policy::AimdPolicy;
+/// use soulbase_net_runtime::layer::AimdLimit;
+///
+/// let mut policy = AimdPolicy::default();
+/// policy.initial = 2;
+/// let limit = AimdLimit::new(policy);
+/// let a = limit.try_acquire().unwrap();
+/// let b = limit.try_acquire().unwrap();
+/// assert!(limit.try_acquire().is_none(), "the window is full");
+/// a.record_timeout();
+/// assert_eq!(limit.limit(), 1);
+/// b.record_timeout(); // in flight before the decrease: not counted again
+/// assert_eq!((limit.limit(), limit.in_flight()), (1, 0));
+/// ```
+#[derive(Clone, Debug)]
+pub struct AimdLimit {
+    inner: Arc<LimitInner>,
+}
+
+#[derive(Debug)]
+struct LimitInner {
+    aimd: Arc<Aimd>,
+    policy: AimdPolicy,
+    /// Decreases so far: a permit's feedback counts only if none happened since it was taken.
+    epoch: AtomicU64,
+    /// Successes counted toward the next increase.
+    successes: AtomicU32,
+}
+
+/// A place in an [`AimdLimit`]'s window: [`record_success`](Self::record_success),
+/// [`record_timeout`](Self::record_timeout) or [`record_error`](Self::record_error) feed the
+/// call's outcome back and give the place back; dropped, it gives the place back and counts
+/// nothing (a cancelled call).
+#[derive(Debug)]
+pub struct AimdLimitPermit {
+    _permit: AimdPermit,
+    limit: Arc<LimitInner>,
+    epoch: u64,
+}
+
+impl AimdLimit {
+    /// A window under `policy`, starting at `policy.initial`.
+    pub fn new(policy: AimdPolicy) -> Self {
+        Self {
+            inner: Arc::new(LimitInner {
+                aimd: Arc::new(Aimd::new(&policy)),
+                policy,
+                epoch: AtomicU64::new(0),
+                successes: AtomicU32::new(0),
+            }),
+        }
+    }
+
+    /// A place in the window if there is room now.
+    pub fn try_acquire(&self) -> Option<AimdLimitPermit> {
+        let permit = self.inner.aimd.try_acquire(&self.inner.policy)?;
+        Some(self.permit(permit))
+    }
+
+    /// A place in the window, waiting for as long as it takes (drop the future to give up).
+    pub async fn acquire(&self) -> AimdLimitPermit {
+        loop {
+            if let Some(permit) = self.inner.aimd.wait(&self.inner.policy, None).await {
+                return self.permit(permit);
+            }
+        }
+    }
+
+    fn permit(&self, permit: AimdPermit) -> AimdLimitPermit {
+        AimdLimitPermit {
+            _permit: permit,
+            limit: self.inner.clone(),
+            epoch: self.inner.epoch.load(Ordering::Acquire),
+        }
+    }
+
+    /// Calls allowed in the window now.
+    pub fn limit(&self) -> u32 {
+        self.inner.aimd.limit()
+    }
+
+    /// Calls in the window now.
+    pub fn in_flight(&self) -> u32 {
+        self.inner.aimd.in_flight()
+    }
+
+    /// The policy the window follows.
+    pub fn policy(&self) -> &AimdPolicy {
+        &self.inner.policy
+    }
+}
+
+impl AimdLimitPermit {
+    /// The call succeeded: one more success toward the next increase.
+    pub fn record_success(self) {
+        let l = &self.limit;
+        if l.epoch.load(Ordering::Acquire) != self.epoch {
+            return;
+        }
+        let n = l.successes.fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= l.aimd.limit() {
+            l.successes.store(0, Ordering::Release);
+            l.aimd.record(&l.policy, Signal::Success);
+        }
+    }
+
+    /// The call timed out: the window decreases, unless it did since this permit was taken.
+    pub fn record_timeout(self) {
+        self.decrease();
+    }
+
+    /// The call failed: as [`record_timeout`](Self::record_timeout).
+    pub fn record_error(self) {
+        self.decrease();
+    }
+
+    fn decrease(&self) {
+        let l = &self.limit;
+        let next = self.epoch.wrapping_add(1);
+        if l.epoch
+            .compare_exchange(self.epoch, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            l.successes.store(0, Ordering::Release);
+            l.aimd.record(&l.policy, Signal::Overload);
+        }
+    }
+}
+
 /// One call inside the window; leaves it on drop (also on cancellation and panic).
 #[derive(Debug)]
 pub(crate) struct AimdPermit {
@@ -147,6 +296,16 @@ impl Aimd {
         let Some(deadline) = deadline else {
             return self.try_acquire(p);
         };
+        self.wait(p, Some(deadline)).await
+    }
+
+    /// Enters the window, waiting for room until `deadline`, or for as long as it takes
+    /// (`None`).
+    async fn wait(
+        self: &Arc<Self>,
+        p: &AimdPolicy,
+        deadline: Option<Instant>,
+    ) -> Option<AimdPermit> {
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -160,7 +319,13 @@ impl Aimd {
                 s.waiting += 1;
                 Waiting(self)
             };
-            let woken = tokio::time::timeout_at(deadline, freed).await.is_ok();
+            let woken = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, freed).await.is_ok(),
+                None => {
+                    freed.await;
+                    true
+                }
+            };
             drop(waiting);
             if !woken {
                 return None;
@@ -209,6 +374,11 @@ impl Aimd {
     /// Calls in the window now.
     pub(crate) fn in_flight(&self) -> u32 {
         self.state.lock().in_flight
+    }
+
+    /// The limit as last computed, used or not.
+    fn limit(&self) -> u32 {
+        self.state.lock().limit
     }
 }
 
@@ -337,6 +507,40 @@ mod tests {
         // With nobody waiting, a release has nobody to wake: the count says so.
         drop(held);
         assert_eq!((waiting(), aimd.in_flight()), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_public_limit_decreases_once_per_window_and_grows_once_per_window() {
+        let mut p = policy();
+        p.initial = 4;
+        p.max = 8;
+        let limit = AimdLimit::new(p);
+        let held: Vec<_> = (0..4).map(|_| limit.try_acquire().unwrap()).collect();
+        assert!(limit.try_acquire().is_none());
+        // The first timeout halves; the others in flight then do not, nor do their successes.
+        let mut held = held.into_iter();
+        held.next().unwrap().record_timeout();
+        assert_eq!(limit.limit(), 2);
+        held.next().unwrap().record_error();
+        held.next().unwrap().record_success();
+        assert_eq!(limit.limit(), 2);
+        // A waiter gets the place the last one gives back.
+        let second = limit.try_acquire().unwrap();
+        let waiter = limit.acquire();
+        tokio::pin!(waiter);
+        assert!(pending(waiter.as_mut()));
+        drop(held);
+        let first = waiter.await;
+        // Two successes under a window of 2 make one increase.
+        first.record_success();
+        assert_eq!(limit.limit(), 2);
+        second.record_success();
+        assert_eq!(limit.limit(), 3);
+        assert_eq!(limit.in_flight(), 0);
+        // A permit taken after the decrease counts: a timeout halves again.
+        limit.try_acquire().unwrap().record_timeout();
+        assert_eq!(limit.limit(), 1);
+        assert_eq!(limit.policy().max, 8);
     }
 
     #[test]
