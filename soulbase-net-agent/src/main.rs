@@ -1,15 +1,21 @@
 //! `soulbase-net-agent`: runs the control plane or an agent.
 //!
 //! ```text
-//! soulbase-net-agent control [--listen ADDR] [--database FILE] [--lease-secs N]
+//! soulbase-net-agent control [--listen ADDR] [--database PATH|sqlite:PATH|postgres://…] [--lease-secs N] [--missed-heartbeats N]
 //! soulbase-net-agent agent            # configured by AGENT_* environment variables
 //! soulbase-net-agent probe 'SPEC'     # one probe (a TaskSpec as JSON) here, its result as JSON
 //! ```
 //!
 //! The control plane's admin token, when wanted, comes from `AGENT_ADMIN_TOKEN`; an agent
-//! serves its metrics on `AGENT_METRICS_LISTEN` (`ip:port`) when set, and runs the UDP DNS
+//! serves its metrics on `AGENT_METRICS_LISTEN` (`ip:port`) when set, grants its HTTP probes
+//! the networks in `AGENT_PROBE_GRANTS` (comma-separated CIDRs, e.g. `10.0.0.0/8`: the address
+//! guard refuses private and loopback targets otherwise), and runs the UDP DNS
 //! forwarder on `AGENT_DNS_LISTEN` when set (see `soulbase_net_agent::forwarder`). Logs go to
-//! standard error (`RUST_LOG`-style filtering is not built in: `info` and above).
+//! standard error, filtered by `RUST_LOG` (e.g. `RUST_LOG=debug`,
+//! `RUST_LOG=info,soulbase_net_agent=debug`; `info` and above when unset, `debug` for `probe`).
+//! `control` and `agent` stop gracefully on SIGINT (Ctrl-C) or SIGTERM alike: the control
+//! plane closes; the agent stops claiming and lets its probes finish and their reports be
+//! acknowledged, within 10 s.
 
 use std::time::Duration;
 
@@ -17,20 +23,27 @@ use soulbase_net_agent::agent::{self, AgentConfig};
 use soulbase_net_agent::control::{ControlConfig, ControlPlane};
 use soulbase_net_agent::forwarder::Forwarder;
 
-const USAGE: &str = "usage: soulbase-net-agent control [--listen ADDR] [--database FILE] [--lease-secs N]\n       soulbase-net-agent agent   (AGENT_CONTROL_PLANE, AGENT_ID, AGENT_AUTH_TOKEN, AGENT_MAX_INFLIGHT, AGENT_POOL_<KIND>_SIZE, AGENT_DNS_SERVERS, AGENT_METRICS_LISTEN, AGENT_DNS_LISTEN, AGENT_DNS_UPSTREAM, AGENT_DNS_UPSTREAM_TIMEOUT; or AGENT_CONFIG=FILE.toml)\n       soulbase-net-agent probe '<TaskSpec JSON>'   (runs one probe here and prints its result as JSON; exit 0 when ok, 1 when not)";
+const USAGE: &str = "usage: soulbase-net-agent control [--listen ADDR] [--database DB] [--lease-secs N] [--missed-heartbeats N]\n         (DB: a SQLite file path or sqlite:PATH, or with the `postgres` feature a postgres:// URL; in memory when not given.\n          An agent is stale, its leases returned, after N heartbeat periods without one: default 3)\n       soulbase-net-agent agent   (AGENT_CONTROL_PLANE, AGENT_ID, AGENT_AUTH_TOKEN, AGENT_MAX_INFLIGHT, AGENT_POOL_<KIND>_SIZE, AGENT_DNS_SERVERS, AGENT_METRICS_LISTEN, AGENT_PROBE_GRANTS, AGENT_DNS_LISTEN, AGENT_DNS_UPSTREAM, AGENT_DNS_UPSTREAM_TIMEOUT, AGENT_TRACE_RUNTIME_WORKERS (ping/trace runtime threads, at least 2); or AGENT_CONFIG=FILE.toml)\n       soulbase-net-agent probe '<TaskSpec JSON>'   (runs one probe here and prints its result as JSON; exit 0 when ok, 1 when not)\n       RUST_LOG filters the logs (standard error; default info, debug for probe); control and agent stop gracefully on SIGINT or SIGTERM";
 
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // A one-off probe logs each echo and hop (debug) as it goes.
     let probing = args.first().is_some_and(|a| a == "probe");
+    // `RUST_LOG` when set (its directives that do not read are ignored), else the default.
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .with_default_directive(
+            if probing {
+                tracing::Level::DEBUG
+            } else {
+                tracing::Level::INFO
+            }
+            .into(),
+        )
+        .from_env_lossy();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(if probing {
-            tracing::Level::DEBUG
-        } else {
-            tracing::Level::INFO
-        })
+        .with_env_filter(filter)
         .init();
     let code = match args.first().map(String::as_str) {
         Some("control") => control(&args[1..]).await,
@@ -61,6 +74,13 @@ async fn control(args: &[String]) -> i32 {
                 }
             },
             "--database" => config = config.database(value),
+            "--missed-heartbeats" => match value.parse::<u32>() {
+                Ok(n) if n > 0 => config = config.missed_heartbeats(n),
+                _ => {
+                    eprintln!("--missed-heartbeats: `{value}` is not a positive number");
+                    return 2;
+                }
+            },
             "--lease-secs" => match value.parse::<u64>() {
                 Ok(n) if n > 0 => config = config.lease(Duration::from_secs(n)),
                 _ => {
@@ -85,19 +105,31 @@ async fn control(args: &[String]) -> i32 {
         }
     };
     eprintln!("control plane listening on {}", control.url());
-    let _ = tokio::signal::ctrl_c().await;
+    stop_signal().await;
     control.shutdown().await;
     0
 }
 
 async fn run_agent() -> i32 {
-    let config = match AgentConfig::from_env() {
+    let mut config = match AgentConfig::from_env() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}\n{USAGE}");
             return 2;
         }
     };
+    // Private or loopback targets the operator lets HTTP probes reach.
+    if let Ok(list) = std::env::var("AGENT_PROBE_GRANTS") {
+        for cidr in list.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            match cidr.parse() {
+                Ok(net) => config.probe_policy.security.grants.cidrs.push(net),
+                Err(_) => {
+                    eprintln!("AGENT_PROBE_GRANTS: `{cidr}` is not a CIDR\n{USAGE}");
+                    return 2;
+                }
+            }
+        }
+    }
     // The UDP DNS forwarder beside the agent, when AGENT_DNS_LISTEN is set: it serves
     // whether or not the control plane is up (dropped, it stops).
     let forwarder = match config.dns_forwarder.clone() {
@@ -133,6 +165,10 @@ async fn run_agent() -> i32 {
         }
     };
     let mut handle = handle;
+    if let Some(forwarder) = &forwarder {
+        // The forwarder's counters on the agent's `/metrics`.
+        handle.attach_forwarder(forwarder);
+    }
     if let Ok(listen) = std::env::var("AGENT_METRICS_LISTEN") {
         let served = match listen.parse() {
             Ok(addr) => handle.serve_metrics(addr).await,
@@ -149,12 +185,34 @@ async fn run_agent() -> i32 {
             }
         }
     }
-    let _ = tokio::signal::ctrl_c().await;
+    stop_signal().await;
     if let Some(forwarder) = forwarder {
         forwarder.shutdown().await;
     }
     handle.shutdown(Duration::from_secs(10)).await;
     0
+}
+
+/// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM (what `kill`, systemd and container
+/// runtimes send): `control` and `agent` stop the same way on either.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SIGTERM cannot be handled; stopping on Ctrl-C only")
+            }
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// `probe 'SPEC'`: runs the probe a `TaskSpec` (JSON) describes, with the default probe

@@ -56,7 +56,9 @@
 //! (`SCHEMA.VALIDATION_FAILED`) rather than sent over TCP.
 //!
 //! For more specialised needs: [`DnsResolver`] (the cache with singleflight, serve-stale,
-//! persistence and refresh) and [`tls`] for services that need the same TLS configuration,
+//! persistence and refresh), [`hickory_resolver()`] (a hickory resolver set up as the runtime's
+//! own, for other record types or uncached answers), [`serve`] (the HTTP/1.1 server loop of
+//! the systems built on the client) and [`tls`] for services that need the same TLS configuration,
 //! pinning or error classification outside the client; [`body`] for the response-body
 //! building blocks (size cap, read timeout, decoding) on bodies of their own; [`fleet`] for
 //! rate limits shared by several instances.
@@ -73,12 +75,13 @@ pub mod prelude;
 mod pruned;
 mod redirect;
 mod resilience;
+pub mod serve;
 pub mod testing;
 pub mod tls;
 mod transport;
 
 pub use crate::client::{Client, ClientBuilder, ResponseFuture};
-pub use crate::dns::{DnsResolver, Resolution};
+pub use crate::dns::{hickory_resolver, DnsResolver, HickoryOptions, Resolution};
 pub use crate::transport::{DialFuture, Dialer, TcpDialer};
 /// Put one in `NetRequest::extensions` to cancel the call from elsewhere: the call stops at
 /// once, no further attempt starts, and it ends with `ErrorKind::Cancelled`.

@@ -72,7 +72,8 @@ pub struct AgentConfig {
     pub dns_servers: Vec<SocketAddr>,
     /// The policy of HTTP probes (and its address guard). Default is
     /// [`AgentConfig::default_probe_policy`]: private and loopback addresses refused, one
-    /// attempt per probe, the runtime's AIMD window per target host. `dns.nameservers` is
+    /// attempt per probe, the client's own per-host AIMD window off (the agent's per-target
+    /// window, [`target_limits`](Self::target_limits), bounds every kind). `dns.nameservers` is
     /// set from [`dns_servers`](Self::dns_servers) when that is not empty.
     pub probe_policy: NetPolicy,
     /// The policy of the calls to the control plane. Default is [`NetPolicy::default`] with

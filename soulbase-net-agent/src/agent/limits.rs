@@ -17,20 +17,18 @@
 //!   failure says nothing about the agent's capacity, and a few dead targets must not throttle
 //!   every other probe (the seed decreases every level on an error too; this is the one
 //!   departure);
-//! - a local refusal (the address guard, an invalid task, an unsupported kind) or a
-//!   cancelled probe counts nothing.
+//! - an outcome that says nothing of the target — a local refusal (the address guard, an
+//!   invalid task, an unsupported kind), a capability the agent lacks (`permission`: no raw
+//!   socket for ping and trace) — or a cancelled probe counts nothing.
 //!
 //! A probe takes its places narrowest first (target, kind, global), so that one waiting for
 //! a slow target's window holds no place of the wider windows meanwhile.
 
-#![allow(
-    clippy::disallowed_types,
-    reason = "parking_lot is not a dependency of this crate; the std lock guards a map lookup and is never held across an await"
-)]
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use soulbase_net_policy::AimdPolicy;
 use soulbase_net_runtime::layer::{AimdLimit, AimdLimitPermit};
@@ -104,8 +102,11 @@ pub(crate) enum Feedback {
     Ignore,
 }
 
-/// `error_kind` values that are the agent's own refusals, not the target's doing.
-const LOCAL: [&str; 8] = [
+/// `error_kind` values that say nothing of the target: the agent's own refusals (its address
+/// guard, its client's limits, breaker and interceptors, a task that does not read) and what
+/// it cannot do itself (`permission`: no raw socket for ping and trace without root or
+/// `CAP_NET_RAW`). Every probe of every target would fail alike, so no window shrinks.
+const LOCAL: [&str; 10] = [
     "blocked",
     "invalid_request",
     "cancelled",
@@ -114,6 +115,8 @@ const LOCAL: [&str; 8] = [
     "budget_exhausted",
     "quota_exceeded",
     "unsupported",
+    "interceptor",
+    "permission",
 ];
 
 impl Feedback {
@@ -293,7 +296,7 @@ impl Limits {
     /// The window of `target`, made if it has none (forgetting idle ones when full).
     fn target(&self, target: &str) -> Arc<AimdLimit> {
         let now = Instant::now();
-        let mut targets = self.targets.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut targets = self.targets.lock();
         if let Some(t) = targets.map.get_mut(target) {
             t.last_used = now;
             return t.limit.clone();
@@ -324,7 +327,6 @@ impl Limits {
         let targets = self
             .targets
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .map
             .iter()
             .map(|(k, t)| (k.clone(), window(&t.limit)))
@@ -440,6 +442,46 @@ mod tests {
         for (r, want) in cases {
             assert_eq!(Feedback::of(&r), want, "{r:?}");
         }
+    }
+
+    #[test]
+    fn outcomes_that_say_nothing_of_the_target_leave_its_window_alone() {
+        use serde_json::json;
+        // A ping without CAP_NET_RAW, an interceptor's refusal: every target would fail alike.
+        for kind in ["permission", "interceptor", "blocked", "invalid_request"] {
+            let r = result(false, &[("error_kind", json!(kind))]);
+            assert_eq!(Feedback::of(&r), Feedback::Ignore, "{kind}");
+        }
+        // What the target (or the path to it) did still counts against it.
+        for kind in ["unreachable", "refused", "io", "dns"] {
+            let r = result(false, &[("error_kind", json!(kind))]);
+            assert_eq!(Feedback::of(&r), Feedback::Error, "{kind}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_without_a_raw_socket_does_not_shrink_its_targets_window() {
+        let pools = BTreeMap::from([(TaskKind::Ping, 2)]);
+        let limits = Limits::new(8, &pools, TargetLimits::default());
+        let ping = TaskSpec::Ping {
+            host: "192.0.2.1".into(),
+            count: None,
+            timeout_ms: None,
+            interval_ms: None,
+        };
+        let before = limits.snapshot().targets.get("192.0.2.1").copied();
+        for _ in 0..3 {
+            let denied = result(false, &[("error_kind", serde_json::json!("permission"))]);
+            limits.enter(&ping).await.record(Feedback::of(&denied));
+        }
+        let s = limits.snapshot();
+        assert_eq!(before, None);
+        assert_eq!(
+            s.targets["192.0.2.1"].limit,
+            TargetLimits::default().initial
+        );
+        assert_eq!(s.kinds[&TaskKind::Ping].limit, 2);
+        assert_eq!(s.global.unwrap().limit, 8);
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //!   the AIMD windows (`limits`) of its target, its kind and the agent — ceilings
 //!   [`TargetLimits::max`], the kind's pool, `max_inflight` — and feeds its outcome back
 //!   ([`AgentHandle::concurrency`] shows them);
-//! - the **timer service** (`timer`): one timer queue for the claim loop's back-off, the
-//!   heartbeat and the extender's schedule, its depth and lag warned about and measured;
+//! - the **timer service** (`timer`): one timer queue for the claim loop's and the
+//!   reporter's back-off, the heartbeat and the extender's schedule, its depth and lag warned
+//!   about and measured;
 //! - the **lease extender** (`extender`): extends every held lease on schedule; a lease the
 //!   control plane says is lost, or that ran out before it could be extended, has its probe
 //!   cancelled and is never reported done;
@@ -36,10 +37,11 @@ mod timer;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use soulbase_net_core::{ErrorKind, NetError};
+use soulbase_net_runtime::serve::Http1Server;
 use soulbase_net_runtime::CancellationToken;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -56,6 +58,7 @@ use self::extender::{Command, ExtenderStats};
 use self::limits::Limits;
 use self::reporter::ReporterStats;
 use self::timer::TimerService;
+use crate::forwarder::{Forwarder, LiveStats};
 use crate::protocol::{
     ClaimRequest, HeartbeatRequest, RegisterRequest, RegisterResponse, TaskKind,
 };
@@ -113,6 +116,8 @@ struct Shared {
     heartbeat_every: Duration,
     claimed: AtomicU64,
     lease: Duration,
+    /// The UDP DNS forwarder's counters, once one is attached to the metrics.
+    forwarder: OnceLock<LiveStats>,
 }
 
 /// A running agent. [`shutdown`](Self::shutdown) stops it gracefully, [`kill`](Self::kill)
@@ -189,6 +194,7 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
         reporter_rx,
         extender_tx.clone(),
         (config.claim_backoff_min, config.claim_backoff_max),
+        timers.clone(),
         reporter_stats.clone(),
     )));
     let shared = Arc::new(Shared {
@@ -202,6 +208,7 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
         heartbeat_every,
         claimed: AtomicU64::new(0),
         lease,
+        forwarder: OnceLock::new(),
     });
     let root = CancellationToken::new();
     let stop_claiming = CancellationToken::new();
@@ -423,6 +430,9 @@ impl Shared {
             s.timer_max_lag.as_secs_f64(),
             s.timers_late
         );
+        if let Some(forwarder) = self.forwarder.get() {
+            forwarder.snapshot().write_metrics(&mut out);
+        }
         out
     }
 
@@ -482,9 +492,22 @@ impl AgentHandle {
     /// the AIMD windows (`agent_concurrency_window{level="global"|"kind"|"target",…}`, their
     /// `agent_concurrency_inflight`, `agent_concurrency_backpressure_total`) and the timer
     /// service (`agent_timer_queue_depth`, `agent_timer_lag_seconds_max`,
-    /// `agent_timer_late_total`).
+    /// `agent_timer_late_total`); with a forwarder attached
+    /// ([`attach_forwarder`](Self::attach_forwarder)), its counters
+    /// (`agent_dns_forwarder_*`: received, dropped, forwarded, timed out, failed, mismatched,
+    /// in flight and its peak, the latency histogram `agent_dns_forwarder_latency_seconds`).
     pub fn metrics_text(&self) -> String {
         self.shared.metrics_text()
+    }
+
+    /// Shows `forwarder`'s counters ([`Forwarder::stats`]) on the agent's metrics
+    /// ([`metrics_text`](Self::metrics_text), `/metrics`) from now on; after the forwarder
+    /// stops, its final counts. The forwarder runs on its own (it serves before the agent
+    /// registers), so it is attached once both are started.
+    ///
+    /// One forwarder per agent: `false`, and nothing changes, when one is attached already.
+    pub fn attach_forwarder(&self, forwarder: &Forwarder) -> bool {
+        self.shared.forwarder.set(forwarder.counters()).is_ok()
     }
 
     /// Serves `GET /metrics` (as [`metrics_text`](Self::metrics_text)) and `GET /health` on
@@ -568,43 +591,114 @@ impl AgentHandle {
     }
 }
 
-/// The metrics endpoint's loop: one HTTP/1.1 connection task per client.
+/// The metrics endpoint: `GET /metrics` and `GET /health` on the runtime's HTTP/1.1 server
+/// loop, until the agent's tasks are aborted.
 async fn serve_metrics(shared: Arc<Shared>, listener: TcpListener) {
     use bytes::Bytes;
     use http_body_util::Full;
 
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
-                let shared = shared.clone();
-                conns.spawn(async move {
-                    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let shared = shared.clone();
-                        async move {
-                            let (status, body) = match (req.method(), req.uri().path()) {
-                                (&hyper::Method::GET, "/metrics") => (200, shared.metrics_text()),
-                                (&hyper::Method::GET, "/health") => (200, "{\"status\":\"ok\"}".to_owned()),
-                                _ => (404, "GET /metrics or /health\n".to_owned()),
-                            };
-                            let mut res = hyper::Response::new(Full::new(Bytes::from(body)));
-                            *res.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
-                            Ok::<_, std::convert::Infallible>(res)
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+    let answer = move |req: hyper::Request<hyper::body::Incoming>| {
+        let shared = shared.clone();
+        async move {
+            let (status, body) = match (req.method(), req.uri().path()) {
+                (&hyper::Method::GET, "/metrics") => (200, shared.metrics_text()),
+                (&hyper::Method::GET, "/health") => (200, "{\"status\":\"ok\"}".to_owned()),
+                _ => (404, "GET /metrics or /health\n".to_owned()),
+            };
+            let mut res = hyper::Response::new(Full::new(Bytes::from(body)));
+            *res.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+            res
         }
-    }
+    };
+    Http1Server::new(listener)
+        .serve(answer, std::future::pending())
+        .await;
 }
 
 impl Drop for AgentHandle {
     fn drop(&mut self) {
         self.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tokio::net::UdpSocket;
+
+    use super::*;
+    use crate::control::{ControlConfig, ControlPlane};
+    use crate::forwarder::ForwarderConfig;
+
+    #[tokio::test]
+    async fn the_dns_forwarders_counters_are_on_the_agents_metrics_once_attached() {
+        let control = ControlPlane::start(ControlConfig::default()).await.unwrap();
+        let mut config = AgentConfig::new(control.url(), "agent-fwd", "a-long-token");
+        config.pools = BTreeMap::from([(TaskKind::Dns, 1)]);
+        let agent = start(config).await.unwrap();
+        // An upstream answering each query with its own bytes, the response bit set.
+        let upstream = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let upstream_addr = upstream.local_addr().unwrap();
+        let answering = tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            loop {
+                let (n, from) = upstream.recv_from(&mut buf).await.unwrap();
+                buf[2] |= 0x80;
+                upstream.send_to(&buf[..n], from).await.unwrap();
+            }
+        });
+        let listen = "127.0.0.1:0".parse().unwrap();
+        let forwarder = Forwarder::start(ForwarderConfig::new(listen, upstream_addr))
+            .await
+            .unwrap();
+        assert!(!agent.metrics_text().contains("agent_dns_forwarder"));
+        assert!(agent.attach_forwarder(&forwarder));
+        assert!(
+            !agent.attach_forwarder(&forwarder),
+            "one forwarder per agent"
+        );
+
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let query = [0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        client
+            .send_to(&query, forwarder.local_addr())
+            .await
+            .unwrap();
+        let mut answer = [0u8; 512];
+        let (n, _) = tokio::time::timeout(Duration::from_secs(5), client.recv_from(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&answer[..2], &query[..2]);
+        assert_eq!(n, query.len());
+
+        // The answer is sent before it is counted: wait for the count.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while forwarder.stats().forwarded == 0 {
+            assert!(Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let text = agent.metrics_text();
+        for line in [
+            "agent_dns_forwarder_received_total 1",
+            "agent_dns_forwarder_forwarded_total 1",
+            "agent_dns_forwarder_timed_out_total 0",
+            "agent_dns_forwarder_inflight_peak 1",
+            "agent_dns_forwarder_latency_seconds_bucket{le=\"+Inf\"} 1",
+            "agent_dns_forwarder_latency_seconds_count 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
+        // The agent's own metrics are still there.
+        assert!(text.contains("agent_timer_queue_depth"));
+
+        forwarder.shutdown().await;
+        assert!(agent
+            .metrics_text()
+            .contains("agent_dns_forwarder_forwarded_total 1"));
+        answering.abort();
+        agent.kill();
+        control.shutdown().await;
     }
 }

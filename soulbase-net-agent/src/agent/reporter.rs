@@ -5,6 +5,9 @@
 //! plane does not let its lease run out. A report whose lease is lost meanwhile (cancelled by
 //! the extender) is dropped, not sent: another agent may hold the task by now, and the
 //! control plane would refuse it anyway.
+//!
+//! Its back-off between attempts waits on the agent's timer service, as the claim loop's,
+//! the heartbeat's and the extender's waits do: a starved runtime shows in the timers' lag.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use tokio::sync::mpsc;
 use super::backoff::Backoff;
 use super::client::ControlClient;
 use super::extender::Command;
+use super::timer::TimerService;
 use crate::protocol::{LeaseReport, ReportRequest};
 
 /// The most reports in one request.
@@ -37,12 +41,15 @@ pub(crate) struct ReporterStats {
     pub(crate) errors: AtomicU64,
 }
 
-/// The reporter's loop; ends when every sender of `reports` is gone and all is sent.
+/// The reporter's loop; ends when every sender of `reports` is gone and all is sent. A failed
+/// or unacknowledged batch is sent again after a back-off from `backoff.0` doubling to
+/// `backoff.1`, waited on `timers`.
 pub(crate) async fn run(
     client: ControlClient,
     mut reports: mpsc::UnboundedReceiver<Pending>,
     extender: mpsc::UnboundedSender<Command>,
     backoff: (Duration, Duration),
+    timers: TimerService,
     stats: Arc<ReporterStats>,
 ) {
     while let Some(first) = reports.recv().await {
@@ -95,7 +102,62 @@ pub(crate) async fn run(
                     tracing::warn!(error = %e, "report failed; retrying");
                 }
             }
-            tokio::time::sleep(wait.next_delay()).await;
+            timers.sleep(wait.next_delay()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::AgentConfig;
+    use crate::protocol::ReportStatus;
+    use tokio::time::Instant;
+
+    #[tokio::test]
+    async fn a_failed_report_waits_on_the_timer_service_before_it_is_sent_again() {
+        // A port with nothing on it: every report fails at once.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let config = AgentConfig::new(format!("http://127.0.0.1:{port}"), "agent-1", "token");
+        let client = ControlClient::new(&config).unwrap();
+        let (timers, driver) = TimerService::new();
+        let driver = tokio::spawn(driver);
+        let (reports, rx) = mpsc::unbounded_channel();
+        let (extender, _commands) = mpsc::unbounded_channel();
+        let stats = Arc::new(ReporterStats::default());
+        let ms = Duration::from_millis;
+        let reporter = tokio::spawn(run(
+            client,
+            rx,
+            extender,
+            (ms(5), ms(10)),
+            timers.clone(),
+            stats.clone(),
+        ));
+        reports
+            .send(Pending {
+                report: LeaseReport {
+                    lease_id: "l1".into(),
+                    task_id: "t1".into(),
+                    status: ReportStatus::Ok,
+                    observations: Vec::new(),
+                    error: None,
+                },
+                cancel: CancellationToken::new(),
+            })
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats.errors.load(Ordering::Relaxed) < 3 {
+            assert!(Instant::now() < deadline, "the report was not retried");
+            tokio::time::sleep(ms(5)).await;
+        }
+        // Each attempt after the first came after a back-off fired by the timer service.
+        assert!(timers.stats().fired.load(Ordering::Relaxed) >= 2);
+        assert_eq!(stats.accepted.load(Ordering::Relaxed), 0);
+        reporter.abort();
+        driver.abort();
     }
 }

@@ -1,6 +1,6 @@
 //! The timer service (seed 002's `runtime::timer`, `TimerService`): one queue of timers,
-//! earliest first, for the agent's own waits — the claim loop's back-off, the heartbeat,
-//! the lease extender's schedule — driven by one task with one runtime timer.
+//! earliest first, for the agent's own waits — the claim loop's and the reporter's back-off,
+//! the heartbeat, the lease extender's schedule — driven by one task with one runtime timer.
 //!
 //! Why one queue: its depth and its lag (how late a timer fires after its instant) are the
 //! agent's scheduling health in two numbers. A depth above [`QUEUE_WARN_DEPTH`] means timers

@@ -1,8 +1,7 @@
 //! The control plane's HTTP face: the routes of [`control`](super), served on hyper's
-//! HTTP/1.1 connections as the delay server serves its own (one task per connection, all
-//! aborted at shutdown).
+//! HTTP/1.1 connections by the runtime's server loop (`Http1Server`, the delay server's too:
+//! one task per connection, all aborted at shutdown).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,9 +11,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use soulbase_net_core::{ErrorKind, NetError};
+use soulbase_net_runtime::serve::Http1Server;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use super::agents::AgentList;
 use super::metrics::Metrics;
@@ -43,32 +42,19 @@ pub(super) async fn serve(
     listener: TcpListener,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = stopped.changed() => break,
-            accepted = listener.accept() => {
-                let Ok((stream, _peer)) = accepted else { continue };
+    // A client that never finishes its request head does not hold a connection for ever.
+    Http1Server::new(listener)
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve(
+            move |req| {
                 let inner = inner.clone();
-                conns.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let inner = inner.clone();
-                        async move { Ok::<_, Infallible>(handle(&inner, req).await) }
-                    });
-                    // A client that never finishes its request head does not hold a
-                    // connection for ever.
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(HEADER_READ_TIMEOUT)
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-            // Reap finished connections so the set does not grow.
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
-    conns.abort_all();
+                async move { handle(&inner, req).await }
+            },
+            async move {
+                let _ = stopped.changed().await;
+            },
+        )
+        .await;
 }
 
 fn json<T: Serialize>(status: StatusCode, body: &T) -> Answer {

@@ -15,6 +15,7 @@
 //! short, so the pool serialises them rather than letting them meet `SQLITE_BUSY`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use soulbase_net_core::{ErrorKind, NetError};
@@ -63,6 +64,21 @@ pub(crate) struct TaskStore {
     pool: Pool,
     sql: Statements,
     lease_ms: i64,
+    /// For a store in memory: a connection of its own to the database, never used, so the
+    /// database outlives the pool's connection (sqlx closes a connection whose query was cut
+    /// off — a request dropped mid-call — and a private in-memory database went with it).
+    _keeper: Option<Arc<Keeper>>,
+}
+
+/// The connection that keeps an in-memory database alive.
+struct Keeper {
+    _conn: tokio::sync::Mutex<sqlx::SqliteConnection>,
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keeper")
+    }
 }
 
 /// What a registration found.
@@ -134,9 +150,14 @@ impl TaskStore {
     /// `Io` when the database cannot be opened or migrated; `InvalidRequest` for PostgreSQL in
     /// a build without the `postgres` feature.
     pub(crate) async fn open(location: &Location, lease: Duration) -> Result<Self, NetError> {
+        let mut keeper = None;
         let (pool, dialect) = match location {
-            Location::Memory => (Pool::Sqlite(sqlite(None).await?), Dialect::Sqlite),
-            Location::Sqlite(path) => (Pool::Sqlite(sqlite(Some(path)).await?), Dialect::Sqlite),
+            Location::Memory => {
+                let (pool, kept) = sqlite(None).await?;
+                keeper = kept;
+                (Pool::Sqlite(pool), Dialect::Sqlite)
+            }
+            Location::Sqlite(path) => (Pool::Sqlite(sqlite(Some(path)).await?.0), Dialect::Sqlite),
             #[cfg(feature = "postgres")]
             Location::Postgres(url) => {
                 let pool = soulbase_net_store::sql::connect_postgres(
@@ -168,6 +189,7 @@ impl TaskStore {
             pool,
             sql: Statements::new(dialect),
             lease_ms: ms(LeaseTime::new(lease).ttl()),
+            _keeper: keeper,
         })
     }
 
@@ -586,18 +608,35 @@ impl TaskStore {
     }
 }
 
-/// A SQLite pool of one connection, kept for good (an in-memory database lives as long as
-/// it does), on the file at `path` (WAL) or in memory; its schema migrated.
-async fn sqlite(path: Option<&Path>) -> Result<SqlitePool, NetError> {
+/// A SQLite pool of one connection on the file at `path` (WAL) or in memory, its schema
+/// migrated; in memory, with the [`Keeper`] connection that keeps the database alive (a
+/// named, shared-cache database of this process, which lives while one connection to it is
+/// open).
+async fn sqlite(path: Option<&Path>) -> Result<(SqlitePool, Option<Arc<Keeper>>), NetError> {
+    let at = || path.map_or_else(|| "in memory".to_owned(), |p| p.display().to_string());
     let connect = match path {
         Some(p) => SqliteConnectOptions::new()
             .filename(p)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal),
-        None => SqliteConnectOptions::new().in_memory(true),
+        // sqlx names it `file:sqlx-in-memory-<n>`, `n` unique in the process, shared cache.
+        None => "sqlite::memory:"
+            .parse::<SqliteConnectOptions>()
+            .map_err(|e| io("opening the SQLite database (in memory)", e))?,
     }
     .busy_timeout(Duration::from_secs(5));
+    let keeper = match path {
+        Some(_) => None,
+        None => {
+            let conn = sqlx::ConnectOptions::connect(&connect)
+                .await
+                .map_err(|e| io(&format!("opening the SQLite database ({})", at()), e))?;
+            Some(Arc::new(Keeper {
+                _conn: tokio::sync::Mutex::new(conn),
+            }))
+        }
+    };
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
@@ -606,10 +645,7 @@ async fn sqlite(path: Option<&Path>) -> Result<SqlitePool, NetError> {
         .acquire_timeout(ACQUIRE)
         .connect_with(connect)
         .await
-        .map_err(|e| {
-            let at = path.map_or_else(|| "in memory".to_owned(), |p| p.display().to_string());
-            io(&format!("opening the SQLite database ({at})"), e)
-        })?;
+        .map_err(|e| io(&format!("opening the SQLite database ({})", at()), e))?;
     soulbase_net_store::sql::migrate_sqlite(
         &pool,
         "control plane",
@@ -618,5 +654,37 @@ async fn sqlite(path: Option<&Path>) -> Result<SqlitePool, NetError> {
         SCHEMA_VERSION,
     )
     .await?;
-    Ok(pool)
+    Ok((pool, keeper))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// The pool's connection can be closed under the store (sqlx closes one whose query was
+    /// cut off): an in-memory store keeps its tables and rows through it.
+    #[tokio::test]
+    async fn an_in_memory_store_outlives_its_pools_connection() {
+        let store = TaskStore::open(&Location::Memory, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let spec = TaskSpec::Tcp {
+            host: "127.0.0.1".into(),
+            port: 9,
+            timeout_ms: None,
+        };
+        assert!(store.create("kept", &spec, None).await.unwrap());
+        // Taken out of the pool and closed: the pool opens a new connection next time.
+        match &store.pool {
+            Pool::Sqlite(pool) => sqlx::Connection::close(pool.acquire().await.unwrap().detach())
+                .await
+                .unwrap(),
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(_) => unreachable!("a store in memory is SQLite"),
+        }
+        let view = store.task("kept").await.unwrap();
+        assert!(view.is_some(), "the task survived the pool's connection");
+    }
 }

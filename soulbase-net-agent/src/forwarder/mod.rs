@@ -138,6 +138,12 @@ impl Forwarder {
         self.shared.counters.snapshot()
     }
 
+    /// The live counters, for the agent's metrics: they stay readable (final) after the
+    /// forwarder stops.
+    pub(crate) fn counters(&self) -> LiveStats {
+        LiveStats(Arc::clone(&self.shared.counters))
+    }
+
     /// Stops reading queries, waits for the ones in flight to end (each within the upstream
     /// timeout) and returns the final counters.
     pub async fn shutdown(mut self) -> ForwarderStats {
@@ -155,6 +161,17 @@ impl Forwarder {
             .await;
         tracing::info!(listen = %self.local_addr, "dns forwarder stopped");
         self.stats()
+    }
+}
+
+/// A forwarder's live counters, held by whoever reports them (the agent's `/metrics`).
+#[derive(Clone, Debug)]
+pub(crate) struct LiveStats(Arc<Counters>);
+
+impl LiveStats {
+    /// The counters now.
+    pub(crate) fn snapshot(&self) -> ForwarderStats {
+        self.0.snapshot()
     }
 }
 

@@ -127,6 +127,74 @@ impl LatencyHistogram {
     }
 }
 
+impl ForwarderStats {
+    /// Appends the counters to `out` in the Prometheus text format, as the agent's
+    /// `/metrics` shows them: `agent_dns_forwarder_{received,dropped,forwarded,timed_out,
+    /// failed,mismatched}_total` (counters), `agent_dns_forwarder_inflight` and
+    /// `agent_dns_forwarder_inflight_peak` (gauges), the latency as the histogram
+    /// `agent_dns_forwarder_latency_seconds` (cumulative buckets, `_sum`, `_count`) and its
+    /// `agent_dns_forwarder_latency_seconds_max`.
+    pub(crate) fn write_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for (name, help, v) in [
+            ("received", "Datagrams read.", self.received),
+            (
+                "dropped",
+                "Datagrams that were not a query, never forwarded.",
+                self.dropped,
+            ),
+            ("forwarded", "Queries answered.", self.forwarded),
+            (
+                "timed_out",
+                "Queries the upstream did not answer in time.",
+                self.timed_out,
+            ),
+            ("failed", "Queries that failed otherwise.", self.failed),
+            (
+                "mismatched",
+                "Upstream packets that were not the awaited answer.",
+                self.mismatched,
+            ),
+        ] {
+            let name = format!("agent_dns_forwarder_{name}_total");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP agent_dns_forwarder_inflight Queries out at the upstream.\n\
+             # TYPE agent_dns_forwarder_inflight gauge\nagent_dns_forwarder_inflight {}\n\
+             # HELP agent_dns_forwarder_inflight_peak The most queries out at once.\n\
+             # TYPE agent_dns_forwarder_inflight_peak gauge\nagent_dns_forwarder_inflight_peak {}",
+            self.inflight, self.peak_inflight
+        );
+        let h = &self.latency;
+        let name = "agent_dns_forwarder_latency_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} From a query read to its answer sent.\n# TYPE {name} histogram"
+        );
+        let mut seen = 0;
+        for (i, n) in h.counts.iter().enumerate() {
+            seen += n;
+            let le = h
+                .bounds
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |b| b.as_secs_f64().to_string());
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {seen}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_sum {}\n{name}_count {}\n# TYPE {name}_max gauge\n{name}_max {}",
+            h.sum.as_secs_f64(),
+            h.count,
+            h.max.as_secs_f64()
+        );
+    }
+}
+
 /// The live counters behind [`ForwarderStats`], shared by the loop and its queries.
 #[derive(Debug, Default)]
 pub(super) struct Counters {
@@ -231,6 +299,32 @@ mod tests {
         assert_eq!(latency.quantile(0.5), Some(Duration::from_micros(500)));
         assert_eq!(latency.quantile(0.8), Some(Duration::from_millis(50)));
         assert_eq!(latency.quantile(1.0), Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn metrics_are_prometheus_lines_with_cumulative_buckets() {
+        let counters = Counters::default();
+        Counters::bump(&counters.received);
+        Counters::bump(&counters.received);
+        counters.answered(Duration::from_micros(100));
+        counters.answered(Duration::from_millis(3));
+        let mut out = String::new();
+        counters.snapshot().write_metrics(&mut out);
+        for line in [
+            "agent_dns_forwarder_received_total 2",
+            "agent_dns_forwarder_forwarded_total 2",
+            "agent_dns_forwarder_timed_out_total 0",
+            "agent_dns_forwarder_inflight 0",
+            "agent_dns_forwarder_latency_seconds_bucket{le=\"0.00025\"} 1",
+            "agent_dns_forwarder_latency_seconds_bucket{le=\"0.0025\"} 1",
+            "agent_dns_forwarder_latency_seconds_bucket{le=\"0.005\"} 2",
+            "agent_dns_forwarder_latency_seconds_bucket{le=\"+Inf\"} 2",
+            "agent_dns_forwarder_latency_seconds_count 2",
+            "agent_dns_forwarder_latency_seconds_sum 0.0031",
+            "agent_dns_forwarder_latency_seconds_max 0.003",
+        ] {
+            assert!(out.lines().any(|l| l == line), "no `{line}` in\n{out}");
+        }
     }
 
     #[test]

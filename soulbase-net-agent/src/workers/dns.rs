@@ -1,6 +1,7 @@
 //! The DNS probe: a name looked up for each record type a task asks for (A, AAAA, MX, NS,
 //! TXT), through hickory-resolver with EDNS on and its TCP fallback when an answer is
-//! truncated; hickory's cache is off, so each probe asks the name servers.
+//! truncated; hickory's cache is off, so each probe asks the name servers. The resolver is
+//! set up by the runtime ([`hickory_resolver()`]), as its own `DnsResolver`'s is.
 //!
 //! Why hickory directly and not the runtime's `DnsResolver`: that one answers addresses only
 //! (A and AAAA, for dialling) and caches them, while a probe must see every record type and a
@@ -10,16 +11,19 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::TokioResolver;
 use serde_json::{json, Value};
-use soulbase_net_core::{ErrorKind, NetError};
+use soulbase_net_core::NetError;
+use soulbase_net_policy::DnsPolicy;
+use soulbase_net_runtime::{hickory_resolver, HickoryOptions};
 use tokio::time::Instant;
 
 use super::{millis, ProbeResult};
 use crate::protocol::{DnsRecordType, Observation};
+
+/// Hickory's own timeout of one exchange: past any task's, which bounds the lookup.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The DNS probe's resolver.
 #[derive(Clone)]
@@ -35,44 +39,16 @@ impl fmt::Debug for DnsProbe {
 
 impl DnsProbe {
     /// A resolver asking `servers` (UDP, then TCP on the same address), or the system's
-    /// configured ones when `servers` is empty.
+    /// configured ones when `servers` is empty: the runtime's set-up ([`hickory_resolver()`]),
+    /// with EDNS on and each exchange bounded by the task's timeout rather than a policy's.
     pub(super) fn new(servers: &[SocketAddr]) -> Result<Self, NetError> {
-        let provider = TokioRuntimeProvider::default();
-        let mut builder = if servers.is_empty() {
-            TokioResolver::builder(provider).map_err(|e| {
-                NetError::new(ErrorKind::Dns)
-                    .with_message("cannot read the system dns configuration")
-                    .with_source(e)
-            })?
-        } else {
-            let servers = servers
-                .iter()
-                .map(|addr| {
-                    let mut udp = ConnectionConfig::udp();
-                    udp.port = addr.port();
-                    let mut tcp = ConnectionConfig::tcp();
-                    tcp.port = addr.port();
-                    NameServerConfig::new(addr.ip(), true, vec![udp, tcp])
-                })
-                .collect();
-            let config = ResolverConfig::from_parts(None, Vec::new(), servers);
-            let mut b = TokioResolver::builder_with_config(config, provider);
-            b.options_mut().use_hosts_file = ResolveHosts::Never;
-            b
-        };
-        let opts = builder.options_mut();
-        opts.cache_size = 0;
-        opts.edns0 = true;
+        let mut policy = DnsPolicy::default();
+        policy.nameservers = servers.to_vec();
         // One exchange per lookup, bounded by the task's own timeout (hickory's is set past
         // any task's): a probe reports what the network did, a lost answer included, rather
         // than hiding it behind a resend.
-        opts.attempts = 1;
-        opts.timeout = Duration::from_secs(60);
-        let resolver = builder.build().map_err(|e| {
-            NetError::new(ErrorKind::Dns)
-                .with_message("cannot build the dns resolver")
-                .with_source(e)
-        })?;
+        policy.timeout = EXCHANGE_TIMEOUT;
+        let resolver = hickory_resolver(&policy, HickoryOptions::default().edns0(true))?;
         Ok(Self { resolver })
     }
 

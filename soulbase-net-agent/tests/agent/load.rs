@@ -188,6 +188,12 @@ async fn three_thousand_tasks_are_each_reported_once_within_their_sla() {
     for (id, at) in &created {
         let reports = &reported[id];
         assert_eq!(reports.len(), 1, "{id} reported {} times", reports.len());
+        // Each task's report passed the proxy after its claim (a report before the claim
+        // would be the proxy's or the clock's fault, and the waits below would mean nothing).
+        assert!(
+            reports[0] >= claimed[id],
+            "{id} reported before it was claimed"
+        );
         waits.push(claimed[id] - *at);
         completions.push(reports[0] - *at);
     }
@@ -230,7 +236,6 @@ async fn three_thousand_tasks_are_each_reported_once_within_their_sla() {
     // reported within 5 s of creation for 99 % of the tasks.
     assert!(w99 < Duration::from_secs(2), "queue wait p99 {w99:?}");
     assert!(c99 < Duration::from_secs(5), "completion p99 {c99:?}");
-    assert!(w50 <= c50 && c50 <= c99);
     // A healthy target: its window never halved (its limit never fell below where it starts).
     let target = c.targets["127.0.0.1"];
     assert!(target.limit >= 8, "{target:?}");

@@ -5,9 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod control;
+mod fleet;
 mod forwarder;
 mod load;
 mod netns;
+mod ns;
 mod pipeline;
 mod postgres;
 mod process;

@@ -518,3 +518,289 @@ async fn an_agent_registers_again_with_a_control_plane_that_forgot_it() {
     assert_eq!(r.status, ReportStatus::Ok);
     a.shutdown(Duration::from_secs(2)).await;
 }
+
+/// A TCP relay on loopback in front of `upstream` that the test can cut: while cut, it
+/// closes the connections it relays and every connection it accepts (a network cut between
+/// an agent and its control plane, the control plane itself still up); healed, it relays
+/// again.
+struct CuttableRelay {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CuttableRelay {
+    async fn start(upstream: std::net::SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, _) = tokio::sync::watch::channel(false);
+        let watch = cut.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut is_cut = watch.subscribe();
+                if *is_cut.borrow_and_update() {
+                    continue; // dropped: closed at once
+                }
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = is_cut.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Self { addr, cut, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    fn heal(&self) {
+        self.cut.send_replace(false);
+    }
+}
+
+impl Drop for CuttableRelay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A lease the agent cannot extend (the network to the control plane is cut) runs out on
+/// the agent's side: its probe is cancelled (the held HTTP request's connection closes), it
+/// is counted `expired` (`agent_leases_expired_total`), and it is never reported — once the
+/// network is back the task is claimed again under a new lease, and that lease's report is
+/// the task's only result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_cannot_be_extended_runs_out_and_is_never_reported() {
+    use soulbase_net_agent::control::{ControlConfig, ControlPlane};
+
+    let gate = Gate::new();
+    let web = FaultServer::http1()
+        .route("/slow", Reply::ok("late").after(&gate))
+        .start()
+        .await
+        .unwrap();
+    let mock = MockDns::start().await.unwrap();
+    let lease = Duration::from_secs(1);
+    let extend_every = Duration::from_millis(200);
+    // Heartbeats fail too while the network is cut: the agent is not made stale meanwhile
+    // (20 s of missed heartbeats), so the control plane's lease runs out by its time alone.
+    let control = ControlPlane::start(
+        ControlConfig::default()
+            .lease(lease)
+            .heartbeat_every(Duration::from_millis(200))
+            .missed_heartbeats(100),
+    )
+    .await
+    .unwrap();
+    let relay = CuttableRelay::start(control.addr()).await;
+    let mut config = agent_config(&control, "agent-a", mock.addr());
+    config.control_plane = relay.url();
+    config.extend_every = extend_every;
+    config.call_timeout = Duration::from_millis(500);
+    task(&control, "held", http(web.url("/slow"))).await;
+    let a = agent::start(config).await.unwrap();
+    let first = eventually("leased to agent-a", Duration::from_secs(10), || async {
+        let v = control.task("held").await.unwrap().unwrap();
+        (v.state == TaskState::Leased && v.agent_id.as_deref() == Some("agent-a"))
+            .then_some(v.lease_id)
+            .flatten()
+    })
+    .await;
+    // The probe runs: its request waits at the gate, its connection open.
+    eventually(
+        "the probe's request arrives",
+        Duration::from_secs(5),
+        || async { (web.hits("/slow") == 1 && web.open_connections() == 1).then_some(()) },
+    )
+    .await;
+    // Held past a whole lease by its extensions.
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    let s = a.stats();
+    assert!(s.extended >= 3, "extended {} times", s.extended);
+    assert_eq!((s.expired, s.cancelled), (0, 0), "{s:?}");
+
+    relay.cut();
+    let cut = Instant::now();
+    eventually(
+        "the lease runs out on the agent's side",
+        Duration::from_secs(5),
+        || async { (a.stats().expired >= 1).then_some(()) },
+    )
+    .await;
+    let expired_after = cut.elapsed();
+    // Extended until the cut (every 200 ms), so it runs out about a lease after it: not
+    // much earlier (it was extended), not much later (the extender's timer).
+    assert!(
+        expired_after >= lease / 2 && expired_after <= lease + Duration::from_millis(700),
+        "ran out {expired_after:?} after the cut (lease {lease:?})"
+    );
+    // Its probe is cancelled: the held request's connection closes, the gate still shut.
+    tokio::time::timeout(Duration::from_secs(5), web.wait_for_open_at_most(0))
+        .await
+        .expect("the cancelled probe's connection closes");
+    eventually("counted cancelled", Duration::from_secs(5), || async {
+        (a.stats().cancelled == 1).then_some(())
+    })
+    .await;
+    let s = a.stats();
+    assert_eq!((s.expired, s.completed, s.held), (1, 0, 0), "{s:?}");
+    assert!(
+        a.metrics_text()
+            .lines()
+            .any(|l| l == "agent_leases_expired_total 1"),
+        "{}",
+        a.metrics_text()
+    );
+    // Nothing recorded meanwhile.
+    assert!(control.results("held", 10).await.unwrap().is_empty());
+
+    // The network is back: the control plane's lease has run out too, so the task is
+    // claimed again under a new lease, and that run (the gate open now) is its only result.
+    relay.heal();
+    let second = eventually(
+        "claimed again under a new lease",
+        Duration::from_secs(10),
+        || async {
+            let v = control.task("held").await.unwrap().unwrap();
+            v.lease_id
+                .filter(|id| *id != first && v.state == TaskState::Leased)
+        },
+    )
+    .await;
+    gate.open();
+    let r = done(&control, "held").await;
+    assert_eq!(r.lease_id, second);
+    assert_ne!(
+        r.lease_id, first,
+        "the expired lease was never reported done"
+    );
+    assert_eq!(r.status, ReportStatus::Ok, "{r:?}");
+    let v = control.task("held").await.unwrap().unwrap();
+    assert_eq!((v.claims, v.results), (2, 1), "{v:?}");
+    let s = a.stats();
+    assert_eq!(
+        (s.reports_refused, s.reports_dropped, s.expired),
+        (0, 0, 1),
+        "nothing was sent for the expired lease: {s:?}"
+    );
+    println!(
+        "a lease not extended ran out {expired_after:?} after the network cut (lease {lease:?}); \
+         re-run under a new lease once healed"
+    );
+    a.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Watches the ICMP echo requests to `to` on loopback (a raw ICMP socket: the tests run as
+/// root) on a thread of its own, outside any runtime: each one seen is sent on the channel
+/// returned, until `stop` is set.
+fn watch_echo_requests(
+    to: std::net::Ipv4Addr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::sync::mpsc::Receiver<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+
+    let socket = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let socket = std::net::UdpSocket::from(socket);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let Ok(n) = socket.recv(&mut buf) else {
+                continue;
+            };
+            // An IPv4 header (its length in its first byte), then ICMP: type 8 is a request.
+            let header = usize::from(buf[0] & 0x0f) * 4;
+            if n > header && buf[16..20] == to.octets() && buf[header] == 8 {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx
+}
+
+/// Ping and trace run on a runtime of their own (`AGENT_TRACE_RUNTIME_WORKERS` threads, at
+/// least 2): asked for 1, the agent starts 2; and a ping keeps sending its echoes on
+/// schedule while the agent's own runtime (single-threaded here) is blocked. The test blocks
+/// that runtime once the ping's first echo request is seen on the wire, until its other two
+/// are: a ping run on the agent's runtime could not send them (it would fail after 3 s).
+#[tokio::test(flavor = "current_thread")]
+async fn ping_runs_on_the_trace_runtime_while_the_agent_s_runtime_is_blocked() {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use soulbase_net_agent::agent::AgentConfig;
+    use soulbase_net_agent::protocol::TaskKind;
+
+    // The variable reads as it is given; the agent raises it to 2 when it starts.
+    let from_env = AgentConfig::from_vars(|name| {
+        match name {
+            "AGENT_CONTROL_PLANE" => Some("http://127.0.0.1:7070"),
+            "AGENT_ID" => Some("probe-1"),
+            "AGENT_AUTH_TOKEN" => Some("s3cret-token"),
+            "AGENT_TRACE_RUNTIME_WORKERS" => Some("1"),
+            _ => None,
+        }
+        .map(str::to_owned)
+    })
+    .unwrap();
+    assert_eq!(from_env.trace_runtime_workers, 1);
+
+    // 127.0.0.7: loopback answers it, and no other test pings it.
+    let target = std::net::Ipv4Addr::new(127, 0, 0, 7);
+    let stop = Arc::new(AtomicBool::new(false));
+    let echoes = watch_echo_requests(target, stop.clone());
+    let mock = MockDns::start().await.unwrap();
+    let control = control_plane(Duration::from_secs(10)).await;
+    let mut config = agent_config(&control, "agent-a", mock.addr());
+    config.trace_runtime_workers = from_env.trace_runtime_workers;
+    config.pools = BTreeMap::from([(TaskKind::Ping, 1)]);
+    let a = agent::start(config).await.unwrap();
+    assert_eq!(a.trace_runtime_workers(), 2, "raised to the seed's minimum");
+    let spec = TaskSpec::Ping {
+        host: target.to_string(),
+        count: Some(3),
+        timeout_ms: Some(1000),
+        interval_ms: Some(300),
+    };
+    task(&control, "ping", spec).await;
+    eventually(
+        "the first echo request is sent",
+        Duration::from_secs(10),
+        || async { echoes.try_recv().is_ok().then_some(()) },
+    )
+    .await;
+    // Blocking the agent's only runtime thread (no await until both are seen).
+    let blocked = Instant::now();
+    for i in 2..=3 {
+        echoes
+            .recv_timeout(Duration::from_secs(3).saturating_sub(blocked.elapsed()))
+            .unwrap_or_else(|_| {
+                panic!("echo request {i} not sent while the agent's runtime was blocked")
+            });
+    }
+    let sent_in = blocked.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    // Unblocked: the result, ready meanwhile, is reported.
+    let r = done(&control, "ping").await;
+    assert_eq!(r.status, ReportStatus::Ok, "{r:?}");
+    assert_eq!(obs(&r, "received").value, json!(3), "{r:?}");
+    println!("two echo requests sent in {sent_in:?} while the agent's runtime was blocked");
+    a.shutdown(Duration::from_secs(2)).await;
+}

@@ -189,3 +189,158 @@ async fn the_binaries_run_a_task_end_to_end() {
     let _ = control.wait().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sends SIGTERM to `child` (by `kill -TERM`, as an operator, systemd or a container runtime
+/// would).
+fn sigterm(child: &tokio::process::Child) {
+    let pid = child.id().expect("the process is running");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -TERM {pid}: {status}");
+}
+
+/// SIGTERM stops the agent binary as Ctrl-C does: it stops claiming, lets the probe in
+/// flight finish and its report be acknowledged, then exits 0. The probe is a DNS query the
+/// mock holds 2 s; SIGTERM comes while it is held. Without a SIGTERM handler the process
+/// would die by the signal (not a success) and the task stay unreported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_process_stops_gracefully_on_sigterm() {
+    let mock = MockDns::start().await.unwrap();
+    mock.set_ips("held.test", &["127.0.0.1".parse().unwrap()], 60);
+    let hold = Duration::from_secs(2);
+    mock.delay("held.test", hold);
+    let control = control_plane(Duration::from_secs(10)).await;
+    let spec = TaskSpec::Dns {
+        name: "held.test".into(),
+        record_types: vec![DnsRecordType::A],
+        timeout_ms: Some(10_000),
+    };
+    task(&control, "held-dns", spec).await;
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
+        .arg("agent")
+        .env("AGENT_CONTROL_PLANE", control.url())
+        .env("AGENT_ID", "term-agent")
+        .env("AGENT_AUTH_TOKEN", "token-of-term-agent")
+        .env("AGENT_DNS_SERVERS", mock.addr().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually(
+        "the process holds the task",
+        Duration::from_secs(20),
+        || async {
+            let v = control.task("held-dns").await.unwrap().unwrap();
+            (v.agent_id.as_deref() == Some("term-agent")).then_some(())
+        },
+    )
+    .await;
+    // The probe's query is held by the mock now (or about to be): the report is in flight.
+    assert_ne!(
+        control.task("held-dns").await.unwrap().unwrap().state,
+        TaskState::Done,
+        "the probe is still running when SIGTERM comes"
+    );
+    sigterm(&child);
+    let sent = Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("the agent exits within 15 s of SIGTERM")
+        .unwrap();
+    let took = sent.elapsed();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    // The in-flight probe's report was delivered before the process exited.
+    let v = control.task("held-dns").await.unwrap().unwrap();
+    assert_eq!(
+        (v.state, v.claims, v.results),
+        (TaskState::Done, 1, 1),
+        "{v:?}"
+    );
+    let r = done(&control, "held-dns").await;
+    assert_eq!(
+        (r.agent_id.as_str(), r.status),
+        ("term-agent", ReportStatus::Ok),
+        "{r:?}"
+    );
+    assert!(
+        took < hold + Duration::from_secs(8),
+        "exited {took:?} after SIGTERM"
+    );
+    println!(
+        "agent process: SIGTERM → report delivered, exit 0 after {took:?} (probe held {hold:?})"
+    );
+}
+
+/// SIGTERM stops the control-plane binary as Ctrl-C does: it closes and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_process_stops_gracefully_on_sigterm() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut control = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
+        .args(["control", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(control.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.split("listening on ").nth(1) {
+                return url.trim().to_owned();
+            }
+        }
+        panic!("the control plane exited");
+    })
+    .await
+    .unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    // It serves until SIGTERM.
+    tokio::net::TcpStream::connect(&addr).await.unwrap();
+    sigterm(&control);
+    let status = tokio::time::timeout(Duration::from_secs(10), control.wait())
+        .await
+        .expect("the control plane exits within 10 s of SIGTERM")
+        .unwrap();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    assert!(
+        tokio::net::TcpStream::connect(&addr).await.is_err(),
+        "closed after SIGTERM"
+    );
+}
+
+/// `RUST_LOG` filters the binary's logs: a one-off ping logs each echo reply at `debug` (its
+/// default level), and none under `RUST_LOG=warn`; the probe's result is the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_log_filters_the_binary_s_logs() {
+    let spec = r#"{"kind":"ping","host":"127.0.0.1","count":2,"interval_ms":50}"#;
+    let run = |rust_log: Option<&'static str>| async move {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"));
+        command.args(["probe", spec]).env_remove("RUST_LOG");
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(20), command.output())
+            .await
+            .expect("the probe ends within 20 s")
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let default = run(None).await;
+    assert_eq!(default.matches("echo reply").count(), 2, "{default}");
+    let warn = run(Some("warn")).await;
+    assert!(!warn.contains("echo reply"), "{warn}");
+    let targeted = run(Some("warn,soulbase_net_agent::workers::ping=debug")).await;
+    assert_eq!(targeted.matches("echo reply").count(), 2, "{targeted}");
+}

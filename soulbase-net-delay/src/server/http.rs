@@ -16,47 +16,38 @@
 //! cancelled. A 403 tells that a task of that id exists on a protected route; 404 that none
 //! does (nothing else about it).
 
-use std::{convert::Infallible, sync::Arc};
+use std::sync::Arc;
 
 use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{body::Incoming, Method, Request, Response, StatusCode};
 use soulbase_net_core::{ErrorKind, NetError};
-use tokio::{net::TcpListener, sync::watch, task::JoinSet};
+use soulbase_net_runtime::serve::Http1Server;
+use tokio::{net::TcpListener, sync::watch};
 
 use super::{acked_fire_at, schedule, Answer, Inner};
 use crate::protocol::{self, Inbound, Outbound, MAX_LINE};
 
-/// Serves HTTP on `listener` until told to stop.
+/// Serves HTTP on `listener` until told to stop, to the peers the configuration allows.
 pub(super) async fn serve(
     inner: Arc<Inner>,
     listener: TcpListener,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = stopped.changed() => break,
-            accepted = listener.accept() => {
-                let Ok((stream, peer)) = accepted else { continue };
-                if !inner.config.allows(peer.ip()) {
-                    continue;
-                }
+    let allows = inner.clone();
+    Http1Server::new(listener)
+        .admit(move |peer| allows.config.allows(peer.ip()))
+        .serve(
+            move |req| {
                 let inner = inner.clone();
-                conns.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let inner = inner.clone();
-                        async move { Ok::<_, Infallible>(handle(&inner, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        }
-    }
-    conns.abort_all();
+                async move { handle(&inner, req).await }
+            },
+            async move {
+                let _ = stopped.changed().await;
+            },
+        )
+        .await;
 }
 
 fn json(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {

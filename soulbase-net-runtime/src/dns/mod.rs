@@ -4,11 +4,13 @@
 
 mod background;
 pub(crate) mod cache;
+mod hickory;
 mod load;
 mod order;
 mod persist;
 mod writer;
 
+pub use hickory::{hickory_resolver, HickoryOptions};
 pub(crate) use persist::{frozen_path, load_frozen, save_frozen};
 pub(crate) use writer::write_behind;
 mod upstream;

@@ -1,7 +1,8 @@
 //! The upstream of the cache: one A + AAAA lookup through hickory-resolver, bounded by the
 //! policy's DNS timeout.
 //!
-//! Hickory's own cache is turned off (size 0) so that ours, with its clamps, singleflight,
+//! The resolver is built by [`hickory_resolver()`] (shared with callers outside the runtime):
+//! hickory's own cache is turned off (size 0) so that ours, with its clamps, singleflight,
 //! serve-stale and persistence, is the only one; hickory's hosts file is skipped when name
 //! servers are given, so that tests and `--resolve`-style setups see only what they configured.
 
@@ -9,16 +10,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hickory_resolver::config::{
-    ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
-    ResolverOpts,
-};
-use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::TokioResolver;
 use soulbase_net_core::{ErrorKind, NetError, Phase};
 use soulbase_net_policy::DnsPolicy;
 
 use super::cache::Answer;
+use super::hickory::{hickory_resolver, HickoryOptions};
 
 /// Why a lookup failed; cheap to clone, since every singleflight waiter gets a copy.
 #[derive(Clone, Debug)]
@@ -88,46 +85,11 @@ impl fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    /// Builds the resolver: the policy's name servers (UDP, then TCP on the same address),
-    /// or the system configuration when none are given.
+    /// Builds the resolver as [`hickory_resolver()`] does with the default options: the
+    /// policy's name servers (UDP, then TCP on the same address), or the system configuration
+    /// when none are given.
     pub(crate) fn new(policy: &DnsPolicy) -> Result<Self, NetError> {
-        let provider = TokioRuntimeProvider::default();
-        let mut builder = if policy.nameservers.is_empty() {
-            TokioResolver::builder(provider).map_err(|e| {
-                NetError::new(ErrorKind::Dns)
-                    .with_message("cannot read the system dns configuration")
-                    .with_source(e)
-            })?
-        } else {
-            let servers = policy
-                .nameservers
-                .iter()
-                .map(|addr| {
-                    let mut udp = ConnectionConfig::udp();
-                    udp.port = addr.port();
-                    let mut tcp = ConnectionConfig::tcp();
-                    tcp.port = addr.port();
-                    NameServerConfig::new(addr.ip(), true, vec![udp, tcp])
-                })
-                .collect();
-            let config = ResolverConfig::from_parts(None, Vec::new(), servers);
-            let mut b = TokioResolver::builder_with_config(config, provider);
-            b.options_mut().use_hosts_file = ResolveHosts::Never;
-            b
-        };
-        let opts: &mut ResolverOpts = builder.options_mut();
-        opts.timeout = policy.timeout;
-        // Hickory re-sends a failed exchange `attempts` more times within one lookup (a lost
-        // datagram, a SERVFAIL); one is enough here, inside the DNS timeout. Retrying beyond
-        // that is for the background refresh and the request retry layer.
-        opts.attempts = 1;
-        opts.cache_size = 0;
-        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-        let resolver = builder.build().map_err(|e| {
-            NetError::new(ErrorKind::Dns)
-                .with_message("cannot build the dns resolver")
-                .with_source(e)
-        })?;
+        let resolver = hickory_resolver(policy, HickoryOptions::default())?;
         Ok(Upstream {
             resolver,
             timeout: policy.timeout,

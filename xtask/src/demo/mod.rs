@@ -6,7 +6,9 @@
 //! timeout, a cached GET (the same client with a `CacheHook`), two instances sharing a quota
 //! on Redis, an outbox on SQLite (a temp file) delivering a POST on its third try with one
 //! `Idempotency-Key` and a delayed item not before its time, and the SLO controller slowing
-//! down a host whose calls start timing out, then letting it go once healed. Each phase prints a live progress
+//! down a host whose calls start timing out, then letting it go once healed, the delay server,
+//! and the probe agent (seed 002: a control plane and an agent on loopback, a few probes of each
+//! kind, their observations printed). Each phase prints a live progress
 //! line and a verdict; a final table and the events counted by the demo's own [`Observer`]
 //! follow. The exit code is non-zero when any phase did not behave as expected, so the demo
 //! doubles as a smoke test (and a `#[test]` runs the same scenario in-process).
@@ -50,8 +52,9 @@ use crate::{
 
 mod client;
 mod durable;
+mod probes;
 
-use self::{client::*, durable::*};
+use self::{client::*, durable::*, probes::*};
 
 /// The breaker opens after this many failed attempts in a row.
 const BREAKER_THRESHOLD: u32 = 5;
@@ -403,6 +406,7 @@ pub(crate) async fn scenario(progress: Progress) -> Result<Report, String> {
         phase_outbox(&dialer, both.clone(), &observer, progress).await?,
         phase_slo(&dialer, both, progress).await?,
         phase_delay(progress).await?,
+        phase_probes(progress).await?,
     ] {
         phases.push(phase);
     }
