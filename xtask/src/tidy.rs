@@ -62,6 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "soulbase-net-policy",
             "soulbase-net-store",
             "soulbase-net-runtime",
+            "soulbase-net-observe",
         ],
     ),
     (

@@ -3,11 +3,13 @@
 //! `X-Agent-Token` on each.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use soulbase_net_core::{ErrorKind, NetError, NetRequest, TimeoutCfg};
+use soulbase_net_observe::Metrics;
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 
@@ -22,6 +24,9 @@ use crate::protocol::{
 #[derive(Clone)]
 pub struct ControlClient {
     client: Client,
+    /// The client's own metrics (requests, latency, retries, breaker transitions) of the
+    /// calls to the control plane.
+    metrics: Arc<Metrics>,
     base: String,
     agent_id: String,
     token: String,
@@ -82,14 +87,26 @@ impl ControlClient {
             Some(p) => p.clone(),
             None => control_policy(&base),
         };
-        let client = Client::builder().policy(policy).build()?;
+        let metrics = Arc::new(Metrics::new());
+        let client = Client::builder()
+            .policy(policy)
+            .observer_arc(metrics.clone())
+            .build()?;
         Ok(Self {
             client,
+            metrics,
             base,
             agent_id: config.agent_id.clone(),
             token: config.token.clone(),
             timeout: config.call_timeout,
         })
+    }
+
+    /// The soulbase-net client's metrics of the calls to the control plane (requests by
+    /// outcome, latency, retries, breaker transitions), served by the agent at
+    /// `/metrics/client`.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// `POST path` with `body`; the answer as `R`. `idempotent` calls are retried by the

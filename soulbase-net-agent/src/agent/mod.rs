@@ -500,6 +500,14 @@ impl AgentHandle {
         self.shared.metrics_text()
     }
 
+    /// The soulbase-net client's metrics of the agent's calls to its control plane (requests
+    /// by outcome, latency, retries, breaker transitions) in the OpenMetrics text format,
+    /// ending in `# EOF`; served at `/metrics/client` by
+    /// [`serve_metrics`](Self::serve_metrics).
+    pub fn client_metrics_text(&self) -> String {
+        self.shared.client.metrics().encode()
+    }
+
     /// Shows `forwarder`'s counters ([`Forwarder::stats`]) on the agent's metrics
     /// ([`metrics_text`](Self::metrics_text), `/metrics`) from now on; after the forwarder
     /// stops, its final counts. The forwarder runs on its own (it serves before the agent
@@ -602,8 +610,17 @@ async fn serve_metrics(shared: Arc<Shared>, listener: TcpListener) {
         async move {
             let (status, body) = match (req.method(), req.uri().path()) {
                 (&hyper::Method::GET, "/metrics") => (200, shared.metrics_text()),
+                (&hyper::Method::GET, "/metrics/client") => {
+                    let mut res = shared
+                        .client
+                        .metrics()
+                        .http_response()
+                        .map(|text| Full::new(Bytes::from(text)));
+                    *res.status_mut() = hyper::StatusCode::OK;
+                    return res;
+                }
                 (&hyper::Method::GET, "/health") => (200, "{\"status\":\"ok\"}".to_owned()),
-                _ => (404, "GET /metrics or /health\n".to_owned()),
+                _ => (404, "GET /metrics, /metrics/client or /health\n".to_owned()),
             };
             let mut res = hyper::Response::new(Full::new(Bytes::from(body)));
             *res.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
@@ -630,6 +647,47 @@ mod tests {
     use super::*;
     use crate::control::{ControlConfig, ControlPlane};
     use crate::forwarder::ForwarderConfig;
+
+    #[tokio::test]
+    async fn the_control_clients_own_metrics_are_served_at_metrics_client() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let control = ControlPlane::start(ControlConfig::default()).await.unwrap();
+        let config = AgentConfig::new(control.url(), "agent-client-metrics", "a-long-token");
+        let mut agent = start(config).await.unwrap();
+        // Registered: at least one call to the control plane went through the client.
+        let text = agent.client_metrics_text();
+        let requests = text
+            .lines()
+            .find(|l| l.starts_with("net_requests_total{") && l.contains("outcome=\"ok\""))
+            .unwrap_or_else(|| panic!("no successful request counted in\n{text}"));
+        let count: f64 = requests.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(count >= 1.0, "{requests}");
+        assert!(text.ends_with("# EOF\n"));
+
+        let addr = agent
+            .serve_metrics("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /metrics/client HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/openmetrics-text"),
+            "{answer}"
+        );
+        assert!(answer.contains("net_requests_total{"), "{answer}");
+        agent.shutdown(Duration::from_secs(1)).await;
+    }
 
     #[tokio::test]
     async fn the_dns_forwarders_counters_are_on_the_agents_metrics_once_attached() {
