@@ -58,6 +58,7 @@ async fn main() {
 }
 
 async fn control(args: &[String]) -> i32 {
+    let stop = stop_signal();
     let mut config = ControlConfig::default();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -105,12 +106,13 @@ async fn control(args: &[String]) -> i32 {
         }
     };
     eprintln!("control plane listening on {}", control.url());
-    stop_signal().await;
+    stop.await;
     control.shutdown().await;
     0
 }
 
 async fn run_agent() -> i32 {
+    let mut stop = std::pin::pin!(stop_signal());
     let mut config = match AgentConfig::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -148,7 +150,16 @@ async fn run_agent() -> i32 {
     // The control plane may not be up yet: register until it answers (or refuses).
     let mut wait = Duration::from_millis(200);
     let handle = loop {
-        match agent::start(config.clone()).await {
+        let started = tokio::select! {
+            started = agent::start(config.clone()) => started,
+            () = stop.as_mut() => {
+                if let Some(forwarder) = forwarder {
+                    forwarder.shutdown().await;
+                }
+                return 0;
+            }
+        };
+        match started {
             Ok(h) => break h,
             Err(e)
                 if e.kind() == soulbase_net_core::ErrorKind::InvalidRequest
@@ -159,7 +170,15 @@ async fn run_agent() -> i32 {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "registration failed; retrying");
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = stop.as_mut() => {
+                        if let Some(forwarder) = forwarder {
+                            forwarder.shutdown().await;
+                        }
+                        return 0;
+                    }
+                }
                 wait = (wait * 2).min(Duration::from_secs(10));
             }
         }
@@ -185,7 +204,7 @@ async fn run_agent() -> i32 {
             }
         }
     }
-    stop_signal().await;
+    stop.await;
     if let Some(forwarder) = forwarder {
         forwarder.shutdown().await;
     }
@@ -193,26 +212,36 @@ async fn run_agent() -> i32 {
     0
 }
 
-/// Waits for SIGINT (Ctrl-C) or, on Unix, SIGTERM (what `kill`, systemd and container
-/// runtimes send): `control` and `agent` stop the same way on either.
-async fn stop_signal() {
+/// A future that ends at SIGINT (Ctrl-C) or, on Unix, SIGTERM (what `kill`, systemd and
+/// container runtimes send): `control` and `agent` stop the same way on either. The handlers
+/// are installed when this is called, not when the future is first polled, so a signal that
+/// comes while the service starts stops it gracefully too.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let signals = {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "SIGTERM cannot be handled; stopping on Ctrl-C only")
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => Some((int, term)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "SIGTERM cannot be handled; stopping on Ctrl-C only");
+                None
             }
         }
+    };
+    async move {
+        #[cfg(unix)]
+        if let Some((mut int, mut term)) = signals {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// `probe 'SPEC'`: runs the probe a `TaskSpec` (JSON) describes, with the default probe

@@ -276,6 +276,50 @@ async fn an_agent_process_stops_gracefully_on_sigterm() {
     );
 }
 
+/// SIGTERM stops an agent still trying to register (its control plane unreachable) at once,
+/// and with exit 0: the handlers are installed before anything else, and the registration
+/// loop waits on them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_still_registering_stops_on_sigterm() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    // A port with nothing on it: every registration is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
+        .arg("agent")
+        .env("AGENT_CONTROL_PLANE", &url)
+        .env("AGENT_ID", "unregistered")
+        .env("AGENT_AUTH_TOKEN", "token-of-unregistered")
+        .env("AGENT_DNS_SERVERS", "127.0.0.1:9")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("registration failed; retrying") {
+                return;
+            }
+        }
+        panic!("the agent exited before retrying its registration");
+    })
+    .await
+    .unwrap();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    sigterm(&child);
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("the agent exits within 5 s of SIGTERM")
+        .unwrap();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+}
+
 /// SIGTERM stops the control-plane binary as Ctrl-C does: it closes and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_process_stops_gracefully_on_sigterm() {
