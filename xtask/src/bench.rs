@@ -4,9 +4,9 @@
 //!
 //! The server ([`server`], `xtask bench-server`) is a minimal hyper server in a child
 //! process, so this process runs the clients alone and its CPU time (`getrusage`) is theirs.
-//! Four clients ([`clients`]): the limit (hyper-util's legacy client over HTTP/1.1; hyper's own
-//! `client::conn::http2` on one connection over HTTP/2), `reqwest`, and soulbase-net with a
-//! minimal and with the full policy. Each load scenario ([`scenario`]) runs `R` rounds (5
+//! Four clients ([`clients`]): the limit (hyper-util's pooled legacy client, over HTTP/1.1,
+//! h2c and HTTP/2 with TLS), `reqwest`, and soulbase-net with a minimal and with the full
+//! policy. Each load scenario ([`scenario`]) runs `R` rounds (5
 //! by default); in each round every client runs once for `S` seconds (2 by default) on a
 //! freshly built client, the order rotated from round to round. Per client: req/s, p50/p95/p99,
 //! CPU µs per request and connections opened, as medians over the rounds (req/s and CPU with
@@ -17,7 +17,9 @@
 //!
 //! `cargo xtask bench --h3` runs one scenario instead: soulbase-net over HTTP/3 and over
 //! HTTP/2 with TLS (the full policy, metrics and TraceUa on both) against the same server (a
-//! testkit FaultServer on QUIC and TLS in the server process), 64 callers.
+//! testkit FaultServer on QUIC and TLS in the server process), 64 callers, with a raw `h3` +
+//! `h3-quinn` client ([`h3raw`]) as the limit; below the table, HTTP/3 against HTTP/2 + TLS,
+//! paired by round.
 //!
 //! `cargo xtask bench --instructions` counts instructions per request instead, under
 //! callgrind, and checks them against `docs/bench-budget.json` (see [`instructions`]).
@@ -34,7 +36,9 @@ mod budget;
 mod clients;
 mod delay;
 mod failing;
+mod h3raw;
 pub(crate) mod instructions;
+mod legacy_tls;
 mod measure;
 mod outbox;
 mod report;
@@ -308,7 +312,7 @@ async fn race(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let limit = clients.iter().position(|k| *k == Kind::Hyper);
+    let limit = clients.iter().position(|k| k.is_limit());
     let summaries = clients
         .iter()
         .zip(&runs)
@@ -317,6 +321,7 @@ async fn race(
     Ok(ScenarioResult {
         scenario: scenario.clone(),
         clients: summaries,
+        beside: measure::beside(&clients, &runs),
     })
 }
 
@@ -349,7 +354,7 @@ mod tests {
         assert!(parse_args(&args("--scenario h3")).is_err());
         let o = parse_args(&args("--h3")).unwrap();
         assert_eq!(o.scenarios, ["h3-64"]);
-        assert_eq!(o.clients, vec![Kind::SoulbaseH2, Kind::SoulbaseH3]);
+        assert_eq!(o.clients, [Kind::H3Raw, Kind::SoulbaseH2, Kind::SoulbaseH3]);
         assert_eq!(Options::default().scenarios.len(), 9);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! After the tests, the instruction budget: `cargo xtask bench --instructions` counts each
 //! client's instructions per request under callgrind and fails more than 3 % above
-//! `docs/bench-budget.json`.
+//! `docs/bench-budget.json`; then the price list (`bench --instructions --price-list`) fails
+//! when a feature's price is more than 5 % (and more than its floor) above its budget.
 //!
 //! After the workspace clippy, the "features alone" step lints each library crate on its own
 //! (so no other crate's feature requests are unified into it) without default features, and
@@ -128,6 +129,10 @@ pub(crate) fn run() -> Result<(), String> {
                 "xtask: instructions ok in {:.1}s",
                 t.elapsed().as_secs_f64()
             );
+            step_banner("price list");
+            let t = Instant::now();
+            crate::bench::run(&["--instructions", "--price-list"].map(str::to_owned))?;
+            eprintln!("xtask: price list ok in {:.1}s", t.elapsed().as_secs_f64());
         }
     }
     step_banner("contract");

@@ -17,10 +17,11 @@ use soulbase_net_core::{
     Phase, RespBody,
 };
 use tokio::time::Instant;
-use tracing::{field::Empty as Unset, Instrument, Span};
+use tracing::{field::Empty as Unset, Span};
 use url::Url;
 
 use super::send::{record_outcome, Call};
+use super::span::in_span;
 use super::urls::{host_of, shown_url};
 use super::{
     body::{MeteredBody, Progress, SendBody},
@@ -66,9 +67,11 @@ impl Inner {
         // checkout, the first-byte timer), and every layer above an unboxed one (attempt,
         // retries, redirects, interceptors, the call) would carry that size and copy it once
         // per call. Measured: one allocation costs less than those copies.
-        let result = Box::pin(self.exchange(req, url, call, limit, attempt, began))
-            .instrument(span.clone())
-            .await;
+        let result = in_span(
+            Box::pin(self.exchange(req, url, call, limit, attempt, began)),
+            span.clone(),
+        )
+        .await;
         let result = result.map(|mut res| {
             res.attempts = attempt;
             res

@@ -13,6 +13,7 @@ mod replay;
 mod retries;
 mod send;
 mod service;
+mod span;
 mod urls;
 mod watch;
 

@@ -21,9 +21,10 @@ use soulbase_net_core::{
 use soulbase_net_policy::{NetPolicy, PolicyView};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{field::Empty as Unset, Instrument, Span};
+use tracing::{field::Empty as Unset, Span};
 use url::Url;
 
+use super::span::in_span;
 use super::urls::{host_of, host_span, shown_url};
 use super::{body::OwnedInfo, Inner};
 use crate::resilience::LimitPermit;
@@ -281,120 +282,124 @@ impl Inner {
             let span = request_span(&req, &url, &call);
             // The span the outcome is recorded on (a clone of a disabled span is free).
             let recorded = span.clone();
-            let result = async {
-                self.emit(|| NetEvent::RequestStarted { req: call.info() });
-                // Only a request's own timeouts can break the deadline closure: a policy that cannot
-                // keep its own deadline was refused when it was loaded.
-                if req.timeout != soulbase_net_core::TimeoutCfg::default() {
-                    let worst_case = timeouts.worst_case_latency(&policy.retry);
-                    if worst_case > timeouts.budget() {
-                        self.emit(|| NetEvent::DeadlineClamped {
-                            req: call.info(),
-                            total: timeouts.total,
-                            worst_case,
-                        });
+            let result = in_span(
+                async {
+                    self.emit(|| NetEvent::RequestStarted { req: call.info() });
+                    // Only a request's own timeouts can break the deadline closure: a policy that cannot
+                    // keep its own deadline was refused when it was loaded.
+                    if req.timeout != soulbase_net_core::TimeoutCfg::default() {
+                        let worst_case = timeouts.worst_case_latency(&policy.retry);
+                        if worst_case > timeouts.budget() {
+                            self.emit(|| NetEvent::DeadlineClamped {
+                                req: call.info(),
+                                total: timeouts.total,
+                                worst_case,
+                            });
+                        }
                     }
-                }
-                let token = req.extensions.get::<CancellationToken>().cloned();
-                // One place for the work future whether or not there is a token: each copy of it
-                // would make this future (moved on every call) bigger.
-                let cancel = async {
-                    match &token {
-                        Some(token) => token.cancelled().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let cancelled = {
-                    let mut work = std::pin::pin!(async {
-                        // Held until the call ends: the client's cap counts calls, not attempts.
-                        let _in_flight =
-                            match self.in_flight_slot(reserved, &policy.limits, &call).await {
-                                Ok(permit) => permit,
-                                Err(no) => {
-                                    let err = self
-                                        .no_slot(&call, no, "the client")
-                                        .at(&call.labels.method, &req.url);
-                                    return Err(self.after_error(&req, err).await);
-                                }
-                            };
-                        let (host, tenant) = (call.labels.host(), call.labels.tenant.as_deref());
-                        match self
-                            .slot(host, tenant, &policy.limits, &policy.slo, &call)
-                            .await
-                        {
-                            Ok(permit) => {
-                                if let Some(global) = &policy.limits.global {
-                                    let from = Instant::now();
-                                    // Boxed: a store round trip would enlarge every call's future.
-                                    let shared = Box::pin(self.admit_global(global, &call)).await;
-                                    segments.queued_since(from);
-                                    if let Err(err) = shared {
-                                        let err = err.at(&call.labels.method, &req.url);
+                    let token = req.extensions.get::<CancellationToken>().cloned();
+                    // One place for the work future whether or not there is a token: each copy of it
+                    // would make this future (moved on every call) bigger.
+                    let cancel = async {
+                        match &token {
+                            Some(token) => token.cancelled().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let cancelled = {
+                        let mut work = std::pin::pin!(async {
+                            // Held until the call ends: the client's cap counts calls, not attempts.
+                            let _in_flight =
+                                match self.in_flight_slot(reserved, &policy.limits, &call).await {
+                                    Ok(permit) => permit,
+                                    Err(no) => {
+                                        let err = self
+                                            .no_slot(&call, no, "the client")
+                                            .at(&call.labels.method, &req.url);
                                         return Err(self.after_error(&req, err).await);
                                     }
+                                };
+                            let (host, tenant) =
+                                (call.labels.host(), call.labels.tenant.as_deref());
+                            match self
+                                .slot(host, tenant, &policy.limits, &policy.slo, &call)
+                                .await
+                            {
+                                Ok(permit) => {
+                                    if let Some(global) = &policy.limits.global {
+                                        let from = Instant::now();
+                                        // Boxed: a store round trip would enlarge every call's future.
+                                        let shared =
+                                            Box::pin(self.admit_global(global, &call)).await;
+                                        segments.queued_since(from);
+                                        if let Err(err) = shared {
+                                            let err = err.at(&call.labels.method, &req.url);
+                                            return Err(self.after_error(&req, err).await);
+                                        }
+                                    }
+                                    // Inline, not boxed: the call's future is boxed once as a whole by
+                                    // `NetClient::send`, and measured, a second box here cost more (an
+                                    // allocation per call) than the larger move it saved.
+                                    let result = self.run(&mut req, url, &call).await;
+                                    record_limit(&permit, &result);
+                                    result
                                 }
-                                // Inline, not boxed: the call's future is boxed once as a whole by
-                                // `NetClient::send`, and measured, a second box here cost more (an
-                                // allocation per call) than the larger move it saved.
-                                let result = self.run(&mut req, url, &call).await;
-                                record_limit(&permit, &result);
-                                result
+                                Err(no) => {
+                                    let err = self
+                                        .no_slot(&call, no, host)
+                                        .at(&call.labels.method, &req.url);
+                                    Err(self.after_error(&req, err).await)
+                                }
                             }
-                            Err(no) => {
-                                let err = self
-                                    .no_slot(&call, no, host)
-                                    .at(&call.labels.method, &req.url);
-                                Err(self.after_error(&req, err).await)
+                        });
+                        // Polled in place (`select!` moved the whole call's work into its own
+                        // tuple first: a copy of a few kilobytes per call); the token first.
+                        let mut cancel = std::pin::pin!(cancel);
+                        std::future::poll_fn(|cx| {
+                            if cancel.as_mut().poll(cx).is_ready() {
+                                return Poll::Ready(None);
                             }
+                            work.as_mut().poll(cx).map(Some)
+                        })
+                        .await
+                    };
+                    let result = match cancelled {
+                        Some(result) => result,
+                        None => {
+                            let err = NetError::new(ErrorKind::Cancelled)
+                                .with_message("the cancel token fired")
+                                .at(&call.labels.method, &req.url);
+                            Err(self.after_error(&req, err).await)
                         }
+                    };
+                    let outcome = match &result {
+                        Ok(res) => Outcome::Response(res.status),
+                        Err(e) => Outcome::Error(e.kind()),
+                    };
+                    let attempts = match &result {
+                        Ok(res) => res.attempts,
+                        Err(e) => e.attempts(),
+                    };
+                    let mut result = result;
+                    let elapsed = match &mut result {
+                        Ok(res) => {
+                            res.elapsed = segments.fill(res.elapsed);
+                            res.elapsed
+                        }
+                        Err(_) => segments.fill(Elapsed::default().with_total(started.elapsed())),
+                    };
+                    self.emit(|| NetEvent::RequestFinished {
+                        req: call.info(),
+                        outcome,
+                        attempts,
+                        elapsed,
+                        version: result.as_ref().ok().map(|res| res.version),
                     });
-                    // Polled in place (`select!` moved the whole call's work into its own
-                    // tuple first: a copy of a few kilobytes per call); the token first.
-                    let mut cancel = std::pin::pin!(cancel);
-                    std::future::poll_fn(|cx| {
-                        if cancel.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(None);
-                        }
-                        work.as_mut().poll(cx).map(Some)
-                    })
-                    .await
-                };
-                let result = match cancelled {
-                    Some(result) => result,
-                    None => {
-                        let err = NetError::new(ErrorKind::Cancelled)
-                            .with_message("the cancel token fired")
-                            .at(&call.labels.method, &req.url);
-                        Err(self.after_error(&req, err).await)
-                    }
-                };
-                let outcome = match &result {
-                    Ok(res) => Outcome::Response(res.status),
-                    Err(e) => Outcome::Error(e.kind()),
-                };
-                let attempts = match &result {
-                    Ok(res) => res.attempts,
-                    Err(e) => e.attempts(),
-                };
-                let mut result = result;
-                let elapsed = match &mut result {
-                    Ok(res) => {
-                        res.elapsed = segments.fill(res.elapsed);
-                        res.elapsed
-                    }
-                    Err(_) => segments.fill(Elapsed::default().with_total(started.elapsed())),
-                };
-                self.emit(|| NetEvent::RequestFinished {
-                    req: call.info(),
-                    outcome,
-                    attempts,
-                    elapsed,
-                    version: result.as_ref().ok().map(|res| res.version),
-                });
-                record_outcome(&recorded, &outcome, attempts);
-                result
-            }
-            .instrument(span)
+                    record_outcome(&recorded, &outcome, attempts);
+                    result
+                },
+                span,
+            )
             .await;
             // The call's hold on its snapshot ends here; if a reload replaced its policy, the
             // policy's transport can go now.

@@ -19,6 +19,15 @@ use super::clients::Kind;
 
 /// How far above its budget a client may go before the check fails.
 pub(crate) const TOLERANCE: f64 = 0.03;
+/// How far above its budget a price may go (and at least `price::floor`) before the check fails.
+pub(crate) const PRICE_TOLERANCE: f64 = 0.05;
+
+/// The least a price may go over its budget, as a share of the minimal client's count. A
+/// count varies from run to run of the same client (by up to 0.8 % of the minimal client's
+/// in release: hash seeds, the interleaving of the callers), and a price is the difference
+/// of two counts: over three runs of the list, a price moved by up to 380 instructions, 1.3 %
+/// of the minimal client's 28 700. The floor is 2 % of it.
+pub(crate) const FLOOR_SHARE: f64 = 0.02;
 /// Where the budget lives, from the workspace root.
 pub(crate) const BUDGET_FILE: &str = "docs/bench-budget.json";
 
@@ -85,23 +94,39 @@ pub(crate) fn read(path: &Path) -> Result<Value, String> {
     }
 }
 
-/// `old` with its `profile` section replaced by `measured` (the other profile kept).
+/// `old` with the figures of `measured` in its `profile` section (the section's other clients
+/// and the other sections kept).
 pub(crate) fn updated(old: &Value, profile: &str, measured: &[(Kind, f64)], what: &str) -> Value {
+    let rows: Vec<(&str, f64)> = measured.iter().map(|&(k, m)| (k.key(), m)).collect();
+    updated_rows(old, profile, &rows, what)
+}
+
+/// `old` with `rows` (key, figure; rounded, negative ones too) in its `section`, the
+/// section's other rows and the other sections kept: `--update-budget --clients hyper`
+/// re-records hyper alone.
+pub(crate) fn updated_rows(old: &Value, section: &str, rows: &[(&str, f64)], what: &str) -> Value {
     let mut sections = match &old["instructions_per_request"] {
         Value::Object(m) => m.clone(),
         _ => serde_json::Map::new(),
     };
-    let mut section = serde_json::Map::new();
-    for &(kind, m) in measured {
-        section.insert(kind.key().to_owned(), json!(m.round() as u64));
+    let mut figures = match &sections.get(section) {
+        Some(Value::Object(m)) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for &(key, m) in rows {
+        figures.insert(key.to_owned(), json!(m.round() as i64));
     }
-    sections.insert(profile.to_owned(), Value::Object(section));
+    sections.insert(section.to_owned(), Value::Object(figures));
     json!({
         "what": what,
-        "check": "cargo run --release -p xtask -- bench --instructions checks `release`; cargo \
-                  xtask ci checks `debug` (cargo xtask bench --instructions); --update-budget \
-                  rewrites the section of the build it runs in",
+        "check": "cargo run --release -p xtask -- bench --instructions [--h2c | --hosts N | \
+                  --price-list] checks `release` [`-h2c`, `-hosts`, `-price`]; cargo xtask ci \
+                  checks `debug` and `debug-price` (cargo xtask bench --instructions \
+                  [--price-list]); --update-budget rewrites the rows it measured in the section \
+                  it checks",
         "tolerance": TOLERANCE,
+        "price_tolerance": PRICE_TOLERANCE,
+        "price_floor_share_of_minimal": FLOOR_SHARE,
         "instructions_per_request": sections,
     })
 }
@@ -148,6 +173,21 @@ mod tests {
         assert_eq!(fresh["instructions_per_request"]["debug"]["reqwest"], 2);
     }
 
+    #[test]
+    fn an_update_keeps_the_sections_other_clients() {
+        let old =
+            json!({ "instructions_per_request": { "release": { "hyper": 5.0, "reqwest": 7.0 } } });
+        let new = updated(&old, "release", &[(Kind::Hyper, 6.0)], "w");
+        assert_eq!(new["instructions_per_request"]["release"]["hyper"], 6);
+        assert_eq!(new["instructions_per_request"]["release"]["reqwest"], 7.0);
+        let prices = updated_rows(&new, "release-price", &[("qos", -12.4)], "w");
+        assert_eq!(
+            prices["instructions_per_request"]["release-price"]["qos"],
+            -12
+        );
+        assert_eq!(prices["instructions_per_request"]["release"]["hyper"], 6);
+    }
+
     /// The checked-in budget names every client in both profiles.
     #[test]
     fn the_checked_in_budget_covers_every_client() {
@@ -162,5 +202,17 @@ mod tests {
             }
         }
         assert_eq!(budget["tolerance"].as_f64(), Some(TOLERANCE));
+    }
+
+    /// The checked-in budget names the many-hosts clients in both profiles.
+    #[test]
+    fn the_checked_in_budget_covers_many_hosts() {
+        let budget = read(&crate::project_root().join(BUDGET_FILE)).unwrap();
+        for section in ["release-hosts", "debug-hosts"] {
+            for kind in crate::bench::clients::CLIENTS {
+                let b = budget["instructions_per_request"][section][kind.key()].as_f64();
+                assert!(b.is_some_and(|b| b > 1000.0), "{section} {kind:?}");
+            }
+        }
     }
 }

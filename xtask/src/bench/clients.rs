@@ -1,5 +1,7 @@
 //! The clients under test, and the policies soulbase-net runs them with.
 
+pub(crate) mod price;
+
 use std::{
     future::Future,
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -24,6 +26,9 @@ use soulbase_net_core::NetRequest;
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 
+use self::price::Feature;
+use super::h3raw::H3Raw;
+use super::legacy_tls::{client_config, TlsConnector};
 use super::scenario::{Proto, Scenario};
 use super::server::ServerProcess;
 
@@ -38,9 +43,13 @@ pub(crate) const CLIENTS: [Kind; 4] = [
 /// A client under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// The limit: hyper-util's legacy client over HTTP/1.1; over HTTP/2, hyper's own
-    /// `client::conn::http2` on one connection.
+    /// The limit: hyper-util's pooled client (`client::legacy::Client`): over HTTP/1.1, over
+    /// h2c (`http2_only`, prior knowledge) and over HTTP/2 with TLS (`http2_only`, rustls
+    /// with ALPN `h2`, see [`super::legacy_tls`]).
     Hyper,
+    /// hyper's bare `client::conn::http2` on one connection, no pool (HTTP/2 only: `bench
+    /// --instructions --h2c` counts it beside the pooled limit).
+    HyperConn,
     /// What users would pick instead.
     Reqwest,
     /// soulbase-net, retries and breaker off, the guard on.
@@ -55,6 +64,11 @@ pub(crate) enum Kind {
     SoulbaseH2,
     /// soulbase-net full over HTTP/3 (`http.version = "h3"`, `bench --h3`).
     SoulbaseH3,
+    /// soulbase-net minimal with one feature on (`bench --instructions --price-list`).
+    Price(Feature),
+    /// The limit over HTTP/3: a raw `h3` + `h3-quinn` client on one QUIC connection
+    /// (`bench --h3`, see [`super::h3raw`]).
+    H3Raw,
 }
 
 /// The clients `bench --instructions` counts: those of the rounds, and the minimal client
@@ -74,20 +88,24 @@ pub(crate) const NOOP_INTERCEPTORS: usize = 4;
 /// first attempt: `before`, `respond`, `on_attempt`, `should_resend`, `after`.
 pub(crate) const HOOKS_PER_REQUEST: usize = 5;
 
-/// The clients of `bench --h3`, in the order they take turns.
-pub(crate) const H3_CLIENTS: [Kind; 2] = [Kind::SoulbaseH2, Kind::SoulbaseH3];
+/// The clients of `bench --h3`, in the order they take turns: the raw HTTP/3 limit, then
+/// soulbase-net over HTTP/2 with TLS and over HTTP/3.
+pub(crate) const H3_CLIENTS: [Kind; 3] = [Kind::H3Raw, Kind::SoulbaseH2, Kind::SoulbaseH3];
 
 impl Kind {
     /// The key in the JSON report and on the command line.
     pub(crate) fn key(self) -> &'static str {
         match self {
             Kind::Hyper => "hyper",
+            Kind::HyperConn => "hyper_conn",
+            Kind::Price(f) => f.client_key(),
             Kind::Reqwest => "reqwest",
             Kind::SoulbaseMin => "soulbase_min",
             Kind::SoulbaseFull => "soulbase_full",
             Kind::SoulbaseHooks => "soulbase_hooks",
             Kind::SoulbaseH2 => "soulbase_h2",
             Kind::SoulbaseH3 => "soulbase_h3",
+            Kind::H3Raw => "h3raw",
         }
     }
 
@@ -95,13 +113,22 @@ impl Kind {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Hyper => "hyper (the limit)",
+            Kind::HyperConn => "hyper conn::http2 (bare)",
+            Kind::Price(f) => f.label(),
             Kind::Reqwest => "reqwest",
             Kind::SoulbaseMin => "soulbase-net minimal",
             Kind::SoulbaseFull => "soulbase-net full",
             Kind::SoulbaseHooks => "soulbase-net minimal + 4 no-op interceptors",
             Kind::SoulbaseH2 => "soulbase-net HTTP/2+TLS",
             Kind::SoulbaseH3 => "soulbase-net HTTP/3",
+            Kind::H3Raw => "h3 + h3-quinn (the limit)",
         }
+    }
+
+    /// Whether this is the limit its scenario's other clients are measured against: hyper,
+    /// or the raw HTTP/3 client in `bench --h3`.
+    pub(crate) fn is_limit(self) -> bool {
+        matches!(self, Kind::Hyper | Kind::H3Raw)
     }
 
     /// The client named `key`.
@@ -109,7 +136,9 @@ impl Kind {
         INSTRUCTION_CLIENTS
             .into_iter()
             .chain(H3_CLIENTS)
+            .chain([Kind::HyperConn])
             .find(|k| k.key() == key)
+            .or_else(|| Feature::parse(key).map(Kind::Price))
     }
 }
 
@@ -150,13 +179,17 @@ impl Targets {
 pub(crate) struct BenchClient {
     inner: Inner,
     targets: Targets,
+    /// The tenant soulbase-net's requests carry (the price list's tenant row).
+    tenant: Option<&'static str>,
 }
 
 enum Inner {
     Legacy(Box<HyperClient<HttpConnector<LoopbackResolver>, Empty<Bytes>>>),
+    LegacyTls(Box<HyperClient<TlsConnector<LoopbackResolver>, Empty<Bytes>>>),
     H2(SendRequest<Empty<Bytes>>),
     Reqwest(reqwest::Client),
     Soulbase(Client),
+    H3(H3Raw),
 }
 
 impl BenchClient {
@@ -168,15 +201,33 @@ impl BenchClient {
     ) -> Result<Self, String> {
         let callers = scenario.callers;
         let inner = match (kind, scenario.proto) {
-            (Kind::Hyper, Proto::H1) => {
+            (Kind::Hyper, proto @ (Proto::H1 | Proto::H2c)) => {
                 let mut connector = HttpConnector::new_with_resolver(LoopbackResolver);
                 connector.set_nodelay(true);
                 let client = HyperClient::builder(TokioExecutor::new())
                     .pool_max_idle_per_host(callers)
+                    .http2_only(proto == Proto::H2c)
                     .build(connector);
                 Inner::Legacy(Box::new(client))
             }
-            (Kind::Hyper, proto) => Inner::H2(h2_connection(&targets, proto).await?),
+            (Kind::Hyper, Proto::H2Tls) => {
+                let mut http = HttpConnector::new_with_resolver(LoopbackResolver);
+                http.set_nodelay(true);
+                let connector = TlsConnector::new(http, targets.root.as_ref())?;
+                let client = HyperClient::builder(TokioExecutor::new())
+                    .http2_only(true)
+                    .build(connector);
+                Inner::LegacyTls(Box::new(client))
+            }
+            (Kind::HyperConn, Proto::H1) => {
+                return Err("bench: hyper_conn speaks HTTP/2 only".to_owned())
+            }
+            (Kind::Hyper | Kind::HyperConn, proto) => {
+                Inner::H2(h2_connection(&targets, proto).await?)
+            }
+            (Kind::H3Raw, _) => {
+                Inner::H3(H3Raw::connect(&targets.uris[0], targets.root.as_ref()).await?)
+            }
             (Kind::Reqwest, Proto::H2Tls) => {
                 return Err("bench: reqwest is built without TLS here".to_owned())
             }
@@ -195,11 +246,20 @@ impl BenchClient {
                 | Kind::SoulbaseFull
                 | Kind::SoulbaseHooks
                 | Kind::SoulbaseH2
-                | Kind::SoulbaseH3,
+                | Kind::SoulbaseH3
+                | Kind::Price(_),
                 proto,
             ) => Inner::Soulbase(soulbase(kind, proto, callers, &targets)?),
         };
-        Ok(Self { inner, targets })
+        let tenant = match kind {
+            Kind::Price(f) => f.tenant(),
+            _ => None,
+        };
+        Ok(Self {
+            inner,
+            targets,
+            tenant,
+        })
     }
 
     /// A soulbase-net client built by the caller.
@@ -207,6 +267,7 @@ impl BenchClient {
         Self {
             inner: Inner::Soulbase(client),
             targets,
+            tenant: None,
         }
     }
 
@@ -215,15 +276,8 @@ impl BenchClient {
     pub(crate) async fn get(&self, i: usize) -> Result<usize, String> {
         let i = i % self.targets.len();
         let (status, len) = match &self.inner {
-            Inner::Legacy(client) => {
-                let res = client
-                    .get(self.targets.uris[i].clone())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let status = res.status().as_u16();
-                let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
-                (status, body.to_bytes().len())
-            }
+            Inner::Legacy(client) => legacy_get(client, self.targets.uris[i].clone()).await?,
+            Inner::LegacyTls(client) => legacy_get(client, self.targets.uris[i].clone()).await?,
             Inner::H2(send) => {
                 let mut send = send.clone();
                 send.ready().await.map_err(|e| e.to_string())?;
@@ -245,13 +299,15 @@ impl BenchClient {
                 (status, res.bytes().await.map_err(|e| e.to_string())?.len())
             }
             Inner::Soulbase(client) => {
-                let res = client
-                    .send(NetRequest::get(self.targets.urls[i].as_str()))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let mut req = NetRequest::get(self.targets.urls[i].as_str());
+                if let Some(tenant) = self.tenant {
+                    req = req.tenant(tenant);
+                }
+                let res = client.send(req).await.map_err(|e| e.to_string())?;
                 let status = res.status.as_u16();
                 (status, res.bytes().await.map_err(|e| e.to_string())?.len())
             }
+            Inner::H3(client) => client.get(self.targets.uris[i].clone()).await?,
         };
         if status == 200 {
             Ok(len)
@@ -259,6 +315,20 @@ impl BenchClient {
             Err(format!("status {status}"))
         }
     }
+}
+
+/// One GET by hyper-util's pooled client: the status and the body's length.
+async fn legacy_get<C>(
+    client: &HyperClient<C, Empty<Bytes>>,
+    uri: Uri,
+) -> Result<(u16, usize), String>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let res = client.get(uri).await.map_err(|e| e.to_string())?;
+    let status = res.status().as_u16();
+    let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
+    Ok((status, body.to_bytes().len()))
 }
 
 /// One HTTP/2 connection of hyper's own client (h2c, or TLS with ALPN `h2`) to the first
@@ -280,19 +350,7 @@ async fn h2_connection(
         tokio::spawn(conn);
         return Ok(send);
     }
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(root) = &targets.root {
-        roots
-            .add(root.clone())
-            .map_err(|e| format!("bench: root certificate: {e}"))?;
-    }
-    let mut cfg =
-        rustls::ClientConfig::builder_with_provider(soulbase_net_testkit::crypto_provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("bench: TLS config: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let cfg = client_config(targets.root.as_ref())?;
     let host = uri.host().unwrap_or("localhost").to_owned();
     let name = ServerName::try_from(host).map_err(|e| format!("bench: server name: {e}"))?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
@@ -305,11 +363,18 @@ async fn h2_connection(
 }
 
 fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Result<Client, String> {
-    let mut policy = if matches!(kind, Kind::SoulbaseMin | Kind::SoulbaseHooks) {
+    let mut policy = if matches!(
+        kind,
+        Kind::SoulbaseMin | Kind::SoulbaseHooks | Kind::Price(_)
+    ) {
         minimal_policy(callers)
     } else {
         full_policy(callers)
     };
+    if let Kind::Price(f) = kind {
+        f.adjust(&mut policy, callers);
+    }
+    let security = policy.security.clone();
     if kind == Kind::SoulbaseH3 {
         policy.http.version = soulbase_net_policy::HttpVersionPolicy::H3;
     }
@@ -329,7 +394,9 @@ fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Resu
     if let Some(root) = &targets.root {
         builder = builder.add_root_certificate(root.clone());
     }
-    if kind == Kind::SoulbaseHooks {
+    if let Kind::Price(f) = kind {
+        builder = f.install(builder, &security)?;
+    } else if kind == Kind::SoulbaseHooks {
         for _ in 0..NOOP_INTERCEPTORS {
             builder = builder.interceptor(Noop);
         }
@@ -362,7 +429,7 @@ fn base_policy(callers: usize) -> NetPolicy {
 }
 
 /// A limit four times the callers: on, never reached.
-fn never_binding(callers: usize) -> u32 {
+pub(crate) fn never_binding(callers: usize) -> u32 {
     u32::try_from(callers.saturating_mul(4)).unwrap_or(u32::MAX)
 }
 
@@ -425,7 +492,7 @@ impl reqwest::dns::Resolve for LoopbackResolver {
 impl Scenario {
     /// Whether `kind` takes part (reqwest is built without TLS here).
     pub(crate) fn runs(&self, kind: Kind) -> bool {
-        let versions = matches!(kind, Kind::SoulbaseH2 | Kind::SoulbaseH3);
+        let versions = matches!(kind, Kind::SoulbaseH2 | Kind::SoulbaseH3 | Kind::H3Raw);
         match self.proto {
             Proto::Quic => versions,
             Proto::H2Tls => !versions && kind != Kind::Reqwest,
@@ -466,5 +533,6 @@ mod tests {
         let h3 = super::super::scenario::h3();
         assert!(h3.runs(Kind::SoulbaseH3) && h3.runs(Kind::SoulbaseH2));
         assert!(!h3.runs(Kind::SoulbaseFull) && !tls.runs(Kind::SoulbaseH3));
+        assert!(h3.runs(Kind::H3Raw) && !tls.runs(Kind::H3Raw));
     }
 }

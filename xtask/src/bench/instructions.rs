@@ -1,10 +1,15 @@
-//! `cargo xtask bench --instructions [--h2c] [--update-budget] [--requests N] [--clients K[,K]]`:
+//! `cargo xtask bench --instructions [--h2c|--h3|--hosts N|--price-list] [--update-budget]
+//! [--requests N] [--clients K[,K]]`:
 //! the deterministic figure — instructions per request of each client alone, counted by
 //! callgrind — checked against the budget in `docs/bench-budget.json`.
 //!
-//! Over HTTP/1.1 by default; `--h2c` counts the same requests over one HTTP/2 connection with
-//! prior knowledge (raw hyper's `client::conn::http2` as the limit), against the budget's
-//! `<profile>-h2c` section. CI checks the HTTP/1.1 figures.
+//! Over HTTP/1.1 by default; `--h2c` counts the same requests over HTTP/2 with prior
+//! knowledge (hyper-util's pooled client with `http2_only` as the limit, hyper's bare
+//! `client::conn::http2` on one connection beside it as `hyper_conn`), against the budget's
+//! `<profile>-h2c` section. `--h3` counts HTTP/3 against the server's QUIC listener — the raw
+//! `h3` + `h3-quinn` client as the limit, soulbase-net over HTTP/3, and soulbase-net over
+//! HTTP/2 with TLS to the same server beside them — against the `<profile>-h3` section. CI
+//! checks the HTTP/1.1 figures.
 //!
 //! The bench server runs as its own process, not under valgrind. Each client runs as
 //! `valgrind --tool=callgrind <copy of this program> bench-client …`: a current-thread Tokio
@@ -15,6 +20,16 @@
 //! entry to and exit from that function (`--collect-atstart=no --toggle-collect=…`), so the
 //! count is of the measured requests only: no start-up, no client build, no warm-up. The
 //! server's request counter must have grown by exactly warm-up + N.
+//!
+//! `--hosts N` counts HTTP/1.1 with each request to the next of `N` names `h<i>.bench.test`
+//! (all resolving to loopback), the counted ones to names the warm-up never used: every
+//! counted request takes the per-host path — a name resolved, a connection opened (the
+//! server must count one per request) and added to the pool, the guard's check — against the
+//! `<profile>-hosts` section (`--hosts 10000`; hyper-util, reqwest and soulbase-net minimal
+//! and full).
+//!
+//! `--price-list` counts the minimal client and, one at a time, each feature added to it
+//! (see [`price`]), and checks each feature's price against the `<profile>-price` section.
 //!
 //! A client more than 3 % above its budget (the section of the build profile running, see
 //! [`budget`]) fails the command; `--update-budget` writes the measured figures as that
@@ -33,7 +48,9 @@ use std::{
 use super::{
     budget,
     clients::{
-        BenchClient, Kind, Targets, HOOKS_PER_REQUEST, INSTRUCTION_CLIENTS, NOOP_INTERCEPTORS,
+        price::{self, PRICE_REQUESTS},
+        BenchClient, Kind, Targets, CLIENTS, H3_CLIENTS, HOOKS_PER_REQUEST, INSTRUCTION_CLIENTS,
+        NOOP_INTERCEPTORS,
     },
     scenario::{Proto, Scenario},
     server::{Listener, ServerProcess},
@@ -47,6 +64,9 @@ const WARMUP: usize = 200;
 const REQUESTS: usize = 2000;
 /// The function whose frames callgrind counts (see the module docs).
 const MEASURED: &str = "*callgrind_measured_section*";
+/// The environment variable that hands the server's root certificate (PEM) to a counted
+/// client over TLS (`--h3`).
+const ROOT_PEM_ENV: &str = "XTASK_BENCH_ROOT_PEM";
 
 /// Options of `bench --instructions`.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,6 +76,10 @@ struct Options {
     requests: usize,
     clients: Vec<Kind>,
     budget: PathBuf,
+    /// `--hosts N`: each request to the next of `N` host names (HTTP/1.1).
+    hosts: Option<usize>,
+    /// `--price-list`: the minimal client and each feature's variant (see [`price`]).
+    price: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Options, String> {
@@ -65,21 +89,46 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         requests: REQUESTS,
         clients: INSTRUCTION_CLIENTS.to_vec(),
         budget: crate::project_root().join(budget::BUDGET_FILE),
+        hosts: None,
+        price: false,
     };
+    let (mut requests, mut clients) = (None, None);
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--instructions" => {}
             "--update-budget" => o.update = true,
             "--h2c" => o.proto = Proto::H2c,
-            "--requests" => o.requests = super::parsed(flag, it.next())?,
-            "--clients" => {
-                o.clients = super::parse_clients(&super::parsed::<String>(flag, it.next())?)?
+            "--h3" => {
+                o.proto = Proto::Quic;
+                o.clients = H3_CLIENTS.to_vec();
             }
+            "--requests" => requests = Some(super::parsed(flag, it.next())?),
+            "--clients" => {
+                clients = Some(super::parse_clients(&super::parsed::<String>(
+                    flag,
+                    it.next(),
+                )?)?)
+            }
+            "--hosts" => o.hosts = Some(super::parsed(flag, it.next())?),
+            "--price-list" => o.price = true,
             "--budget" => o.budget = super::parsed(flag, it.next())?,
             other => return Err(format!("bench --instructions: unknown option `{other}`")),
         }
     }
+    if (o.price || o.hosts.is_some()) && o.proto != Proto::H1 {
+        return Err(
+            "bench --instructions: --price-list and --hosts count HTTP/1.1 only".to_owned(),
+        );
+    }
+    if o.price && o.hosts.is_some() {
+        return Err("bench --instructions: --price-list or --hosts, not both".to_owned());
+    }
+    if o.hosts.is_some_and(|n| n < 2) {
+        return Err("bench --instructions: --hosts needs at least 2 names".to_owned());
+    }
+    o.requests = requests.unwrap_or(if o.price { PRICE_REQUESTS } else { REQUESTS });
+    o.clients = clients.unwrap_or_else(|| default_clients(&o));
     if o.requests == 0 || !o.requests.is_multiple_of(CALLERS) {
         return Err(format!(
             "bench --instructions: --requests must be a positive multiple of {CALLERS}"
@@ -88,11 +137,35 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
+/// The clients counted unless `--clients` says otherwise: the price list's; the rounds' four
+/// for many hosts; over h2c, those of HTTP/1.1 and hyper's bare connection beside the pooled
+/// client; over HTTP/3, its own.
+fn default_clients(o: &Options) -> Vec<Kind> {
+    if o.price {
+        price::clients()
+    } else if o.hosts.is_some() {
+        CLIENTS.to_vec()
+    } else {
+        match o.proto {
+            Proto::H2c => INSTRUCTION_CLIENTS
+                .into_iter()
+                .chain([Kind::HyperConn])
+                .collect(),
+            Proto::Quic => H3_CLIENTS.to_vec(),
+            _ => INSTRUCTION_CLIENTS.to_vec(),
+        }
+    }
+}
+
 /// The scenario of the counted runs: a 2-byte body, [`CALLERS`] callers, over `proto`
 /// (HTTP/1.1 or h2c).
 fn scenario(proto: Proto) -> Scenario {
     let (name, title) = match proto {
         Proto::H2c => ("h2c-4", "h2c, 4 callers on one connection"),
+        Proto::Quic => (
+            "h3-4",
+            "HTTP/3 and HTTP/2 over TLS, 4 callers on one connection",
+        ),
         _ => ("h1-4", "HTTP/1.1, 4 callers"),
     };
     Scenario {
@@ -119,27 +192,56 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| format!("could not start a tokio runtime: {e}"))?;
     let copy = ProgramCopy::new()?;
+    if opts.hosts.is_some() {
+        // Inherited by the server and by valgrind's clients: each client keeps a connection
+        // per host open.
+        raise_open_files();
+    }
     let mut server = rt.block_on(ServerProcess::start(&copy.0))?;
     let (listener, protocol, section) = match opts.proto {
         Proto::H2c => (Listener::H2c, "h2c", format!("{}-h2c", super::profile())),
+        Proto::Quic => (Listener::Quic, "h3", format!("{}-h3", super::profile())),
         _ => (Listener::H1, "h1", super::profile().to_owned()),
     };
-    let url = format!("http://127.0.0.1:{}/", server.port(listener));
+    let (scheme, root) = match opts.proto {
+        Proto::Quic => ("https", Some(server.root_pem().to_owned())),
+        _ => ("http", None),
+    };
+    let url = format!("{scheme}://127.0.0.1:{}/", server.port(listener));
+    let section = match (opts.price, opts.hosts) {
+        (true, _) => format!("{}-price", super::profile()),
+        (_, Some(_)) => format!("{}-hosts", super::profile()),
+        _ => section,
+    };
     let profile = section.as_str();
     let what = format!(
         "client-only instructions per request (valgrind --tool=callgrind), GET of a 2-byte \
          body over loopback, {CALLERS} callers, {} requests counted after {WARMUP}, the server \
          in its own process; sections `release` and `debug` over HTTP/1.1, `release-h2c` and \
-         `debug-h2c` over one h2c connection (`--h2c`)",
+         `debug-h2c` over one h2c connection (`--h2c`), `release-h3` and `debug-h3` over HTTP/3 \
+         and HTTP/2 with TLS (`--h3`), `release-hosts` and `debug-hosts` over HTTP/1.1 with \
+         each counted request to a host name of its own (`--hosts 10000`), `release-price` and \
+         `debug-price` the price of each feature over the minimal client (`--price-list`, 1000 \
+         requests counted)",
         opts.requests
     );
     println!("{what}; {profile} ({protocol})");
     let old = budget::read(&opts.budget)?;
     let mut measured = Vec::new();
     for &kind in &opts.clients {
-        let before = rt.block_on(server.stats())?.requests;
-        let total = count(&copy.0, kind, &url, protocol, opts.requests)?;
-        let served = rt.block_on(server.stats())?.requests - before;
+        let stats = rt.block_on(server.stats())?;
+        let (before, conns) = (stats.requests, stats.conns(listener));
+        let total = count(
+            &copy.0,
+            kind,
+            &url,
+            protocol,
+            opts.requests,
+            root.as_deref(),
+            opts.hosts,
+        )?;
+        let stats = rt.block_on(server.stats())?;
+        let served = stats.requests - before;
         let expected = (WARMUP + opts.requests) as u64;
         if served != expected {
             return Err(format!(
@@ -147,9 +249,20 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 kind.key()
             ));
         }
+        // With a name per request, a connection per request: the per-host path, every time.
+        let opened = stats.conns(listener) - conns;
+        if opts.hosts.is_some_and(|n| n as u64 >= expected) && opened != expected {
+            return Err(format!(
+                "bench --instructions: {} opened {opened} connections for {expected} hosts",
+                kind.key()
+            ));
+        }
         measured.push((kind, total as f64 / opts.requests as f64));
     }
     drop(server);
+    if opts.price {
+        return price::finish(&measured, &old, profile, opts.update, &opts.budget, &what);
+    }
     let verdicts = budget::judge(&measured, &old, profile);
     budget::print_table(&verdicts, opts.update);
     if let Some(hook) = hook_cost(&measured) {
@@ -218,13 +331,16 @@ impl Drop for ProgramCopy {
     }
 }
 
-/// Runs `kind` under callgrind for `requests` counted requests; the instructions counted.
+/// Runs `kind` under callgrind for `requests` counted requests, trusting `root` (PEM) over
+/// TLS; the instructions counted.
 fn count(
     exe: &Path,
     kind: Kind,
     url: &str,
     protocol: &str,
     requests: usize,
+    root: Option<&str>,
+    hosts: Option<usize>,
 ) -> Result<u64, String> {
     let out = std::env::temp_dir().join(format!(
         "soulbase-callgrind-{}-{}.out",
@@ -242,6 +358,13 @@ fn count(
         .args(["bench-client", "--client", kind.key(), "--url", url])
         .args(["--proto", protocol])
         .args(["--requests", &requests.to_string()])
+        .args(
+            hosts
+                .map(|n| ["--hosts".to_owned(), n.to_string()])
+                .into_iter()
+                .flatten(),
+        )
+        .envs(root.map(|pem| (ROOT_PEM_ENV, pem)))
         .output()
         .map_err(|e| format!("bench --instructions: running valgrind: {e}"))?;
     let text = std::fs::read_to_string(&out);
@@ -279,7 +402,7 @@ fn callgrind_total(text: &str) -> Option<u64> {
     line("totals:").or_else(|| line("summary:"))
 }
 
-/// `xtask bench-client --client K --url URL [--proto h1|h2c] [--requests N] [--hosts N]`: the process
+/// `xtask bench-client --client K --url URL [--proto h1|h2c|h3] [--requests N] [--hosts N]`: the process
 /// callgrind runs.
 pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
     let (mut kind, mut url, mut requests, mut proto) = (None, None, REQUESTS, Proto::H1);
@@ -295,7 +418,8 @@ pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
                 proto = match super::parsed::<String>(flag, it.next())?.as_str() {
                     "h1" => Proto::H1,
                     "h2c" => Proto::H2c,
-                    other => return Err(format!("bench-client: --proto h1|h2c, not `{other}`")),
+                    "h3" => Proto::Quic,
+                    other => return Err(format!("bench-client: --proto h1|h2c|h3, not `{other}`")),
                 }
             }
             other => return Err(format!("bench-client: unknown option `{other}`")),
@@ -303,6 +427,12 @@ pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
     }
     let kind = kind.ok_or("bench-client: --client hyper|reqwest|soulbase_min|soulbase_full")?;
     let url = url.ok_or("bench-client: --url needed")?;
+    if let Kind::Price(feature) = kind {
+        feature.prepare_process()?;
+    }
+    if hosts > 1 {
+        raise_open_files();
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -316,10 +446,23 @@ pub(crate) fn client_main(args: &[String]) -> Result<(), String> {
             .map(|i| url.replacen("127.0.0.1", &format!("h{i}.bench.test"), 1))
             .collect()
     };
-    let targets = Targets::new(urls, None)?;
+    // Over TLS (`--proto h3`), the server's root certificate from the bench.
+    let root = std::env::var(ROOT_PEM_ENV).ok();
+    let targets = Targets::new(urls, root.as_deref())?;
     let client = Arc::new(rt.block_on(BenchClient::build(kind, &scenario(proto), targets))?);
-    rt.block_on(drive(client.clone(), WARMUP))?;
+    rt.block_on(drive(client.clone(), 0, WARMUP))?;
     callgrind_measured_section(&rt, client, requests)
+}
+
+/// The soft limit of open files raised to the hard one (the many-hosts runs keep a
+/// connection per host open); left as it is when that fails.
+fn raise_open_files() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
 }
 
 /// The requests callgrind counts: the only frames collected (see the module docs). Not
@@ -330,18 +473,20 @@ fn callgrind_measured_section(
     client: Arc<BenchClient>,
     requests: usize,
 ) -> Result<(), String> {
-    rt.block_on(drive(client, requests))
+    rt.block_on(drive(client, WARMUP, requests))
 }
 
-/// `requests` GETs from [`CALLERS`] concurrent callers, each its share.
-async fn drive(client: Arc<BenchClient>, requests: usize) -> Result<(), String> {
+/// `requests` GETs from [`CALLERS`] concurrent callers, each its share, to the targets from
+/// the `first` on (so that with `--hosts` the counted requests go to names the warm-up
+/// never used).
+async fn drive(client: Arc<BenchClient>, first: usize, requests: usize) -> Result<(), String> {
     let mut set = tokio::task::JoinSet::new();
     for caller in 0..CALLERS {
         let client = client.clone();
         set.spawn(async move {
             // The targets in turn (there is one unless `--hosts` says otherwise).
             for n in 0..requests / CALLERS {
-                client.get(n * CALLERS + caller).await?;
+                client.get(first + n * CALLERS + caller).await?;
             }
             Ok::<(), String>(())
         });
@@ -389,5 +534,36 @@ mod tests {
             parse_args(&args("--instructions --h2c")).unwrap().proto,
             Proto::H2c
         );
+        let h3 = parse_args(&args("--instructions --h3")).unwrap();
+        assert_eq!(h3.proto, Proto::Quic);
+        assert_eq!(h3.clients, H3_CLIENTS);
+    }
+
+    #[test]
+    fn options_for_many_hosts_and_the_price_list() {
+        let args = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let h2c = parse_args(&args("--instructions --h2c")).unwrap();
+        assert_eq!(h2c.clients.last(), Some(&Kind::HyperConn));
+        assert!(!parse_args(&args("--instructions"))
+            .unwrap()
+            .clients
+            .contains(&Kind::HyperConn));
+        let hosts = parse_args(&args("--instructions --hosts 10000")).unwrap();
+        assert_eq!((hosts.hosts, hosts.requests), (Some(10_000), REQUESTS));
+        assert_eq!(hosts.clients, CLIENTS);
+        assert!(parse_args(&args("--instructions --hosts")).is_err());
+        assert!(parse_args(&args("--instructions --hosts 1")).is_err());
+        assert!(parse_args(&args("--instructions --hosts 10 --h2c")).is_err());
+        let price = parse_args(&args("--instructions --price-list")).unwrap();
+        assert!(price.price);
+        assert_eq!(price.requests, PRICE_REQUESTS);
+        assert_eq!(price.clients, price::clients());
+        assert_eq!(price.clients[0], Kind::SoulbaseMin);
+        let fewer = parse_args(&args("--instructions --price-list --requests 400")).unwrap();
+        assert_eq!(fewer.requests, 400);
+        assert!(parse_args(&args("--instructions --price-list --h2c")).is_err());
+        assert!(parse_args(&args("--instructions --price-list --hosts 10")).is_err());
+        let some = parse_args(&args("--instructions --h2c --clients hyper,hyper_conn")).unwrap();
+        assert_eq!(some.clients, [Kind::Hyper, Kind::HyperConn]);
     }
 }

@@ -221,10 +221,37 @@ impl Summary {
             errors: runs.iter().map(|r| r.errors).sum(),
             first_error: runs.iter().find_map(|r| r.first_error.clone()),
             vs_limit: limit
-                .filter(|_| kind != Kind::Hyper)
+                .filter(|_| !kind.is_limit())
                 .map(|l| Ratios::paired(runs, l)),
         }
     }
+}
+
+/// Two clients of one scenario compared beside the limit, paired by round: `client` over
+/// `against`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Beside {
+    pub(crate) client: Kind,
+    pub(crate) against: Kind,
+    pub(crate) ratios: Ratios,
+}
+
+/// The comparisons beside the limit among `clients` (whose runs are `runs`, in the same
+/// order): soulbase-net over HTTP/3 against itself over HTTP/2 with TLS, when both ran.
+pub(crate) fn beside(clients: &[Kind], runs: &[Vec<Run>]) -> Vec<Beside> {
+    let of = |kind| clients.iter().position(|k| *k == kind);
+    let pairs = [(Kind::SoulbaseH3, Kind::SoulbaseH2)];
+    pairs
+        .into_iter()
+        .filter_map(|(client, against)| {
+            let (c, a) = (of(client)?, of(against)?);
+            Some(Beside {
+                client,
+                against,
+                ratios: Ratios::paired(runs.get(c)?, runs.get(a)?),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -264,6 +291,33 @@ mod tests {
         assert!(Summary::of(Kind::Hyper, &limit, Some(&limit))
             .vs_limit
             .is_none());
+    }
+
+    #[test]
+    fn http3_is_set_beside_http2_when_both_ran() {
+        let run = |rps: f64, cpu_us: f64| Run {
+            rps,
+            p99_ms: 1.0,
+            cpu_us,
+            ..Run::default()
+        };
+        let clients = [Kind::H3Raw, Kind::SoulbaseH2, Kind::SoulbaseH3];
+        let runs = vec![
+            vec![run(100.0, 10.0)],
+            vec![run(200.0, 8.0), run(100.0, 8.0)],
+            vec![run(100.0, 16.0), run(50.0, 16.0)],
+        ];
+        let b = beside(&clients, &runs);
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!(
+            (b[0].client, b[0].against),
+            (Kind::SoulbaseH3, Kind::SoulbaseH2)
+        );
+        assert!((b[0].ratios.rps.median - 0.5).abs() < 1e-9, "{b:?}");
+        assert!((b[0].ratios.cpu.median - 2.0).abs() < 1e-9, "{b:?}");
+        assert!(beside(&clients[..2], &runs[..2]).is_empty());
+        let s = Summary::of(Kind::H3Raw, &runs[0], Some(&runs[0]));
+        assert!(s.vs_limit.is_none());
     }
 
     #[test]

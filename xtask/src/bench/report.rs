@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::{
     clients::Kind,
     failing::{Fleet, OffOn, FAILING_REQUESTS, FLEET_LEASE},
-    measure::{Spread, Summary},
+    measure::{Beside, Spread, Summary},
     scenario::Scenario,
 };
 
@@ -16,6 +16,9 @@ use super::{
 pub(crate) struct ScenarioResult {
     pub(crate) scenario: Scenario,
     pub(crate) clients: Vec<Summary>,
+    /// Clients compared with each other beside the limit (`bench --h3`: HTTP/3 against
+    /// HTTP/2 with TLS).
+    pub(crate) beside: Vec<Beside>,
 }
 
 /// Everything one run of the bench measured.
@@ -82,7 +85,7 @@ impl Report {
             );
             for s in &r.clients {
                 // No ratios: the limit itself (1), or a scenario without the limit (`--h3`).
-                let none = if s.kind == Kind::Hyper { "1" } else { "—" };
+                let none = if s.kind.is_limit() { "1" } else { "—" };
                 let cells = s.vs_limit.map_or_else(
                     || [none.to_owned(), none.to_owned(), none.to_owned()],
                     |v| [ratio_cell(v.rps), ratio_cell(v.p99), ratio_cell(v.cpu)],
@@ -103,6 +106,17 @@ impl Report {
                     cells[0],
                     cells[1],
                     cells[2],
+                );
+            }
+            for b in &r.beside {
+                let _ = writeln!(
+                    out,
+                    "\n{} against {}, paired by round: req/s {} ×, p99 {} ×, CPU per request {} ×",
+                    b.client.label(),
+                    b.against.label(),
+                    ratio_cell(b.ratios.rps),
+                    ratio_cell(b.ratios.p99),
+                    ratio_cell(b.ratios.cpu),
                 );
             }
             for s in r.clients.iter().filter(|s| s.errors > 0) {
@@ -172,6 +186,7 @@ impl Report {
                     "hosts": r.scenario.hosts,
                     "path": r.scenario.path,
                     "clients": clients,
+                    "beside": r.beside.iter().map(beside_json).collect::<Vec<_>>(),
                 }),
             );
         }
@@ -281,6 +296,17 @@ fn fleet_summaries(f: &Fleet) -> (Summary, Summary) {
     (local, shared)
 }
 
+/// `{"client", "against", "rps", "p99", "cpu"}`: one comparison beside the limit.
+fn beside_json(b: &Beside) -> Value {
+    json!({
+        "client": b.client.key(),
+        "against": b.against.key(),
+        "rps": spread_json(b.ratios.rps, round3),
+        "p99": spread_json(b.ratios.p99, round3),
+        "cpu": spread_json(b.ratios.cpu, round3),
+    })
+}
+
 fn summary_json(s: &Summary) -> Value {
     json!({
         "rps": spread_json(s.rps, round2),
@@ -297,4 +323,59 @@ fn summary_json(s: &Summary) -> Value {
             "cpu": spread_json(v.cpu, round3),
         })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::measure::{Ratios, Run};
+
+    /// `bench --h3`: the raw client is the limit (ratio 1), ours is against it, and HTTP/3
+    /// is set beside HTTP/2 with TLS in the table and the JSON.
+    #[test]
+    fn the_h3_scenario_shows_its_limit_and_http3_beside_http2() {
+        let run = |cpu_us: f64| Run {
+            rps: 1000.0,
+            p99_ms: 1.0,
+            cpu_us,
+            ..Run::default()
+        };
+        let raw = [run(10.0)];
+        let ours = [run(11.0)];
+        let h2 = [run(5.5)];
+        let mut report = Report::new(1.0, 3, "test");
+        report.scenarios.push(ScenarioResult {
+            scenario: super::super::scenario::h3(),
+            clients: vec![
+                Summary::of(Kind::H3Raw, &raw, Some(&raw)),
+                Summary::of(Kind::SoulbaseH3, &ours, Some(&raw)),
+            ],
+            beside: vec![Beside {
+                client: Kind::SoulbaseH3,
+                against: Kind::SoulbaseH2,
+                ratios: Ratios::paired(&ours, &h2),
+            }],
+        });
+        let tables = report.tables();
+        assert!(
+            tables.contains("| h3 + h3-quinn (the limit) | 1000 (1000–1000) |"),
+            "{tables}"
+        );
+        assert!(tables.contains("| 1.100 (1.10–1.10) |\n"), "{tables}");
+        assert!(
+            tables.contains(
+                "soulbase-net HTTP/3 against soulbase-net HTTP/2+TLS, paired by round: req/s \
+                 1.000 (1.00–1.00) ×, p99 1.000 (1.00–1.00) ×, CPU per request 2.000 \
+                 (2.00–2.00) ×"
+            ),
+            "{tables}"
+        );
+        let json = report.json();
+        let beside = &json["scenarios"]["h3-64"]["beside"][0];
+        assert_eq!(beside["client"], "soulbase_h3");
+        assert_eq!(beside["against"], "soulbase_h2");
+        assert_eq!(beside["cpu"]["median"], 2.0);
+        let raw = &json["scenarios"]["h3-64"]["clients"]["h3raw"];
+        assert!(raw["vs_limit"].is_null(), "{json}");
+    }
 }

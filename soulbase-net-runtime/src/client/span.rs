@@ -1,0 +1,68 @@
+//! A future run inside a span only when there is one: the call's and each attempt's span is
+//! `Span::none()` unless a subscriber wants it, and `tracing`'s `Instrumented` enters and
+//! leaves even that one on every poll and again when it is dropped.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use tracing::{instrument::Instrumented, Instrument, Span};
+
+pin_project_lite::pin_project! {
+    /// `inner` polled as it is, or inside its span (`tracing`'s `Instrumented`, which also
+    /// drops it inside the span) when the span is a real one.
+    #[project = InSpanProj]
+    pub(super) enum InSpan<F> {
+        /// No span: nothing to enter.
+        Plain { #[pin] inner: F },
+        /// A span a subscriber wants.
+        Traced { #[pin] inner: Instrumented<F> },
+    }
+}
+
+/// `future`, run inside `span` when the span is not `Span::none()`.
+pub(super) fn in_span<F: Future>(future: F, span: Span) -> InSpan<F> {
+    if span.is_none() {
+        InSpan::Plain { inner: future }
+    } else {
+        InSpan::Traced {
+            inner: future.instrument(span),
+        }
+    }
+}
+
+impl<F: Future> Future for InSpan<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        match self.project() {
+            InSpanProj::Plain { inner } => inner.poll(cx),
+            InSpanProj::Traced { inner } => inner.poll(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_future_runs_inside_a_real_span_and_plainly_without_one() {
+        // No subscriber: every span is disabled, so the future runs plain.
+        let plain = in_span(async { Span::current().is_none() }, Span::none());
+        assert!(matches!(plain, InSpan::Plain { .. }));
+        assert!(plain.await);
+        // With a subscriber, the span is real and the future sees it as the current one.
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(std::io::sink)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        let span = tracing::info_span!("outer");
+        let traced = in_span(async { Span::current().metadata().map(|m| m.name()) }, span);
+        assert!(matches!(traced, InSpan::Traced { .. }));
+        assert_eq!(traced.await, Some("outer"));
+    }
+}
