@@ -608,7 +608,9 @@ pub(super) fn record_trace(req: &NetRequest) {
     if span.is_disabled() {
         return;
     }
-    let Some(tp) = req.headers.get("traceparent").and_then(|v| v.to_str().ok()) else {
+    // A `HeaderName` made once: a `&str` key is parsed into one on every lookup.
+    static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    let Some(tp) = req.headers.get(&TRACEPARENT).and_then(|v| v.to_str().ok()) else {
         return;
     };
     let mut parts = tp.split('-');

@@ -26,17 +26,27 @@ pub(crate) fn parse_host(host: &str) -> Result<Host, NetError> {
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    if let Ok(ip) = bare.parse::<IpAddr>() {
-        return Ok(Host::Ip(ip));
+    // An IP literal has a `:` (IPv6) or ends in a digit (IPv4): a name ending in anything
+    // else (most names, `example.com`, `example.com.`) is not tried as one.
+    if might_be_ip(bare) {
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(Host::Ip(ip));
+        }
     }
     let name = normalize_host(host)
         .map_err(|e| NetError::invalid_request("not a valid host name").with_source(e))?;
-    if name.starts_with('[') || name.parse::<IpAddr>().is_ok() {
+    if name.starts_with('[') || (might_be_ip(&name) && name.parse::<IpAddr>().is_ok()) {
         return Err(NetError::invalid_request(
             "a numeric host that is not a canonical ip address",
         ));
     }
     Ok(Host::Name(name))
+}
+
+/// Whether `host` could parse as an IP address: it has a `:`, or its last character is a
+/// digit (an IPv4 address ends in one; an IPv6 address has colons).
+fn might_be_ip(host: &str) -> bool {
+    host.contains(':') || host.bytes().last().is_some_and(|b| b.is_ascii_digit())
 }
 
 /// Orders `addrs` for connecting: shuffled first when `shuffle`, then the preferred family
@@ -95,6 +105,10 @@ mod tests {
         assert_eq!(
             parse_host("API.Example.Test.").unwrap(),
             Host::Name("api.example.test".into())
+        );
+        assert_eq!(
+            parse_host("h12.bench.test").unwrap(),
+            Host::Name("h12.bench.test".into())
         );
         for bad in ["", "127.1", "0x7f.0.0.1", "2130706433", "a b.test", "[::1"] {
             let err = parse_host(bad).unwrap_err();
