@@ -97,7 +97,7 @@ pub(crate) fn h3() -> Scenario {
     }
 }
 
-/// The name of [`h3`].
+/// The name of [`h3()`].
 pub(crate) const H3: &str = "h3-64";
 
 /// The names of the scenarios that are not load scenarios: the failing upstream (breaker

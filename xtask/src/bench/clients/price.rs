@@ -1,9 +1,9 @@
 //! `cargo xtask bench --instructions --price-list [--update-budget] [--requests N]`: what each
-//! feature costs, in instructions per request — the minimal client ([`minimal_policy`]) with
-//! one feature added at a time, each counted under callgrind like the other clients (see
-//! [`super::instructions`]), over HTTP/1.1. A feature's price is its variant's count minus
-//! the minimal client's (the retry budget's: minus the retries variant's, the budget being a
-//! part of retries).
+//! feature costs, in instructions per request — the minimal client
+//! ([`minimal_policy`](super::minimal_policy)) with one feature added at a time, each counted
+//! under callgrind like the other clients (see [`super::super::instructions`]), over HTTP/1.1.
+//! A feature's price is its variant's count minus the minimal client's (the retry budget's:
+//! minus the retries variant's, the budget being a part of retries).
 //!
 //! The prices are checked against the budget's `<profile>-price` section: a price more than
 //! [`PRICE_TOLERANCE`] above its budget, and more than [`floor`] above it (the run-to-run
