@@ -48,7 +48,7 @@ use std::{
 
 use http::{header::HOST, HeaderValue, Request, Response};
 use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use parking_lot::Mutex;
 use soulbase_net_core::{GaugeReading, NetError};
 use tokio::{
@@ -63,11 +63,13 @@ use crate::pruned::PrunedMap;
 mod budget;
 mod checkout;
 mod connection;
+mod exec;
 mod forms;
 mod lifecycle;
 
 pub(crate) use self::budget::IdleBudget;
 use self::connection::{going_away, unwritten, watch_h1};
+use self::exec::BoxingExecutor;
 use self::forms::{
     absolute_form, authority_host, head_len, is_idempotent, origin_form, READ_BUF_MAX,
 };
@@ -106,7 +108,7 @@ struct Shared<B> {
     connector: Connector,
     cfg: PoolConfig,
     h1: http1::Builder,
-    h2: http2::Builder<TokioExecutor>,
+    h2: http2::Builder<BoxingExecutor>,
     origins: Mutex<Origins<B>>,
     /// Whether a reaper task is running.
     reaping: AtomicBool,
@@ -309,7 +311,7 @@ impl<B: RequestBody> Pool<B> {
             h1.max_headers(max);
         }
         h1.max_buf_size(cfg.max_head_bytes.max(READ_BUF_MAX));
-        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        let mut h2 = http2::Builder::new(BoxingExecutor);
         h2.timer(TokioTimer::new())
             .max_header_list_size(u32::try_from(cfg.max_head_bytes).unwrap_or(u32::MAX));
         if let Some(every) = cfg.keep_alive {
