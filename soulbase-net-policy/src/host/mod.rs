@@ -119,12 +119,19 @@ pub(crate) fn lookup_key(host: &str) -> Cow<'_, str> {
 /// number — the WHATWG parser reads a host ending in a number (`127.1`, `1.0x7f`, `0x`) as an
 /// IPv4 address.
 fn already_normal(h: &str) -> bool {
-    let plain =
-        |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.');
-    if !h.bytes().all(plain) || h.split('.').any(|label| label.starts_with("xn--")) {
-        return false;
+    // One pass over the bytes (this runs for every new host): where the last label starts,
+    // and whether any label starts `xn--`.
+    let bytes = h.as_bytes();
+    let mut last = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let plain = b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_');
+        if b == b'.' {
+            last = i + 1;
+        } else if !plain || (i == last && bytes[i..].starts_with(b"xn--")) {
+            return false;
+        }
     }
-    let last = h.rsplit('.').next().unwrap_or(h);
+    let last = &h[last..];
     let decimal = last.bytes().all(|b| b.is_ascii_digit());
     let hex = last
         .strip_prefix("0x")
@@ -135,6 +142,23 @@ fn already_normal(h: &str) -> bool {
 fn check_labels(domain: &str) -> Result<(), &'static str> {
     if domain.len() > 253 {
         return Err("a host name is at most 253 characters");
+    }
+    // One pass for the common, valid name; a name that fails it is read again label by
+    // label, so the error names the first label's first fault.
+    let mut len = 0usize;
+    let mut valid = true;
+    for &b in domain.as_bytes() {
+        if b == b'.' {
+            valid &= len > 0;
+            len = 0;
+        } else {
+            valid &= b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+            len += 1;
+        }
+        valid &= len <= 63;
+    }
+    if valid && len > 0 {
+        return Ok(());
     }
     for label in domain.split('.') {
         if label.is_empty() {

@@ -101,6 +101,17 @@ pub(crate) async fn happy_eyeballs(
     delay: Option<Duration>,
     failed: &mut Vec<SocketAddr>,
 ) -> io::Result<(TcpStream, SocketAddr)> {
+    // One address: nothing to race, so it is dialled in this task, not in one of its own
+    // (a task per new connection costs its spawn, about a thousand instructions).
+    if let [addr] = addrs {
+        return match dialer.dial(*addr).await {
+            Ok(stream) => Ok((stream, *addr)),
+            Err(e) => {
+                failed.push(*addr);
+                Err(e)
+            }
+        };
+    }
     let mut pending = addrs.iter().copied();
     let mut attempts: JoinSet<(SocketAddr, io::Result<TcpStream>)> = JoinSet::new();
     let mut last_err = None;

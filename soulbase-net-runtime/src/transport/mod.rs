@@ -20,6 +20,7 @@
 //! requests under different policies must not share pooled connections. Most clients have
 //! one transport.
 
+pub(crate) mod authority;
 pub(crate) mod body;
 pub(crate) mod connect;
 mod dial;

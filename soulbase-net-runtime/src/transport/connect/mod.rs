@@ -200,11 +200,7 @@ impl Connector {
 impl Inner {
     async fn connect(&self, uri: &Uri, permit: OwnedSemaphorePermit) -> Result<Conn, NetError> {
         let https = is_https(uri)?;
-        let host = uri
-            .host()
-            .ok_or_else(|| NetError::invalid_request("url has no host"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let (host, port) = super::authority::host_and_port(uri, https)?;
         self.cfg.guard.check_host(host)?;
         if let Some(intercept) = self.cfg.proxy.as_ref().and_then(|m| m.intercept(uri)) {
             return self

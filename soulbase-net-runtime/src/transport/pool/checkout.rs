@@ -46,13 +46,12 @@ impl<B: RequestBody> Shared<B> {
         let cap = self.cfg.per_origin_cap.max(1);
         origins.make_room(|origin| !origin.is_empty(cap));
         let map = &mut origins.map;
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
+        let (host, port) = crate::transport::authority::host_port(authority.as_str());
+        let header = host_header(authority, host, port, https)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
         let origin = Arc::new(Origin {
             https,
-            host: host_header(authority, https)?,
+            host: header,
             cap: Arc::new(Semaphore::new(self.cfg.per_origin_cap.max(1))),
             open: Arc::default(),
             name: host.parse::<IpAddr>().is_err().then(|| host.into()),

@@ -38,13 +38,20 @@ pub(super) fn head_len<B>(res: &Response<B>) -> usize {
     STATUS_LINE + fields + 2
 }
 
-/// The `Host` header for `authority`: its host, and its port unless it is the scheme's
-/// default (RFC 9110 §7.2); userinfo never (the request was validated without it).
-pub(super) fn host_header(authority: &Authority, https: bool) -> Result<HeaderValue, NetError> {
+/// The `Host` header for `authority`, read into its `host` and `port` (see
+/// [`host_port`](crate::transport::authority::host_port)): the host, and the port unless it
+/// is the scheme's default (RFC 9110 §7.2); userinfo never (the request was validated
+/// without it).
+pub(super) fn host_header(
+    authority: &Authority,
+    host: &str,
+    port: Option<u16>,
+    https: bool,
+) -> Result<HeaderValue, NetError> {
     let default_port = if https { 443 } else { 80 };
-    let host = match authority.port_u16() {
-        Some(port) if port != default_port => format!("{}:{port}", authority.host()),
-        _ => authority.host().to_owned(),
+    let host = match port {
+        Some(port) if port != default_port => format!("{host}:{port}"),
+        _ => host.to_owned(),
     };
     HeaderValue::try_from(host).map_err(|e| {
         NetError::invalid_request(format!("`{authority}` is not a valid Host header"))

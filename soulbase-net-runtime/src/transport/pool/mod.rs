@@ -583,7 +583,10 @@ mod tests {
     fn the_host_header_carries_the_port_only_when_it_is_not_the_default() {
         let host = |authority: &str, https: bool| {
             let authority: Authority = authority.parse().unwrap();
-            host_header(&authority, https).unwrap()
+            {
+                let (host, port) = crate::transport::authority::host_port(authority.as_str());
+                host_header(&authority, host, port, https).unwrap()
+            }
         };
         assert_eq!(host("api.example.com", true), "api.example.com");
         assert_eq!(host("api.example.com:443", true), "api.example.com");
@@ -640,7 +643,11 @@ mod tests {
             let mut uri: http::Uri = url.parse().unwrap();
             let origin: Origin<ReqBody> = Origin {
                 https,
-                host: host_header(uri.authority().unwrap(), https).unwrap(),
+                host: {
+                    let authority = uri.authority().unwrap();
+                    let (host, port) = crate::transport::authority::host_port(authority.as_str());
+                    host_header(authority, host, port, https).unwrap()
+                },
                 cap: Arc::new(Semaphore::new(1)),
                 open: Arc::default(),
                 name: None,
