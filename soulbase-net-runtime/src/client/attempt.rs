@@ -168,7 +168,9 @@ impl Inner {
                 let left_in_attempt = limit.saturating_sub(taken.saturating_duration_since(began));
                 call.phase_deadline(Phase::Ttfb, taken, timeouts.ttfb.min(left_in_attempt))
             };
-            let timer = tokio::time::sleep_until(ttfb_from(began).0);
+            // `ttfb_from(began)`, without measuring the nothing between `began` and itself.
+            let first = call.phase_deadline(Phase::Ttfb, began, timeouts.ttfb.min(limit));
+            let timer = tokio::time::sleep_until(first.0);
             tokio::pin!(timer);
             let (res, connect) = std::future::poll_fn(|cx| {
                 if let Poll::Ready(res) = request.as_mut().poll(cx) {
@@ -199,7 +201,9 @@ impl Inner {
             let ttfb = head_at.saturating_duration_since(began);
             // S75-4's `W_q_out` and `W_net` meet where the connection took the request (a
             // transport that never said so — none today — counts all of it as network).
-            let taken = progress.taken_at().unwrap_or(began);
+            let queue_out = progress.taken_at().map_or(Duration::ZERO, |taken| {
+                taken.saturating_duration_since(began)
+            });
             let (mut parts, body) = res.into_parts();
             let max = call.policy.security.max_resp_bytes.as_u64();
             // The length the connection read from the head (hyper's exact size; zero for a
@@ -254,8 +258,9 @@ impl Inner {
                     .with_connect(connect)
                     .with_ttfb(ttfb)
                     .with_total(head_at.saturating_duration_since(call.started))
-                    .with_queue_out(taken.saturating_duration_since(began))
-                    .with_network(head_at.saturating_duration_since(taken)),
+                    .with_queue_out(queue_out)
+                    // `head_at - taken`, from the two spans already measured.
+                    .with_network(ttfb.saturating_sub(queue_out)),
                 bytes_in: 0,
                 attempts: 1,
                 url: url.as_str().to_owned(),
