@@ -6,7 +6,8 @@
 
 use std::{
     fmt::{self, Write as _},
-    sync::Arc,
+    hash::{BuildHasher as _, Hash, Hasher},
+    sync::{Arc, LazyLock},
 };
 
 use foldhash::{HashSet, HashSetExt};
@@ -122,7 +123,32 @@ pub(crate) fn scheme_label(scheme: &str) -> &'static str {
 
 // === label sets ===
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// The process's hasher for label sets (see [`folded_hash`]), seeded once per process.
+static LABEL_HASH: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
+
+/// Implements `Hash` for a label set as one word: its fields hashed together by foldhash,
+/// written to the family's hasher as a single `u64`.
+///
+/// Why: prometheus-client's families keep their series in a std `HashMap`, and SipHash costs
+/// per write; a derived `Hash` writes every field (and a terminator after each string), so a
+/// new series — each new host — paid about 500 instructions per hash, for the lookup, the
+/// insert and every growth of the map (measured: about 5 k instructions per request over
+/// 10 000 hosts with the full policy). Equal label sets still hash equal: the same fields go
+/// through the same hasher. The sets with a bounded label ([`Label`]) are the ones a new
+/// value reaches; the others keep the derived `Hash`.
+macro_rules! folded_hash {
+    ($set:ty { $($field:ident),+ }) => {
+        impl Hash for $set {
+            fn hash<H: Hasher>(&self, state: &mut H) {
+                let mut folded = LABEL_HASH.build_hasher();
+                $( self.$field.hash(&mut folded); )+
+                state.write_u64(folded.finish());
+            }
+        }
+    };
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
     pub(crate) tenant: Label,
     pub(crate) host: Label,
@@ -137,19 +163,19 @@ pub(crate) struct PhaseLabels {
     pub(crate) phase: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BytesLabels {
     pub(crate) dir: &'static str,
     pub(crate) tenant: Label,
     pub(crate) host: Label,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TenantLabels {
     pub(crate) tenant: Label,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct TenantHostLabels {
     pub(crate) tenant: Label,
     pub(crate) host: Label,
@@ -160,23 +186,23 @@ pub(crate) struct ReasonLabels {
     pub(crate) reason: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct HostLabels {
     pub(crate) host: Label,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct KeyLabels {
     pub(crate) key: Label,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct LimitLabels {
     pub(crate) host: Label,
     pub(crate) scope: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RuleLabels {
     pub(crate) rule: Label,
 }
@@ -198,9 +224,78 @@ pub(crate) struct StoreLabels {
     pub(crate) op: &'static str,
 }
 
+folded_hash!(RequestLabels {
+    tenant,
+    host,
+    method,
+    scheme,
+    outcome,
+    version
+});
+folded_hash!(BytesLabels { dir, tenant, host });
+folded_hash!(TenantLabels { tenant });
+folded_hash!(TenantHostLabels { tenant, host });
+folded_hash!(HostLabels { host });
+folded_hash!(KeyLabels { key });
+folded_hash!(LimitLabels { host, scope });
+folded_hash!(RuleLabels { rule });
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(host: &str, outcome: &'static str) -> RequestLabels {
+        RequestLabels {
+            tenant: Label::new(""),
+            host: Label::new(host),
+            method: "GET",
+            scheme: "https",
+            outcome,
+            version: "h2",
+        }
+    }
+
+    #[test]
+    fn a_label_set_hashes_as_one_word_equal_for_equal_sets() {
+        let state = std::hash::RandomState::new();
+        let one = |set: &RequestLabels| std::hash::BuildHasher::hash_one(&state, set);
+        // Separate allocations of equal values: equal sets, equal hashes.
+        assert_eq!(
+            one(&request("a.example", "200")),
+            one(&request("a.example", "200"))
+        );
+        assert_ne!(
+            one(&request("a.example", "200")),
+            one(&request("b.example", "200"))
+        );
+        assert_ne!(
+            one(&request("a.example", "200")),
+            one(&request("a.example", "503"))
+        );
+        // The family's map finds a series by an equal set built anew.
+        let mut series = std::collections::HashMap::new();
+        for i in 0..1_000 {
+            series.insert(request(&format!("h{i}.example"), "200"), i);
+        }
+        assert_eq!(series.get(&request("h737.example", "200")), Some(&737));
+        assert_eq!(series.len(), 1_000);
+        // One word reaches the outer hasher, whatever the set's size.
+        struct Words(usize);
+        impl Hasher for Words {
+            fn finish(&self) -> u64 {
+                0
+            }
+            fn write(&mut self, _: &[u8]) {
+                self.0 += 100;
+            }
+            fn write_u64(&mut self, _: u64) {
+                self.0 += 1;
+            }
+        }
+        let mut words = Words(0);
+        request("a.example", "200").hash(&mut words);
+        assert_eq!(words.0, 1);
+    }
 
     #[test]
     fn values_past_the_cap_become_other() {
