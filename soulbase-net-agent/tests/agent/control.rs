@@ -8,10 +8,8 @@ use soulbase_net_agent::protocol::{
     ReportRequest, ReportStatus, TaskKind, TaskSpec, TaskState, TaskView,
 };
 use soulbase_net_core::{ErrorKind, NetRequest};
-use soulbase_net_policy::NetPolicy;
-use soulbase_net_runtime::Client;
 
-use super::{control_plane, eventually, task};
+use super::{control_plane, eventually, loopback_client, task};
 
 pub(super) fn client(control: &ControlPlane, id: &str, token: &str) -> ControlClient {
     ControlClient::new(&AgentConfig::new(control.url(), id, token)).unwrap()
@@ -217,9 +215,7 @@ async fn the_operator_api_over_http_needs_the_admin_token() {
     let control = ControlPlane::start(ControlConfig::default().admin_token("admin-secret"))
         .await
         .unwrap();
-    let mut policy = NetPolicy::default();
-    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
-    let http = Client::builder().policy(policy).build().unwrap();
+    let http = loopback_client();
     let body =
         serde_json::json!({"spec": {"kind": "tcp", "host": "127.0.0.1", "port": 9}, "id": "t1"});
 
@@ -310,9 +306,7 @@ async fn the_operator_api_over_http_needs_the_admin_token() {
 
 /// The value of the metric line `name` (a counter or an unlabelled gauge) at `control`.
 pub(super) async fn metric(control: &ControlPlane, name: &str) -> u64 {
-    let mut policy = NetPolicy::default();
-    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
-    let http = Client::builder().policy(policy).build().unwrap();
+    let http = loopback_client();
     let text = http
         .send(NetRequest::get(format!("{}/metrics", control.url())))
         .await
@@ -327,9 +321,7 @@ pub(super) async fn metric(control: &ControlPlane, name: &str) -> u64 {
 
 /// The agents `control` serves over HTTP (`GET /v1/agents`).
 async fn agents_over_http(control: &ControlPlane) -> AgentList {
-    let mut policy = NetPolicy::default();
-    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
-    let http = Client::builder().policy(policy).build().unwrap();
+    let http = loopback_client();
     let res = http
         .send(NetRequest::get(format!("{}/v1/agents", control.url())))
         .await

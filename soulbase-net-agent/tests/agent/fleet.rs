@@ -25,19 +25,14 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use soulbase_net_core::NetRequest;
-use soulbase_net_policy::NetPolicy;
 use soulbase_net_runtime::Client;
 use soulbase_net_testkit::{refused_addr, FaultServer, Gate, MockDns, Reply};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader, Lines};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 use tokio::time::{timeout, Instant};
 
-use super::eventually;
 use super::ns::{ip_in, Chain, R1_NEAR, R2_NEAR, TARGET};
-
-/// The agent binary (both the control plane and the agents).
-const AGENT: &str = env!("CARGO_BIN_EXE_soulbase-net-agent");
+use super::{binary, eventually, loopback_client};
 /// Set in the inner run: the scenario runs, rather than the chain being built.
 const INSIDE: &str = "SOULBASE_FLEET_INSIDE";
 /// This test's name, as the harness filters it.
@@ -125,32 +120,6 @@ impl Drop for TempDir {
     }
 }
 
-/// Reads `lines` (a child's standard error, echoed with `who` in front) until one contains
-/// `marker`; what follows the marker. Then keeps echoing them, so the child never blocks.
-async fn announced<R>(who: &str, mut lines: Lines<BufReader<R>>, marker: &str) -> String
-where
-    R: AsyncRead + Unpin + Send + 'static,
-{
-    let found = timeout(Duration::from_secs(20), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            eprintln!("[{who}] {line}");
-            if let Some(rest) = line.split(marker).nth(1) {
-                return rest.trim().to_owned();
-            }
-        }
-        panic!("{who} exited before saying `{marker}`");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{who} did not say `{marker}` within 20 s"));
-    let who = who.to_owned();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            eprintln!("[{who}] {line}");
-        }
-    });
-    found
-}
-
 /// The control plane binary and an operator's client of its API.
 struct Control {
     _child: Child,
@@ -164,27 +133,18 @@ impl Control {
     /// was killed, about once in 30 runs under load: its pool's one connection was replaced by
     /// a new, empty in-memory database.)
     async fn start(dir: &TempDir) -> Control {
-        let mut child = Command::new(AGENT)
-            .args(["control", "--listen", "127.0.0.1:0", "--lease-secs"])
+        let mut command = binary::control();
+        command
+            .arg("--lease-secs")
             .arg(LEASE.as_secs().to_string())
             .arg("--database")
             .arg(dir.0.join("control.db"))
-            .env("AGENT_ADMIN_TOKEN", ADMIN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = announced("control", lines, "listening on ").await;
-        let mut policy = NetPolicy::default();
-        policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
-        let http = Client::builder().policy(policy).build().unwrap();
+            .env("AGENT_ADMIN_TOKEN", ADMIN);
+        let (child, url) = binary::spawn_control(&mut command, true).await;
         Control {
             _child: child,
             url,
-            http,
+            http: loopback_client(),
         }
     }
 
@@ -288,21 +248,15 @@ impl Agent {
             ),
         )
         .unwrap();
-        let mut child = Command::new(AGENT)
-            .arg("agent")
+        let mut command = binary::command(&["agent"]);
+        command
             .env("AGENT_CONFIG", &file)
             .env("AGENT_DNS_SERVERS", dns.addr().to_string())
             .env("AGENT_PROBE_GRANTS", "127.0.0.1/32")
-            .env("AGENT_METRICS_LISTEN", "127.0.0.1:0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+            .env("AGENT_METRICS_LISTEN", "127.0.0.1:0");
         // Said once it has registered.
-        let metrics = announced(id, lines, "agent metrics on ").await;
+        let (child, metrics) =
+            binary::spawn_until(&mut command, id, "agent metrics on ", true).await;
         Agent {
             id: id.to_owned(),
             child,

@@ -685,44 +685,25 @@ async fn datagrams_that_are_not_queries_are_dropped_and_large_answers_come_whole
 /// trying to register with a port nothing listens on).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_binary_runs_the_forwarder_from_its_variables() {
-    use tokio::io::AsyncBufReadExt;
-
     let dns = MockDns::start().await.unwrap();
     dns.set_ips("bin.example.test", &["127.0.0.9".parse().unwrap()], 60);
     let listen = {
         let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap()
     };
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
-        .arg("agent")
-        .env("AGENT_CONTROL_PLANE", "http://127.0.0.1:1")
-        .env("AGENT_ID", "forwarding-agent")
-        .env("AGENT_AUTH_TOKEN", "token-of-forwarding-agent")
-        .env("AGENT_DNS_SERVERS", dns.addr().to_string())
+    let mut command = super::binary::agent(
+        "http://127.0.0.1:1",
+        "forwarding-agent",
+        &dns.addr().to_string(),
+    );
+    command
         .env("AGENT_DNS_LISTEN", listen.to_string())
         .env("AGENT_DNS_UPSTREAM", dns.addr().to_string())
         .env("AGENT_DNS_UPSTREAM_TIMEOUT", "1s")
-        .env("AGENT_MAX_INFLIGHT", "2")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let started = timeout(Duration::from_secs(20), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("dns forwarder on udp") {
-                return line;
-            }
-        }
-        panic!("the agent's standard error ended without the forwarder starting");
-    })
-    .await
-    .expect("the forwarder starts within 20 s");
+        .env("AGENT_MAX_INFLIGHT", "2");
+    let (mut child, started) =
+        super::binary::spawn_until(&mut command, "the agent", "dns forwarder on udp", false).await;
     assert!(started.contains(&listen.to_string()), "{started}");
-    // Keep reading, so that the agent never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 
     let (a, _) = same_answer(
         dns.addr(),

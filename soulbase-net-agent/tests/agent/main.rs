@@ -4,6 +4,7 @@
 //! or a dnsmasq started on loopback only, never to the system resolver.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod binary;
 mod control;
 mod fleet;
 mod forwarder;
@@ -19,9 +20,13 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use soulbase_net_agent::agent::AgentConfig;
+use soulbase_net_agent::agent::{self, AgentConfig, AgentHandle};
 use soulbase_net_agent::control::{ControlConfig, ControlPlane};
-use soulbase_net_agent::protocol::{CreateTask, Observation, TaskResult, TaskSpec, TaskState};
+use soulbase_net_agent::protocol::{
+    CreateTask, Observation, ReportStatus, TaskResult, TaskSpec, TaskState, TaskView,
+};
+use soulbase_net_policy::NetPolicy;
+use soulbase_net_runtime::Client;
 use tokio::time::Instant;
 
 /// A control plane on loopback with leases of `lease`, in memory.
@@ -51,6 +56,19 @@ fn agent_config(control: &ControlPlane, id: &str, dns: SocketAddr) -> AgentConfi
     config
 }
 
+/// Starts an agent with [`agent_config`].
+async fn start_agent(control: &ControlPlane, id: &str, dns: SocketAddr) -> AgentHandle {
+    agent::start(agent_config(control, id, dns)).await.unwrap()
+}
+
+/// An HTTP client that may reach `127.0.0.1` (and nothing else private): an operator's or a
+/// metrics scraper's.
+fn loopback_client() -> Client {
+    let mut policy = NetPolicy::default();
+    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
+    Client::builder().policy(policy).build().unwrap()
+}
+
 /// Creates a one-off task `id` running `spec`.
 async fn task(control: &ControlPlane, id: &str, spec: TaskSpec) -> String {
     control
@@ -61,6 +79,11 @@ async fn task(control: &ControlPlane, id: &str, spec: TaskSpec) -> String {
         })
         .await
         .unwrap()
+}
+
+/// Task `id` as the control plane sees it now (it exists).
+async fn view(control: &ControlPlane, id: &str) -> TaskView {
+    control.task(id).await.unwrap().unwrap()
 }
 
 /// Polls `check` every 10 ms until it gives a value, for at most `within`; panics naming
@@ -99,6 +122,15 @@ async fn done(control: &ControlPlane, id: &str) -> TaskResult {
         "task {id} is reported done once: {results:?}"
     );
     results.into_iter().next().unwrap()
+}
+
+/// Waits until task `id` is done (as [`done`]) and checks that `agent` reported it `Ok`; its
+/// result.
+async fn done_ok_by(control: &ControlPlane, id: &str, agent: &str) -> TaskResult {
+    let r = done(control, id).await;
+    assert_eq!(r.agent_id, agent, "{r:?}");
+    assert_eq!(r.status, ReportStatus::Ok, "{r:?}");
+    r
 }
 
 /// The observation `name` of `result`.

@@ -2,12 +2,16 @@ use std::time::Duration;
 
 use serde_json::json;
 use soulbase_net_agent::agent;
+use soulbase_net_agent::control::ControlPlane;
 use soulbase_net_agent::protocol::{DnsRecordType, ReportStatus, TaskSpec, TaskState};
 use soulbase_net_testkit::{refused_addr, FaultServer, Gate, MockDns, Reply};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use super::{agent_config, control_plane, done, eventually, obs, task};
+use super::{
+    agent_config, control_plane, done, done_ok_by, eventually, loopback_client, obs, start_agent,
+    task, view,
+};
 
 fn http(url: String) -> TaskSpec {
     TaskSpec::Http {
@@ -17,6 +21,30 @@ fn http(url: String) -> TaskSpec {
         connect_timeout_ms: None,
         expect_status: None,
     }
+}
+
+/// A web server whose `/slow` answers only once the gate returned with it is open.
+async fn slow_web() -> (Gate, FaultServer) {
+    let gate = Gate::new();
+    let web = FaultServer::http1()
+        .route("/slow", Reply::ok("late").after(&gate))
+        .start()
+        .await
+        .unwrap();
+    (gate, web)
+}
+
+/// Waits (for at most 10 s, as `what`) until every task of `ids` is held by `agent`.
+async fn held_by(control: &ControlPlane, what: &str, ids: &[&str], agent: &str) {
+    eventually(what, Duration::from_secs(10), || async {
+        for id in ids {
+            if view(control, id).await.agent_id.as_deref() != Some(agent) {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
 }
 
 fn dns(name: &str, types: &[DnsRecordType]) -> TaskSpec {
@@ -112,12 +140,8 @@ async fn two_agents_run_every_kind_and_report_each_task_once() {
         ),
     ];
     // Both agents claiming before the tasks come, so that both take some.
-    let a = agent::start(agent_config(&control, "agent-a", mock.addr()))
-        .await
-        .unwrap();
-    let b = agent::start(agent_config(&control, "agent-b", mock.addr()))
-        .await
-        .unwrap();
+    let a = start_agent(&control, "agent-a", mock.addr()).await;
+    let b = start_agent(&control, "agent-b", mock.addr()).await;
     let start = Instant::now();
     for (id, spec) in &tasks {
         task(&control, id, spec.clone()).await;
@@ -225,12 +249,7 @@ async fn two_agents_run_every_kind_and_report_each_task_once() {
         .serve_metrics("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let mut policy = soulbase_net_policy::NetPolicy::default();
-    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
-    let scraper = soulbase_net_runtime::Client::builder()
-        .policy(policy)
-        .build()
-        .unwrap();
+    let scraper = loopback_client();
     let text = scraper
         .send(soulbase_net_core::NetRequest::get(format!(
             "http://{metrics_addr}/metrics"
@@ -258,30 +277,20 @@ async fn two_agents_run_every_kind_and_report_each_task_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_agent_s_leases_are_taken_by_the_other_within_the_lease() {
-    let gate = Gate::new();
-    let web = FaultServer::http1()
-        .route("/slow", Reply::ok("late").after(&gate))
-        .start()
-        .await
-        .unwrap();
+    let (gate, web) = slow_web().await;
     let mock = MockDns::start().await.unwrap();
     let lease = Duration::from_secs(1);
     let control = control_plane(lease).await;
     for id in ["slow-1", "slow-2"] {
         task(&control, id, http(web.url("/slow"))).await;
     }
-    let a = agent::start(agent_config(&control, "agent-a", mock.addr()))
-        .await
-        .unwrap();
-    eventually("agent-a holds both", Duration::from_secs(10), || async {
-        for id in ["slow-1", "slow-2"] {
-            let v = control.task(id).await.unwrap().unwrap();
-            if v.agent_id.as_deref() != Some("agent-a") {
-                return None;
-            }
-        }
-        Some(())
-    })
+    let a = start_agent(&control, "agent-a", mock.addr()).await;
+    held_by(
+        &control,
+        "agent-a holds both",
+        &["slow-1", "slow-2"],
+        "agent-a",
+    )
     .await;
     // Held past several extensions while the probes wait at the gate.
     let held_since = Instant::now();
@@ -303,21 +312,16 @@ async fn a_dead_agent_s_leases_are_taken_by_the_other_within_the_lease() {
     );
 
     // Another agent, claiming already: the tasks are not free for it while a holds them.
-    let b = agent::start(agent_config(&control, "agent-b", mock.addr()))
-        .await
-        .unwrap();
+    let b = start_agent(&control, "agent-b", mock.addr()).await;
     // Dead: no more extensions, no report.
     a.kill();
     let killed = Instant::now();
-    eventually("agent-b takes both", Duration::from_secs(10), || async {
-        for id in ["slow-1", "slow-2"] {
-            let v = control.task(id).await.unwrap().unwrap();
-            if v.agent_id.as_deref() != Some("agent-b") {
-                return None;
-            }
-        }
-        Some(())
-    })
+    held_by(
+        &control,
+        "agent-b takes both",
+        &["slow-1", "slow-2"],
+        "agent-b",
+    )
     .await;
     let took_over = killed.elapsed();
     // The lease, counted from a's last extension (at most a third of a lease before the
@@ -328,10 +332,8 @@ async fn a_dead_agent_s_leases_are_taken_by_the_other_within_the_lease() {
     );
     gate.open();
     for id in ["slow-1", "slow-2"] {
-        let r = done(&control, id).await;
-        assert_eq!(r.agent_id, "agent-b");
-        assert_eq!(r.status, ReportStatus::Ok);
-        let v = control.task(id).await.unwrap().unwrap();
+        done_ok_by(&control, id, "agent-b").await;
+        let v = view(&control, id).await;
         assert_eq!((v.claims, v.results), (2, 1));
     }
     println!("leases of a killed agent taken over after {took_over:?} (lease {lease:?})");
@@ -340,20 +342,13 @@ async fn a_dead_agent_s_leases_are_taken_by_the_other_within_the_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_lease_is_cancelled_and_not_reported_done() {
-    let gate = Gate::new();
-    let web = FaultServer::http1()
-        .route("/slow", Reply::ok("late").after(&gate))
-        .start()
-        .await
-        .unwrap();
+    let (gate, web) = slow_web().await;
     let mock = MockDns::start().await.unwrap();
     let control = control_plane(Duration::from_millis(1500)).await;
     task(&control, "slow", http(web.url("/slow"))).await;
-    let a = agent::start(agent_config(&control, "agent-a", mock.addr()))
-        .await
-        .unwrap();
+    let a = start_agent(&control, "agent-a", mock.addr()).await;
     let revoked = eventually("leased", Duration::from_secs(10), || async {
-        let v = control.task("slow").await.unwrap().unwrap();
+        let v = view(&control, "slow").await;
         v.lease_id.filter(|_| v.state == TaskState::Leased)
     })
     .await;
@@ -394,12 +389,7 @@ async fn a_revoked_lease_is_cancelled_and_not_reported_done() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_claim_loop_stops_claiming_while_the_queues_are_full() {
-    let gate = Gate::new();
-    let web = FaultServer::http1()
-        .route("/slow", Reply::ok("late").after(&gate))
-        .start()
-        .await
-        .unwrap();
+    let (gate, web) = slow_web().await;
     let mock = MockDns::start().await.unwrap();
     let control = control_plane(Duration::from_secs(5)).await;
     for i in 0..10 {
@@ -442,19 +432,12 @@ async fn a_report_is_retried_until_the_control_plane_is_back() {
         .database(&db)
         .lease(Duration::from_secs(10))
         .heartbeat_every(Duration::from_millis(200));
-    let gate = Gate::new();
-    let web = FaultServer::http1()
-        .route("/slow", Reply::ok("late").after(&gate))
-        .start()
-        .await
-        .unwrap();
+    let (gate, web) = slow_web().await;
     let mock = MockDns::start().await.unwrap();
     let control = ControlPlane::start(config.clone()).await.unwrap();
     let addr = control.addr();
     task(&control, "slow", http(web.url("/slow"))).await;
-    let a = agent::start(agent_config(&control, "agent-a", mock.addr()))
-        .await
-        .unwrap();
+    let a = start_agent(&control, "agent-a", mock.addr()).await;
     eventually(
         "the probe's request arrives",
         Duration::from_secs(10),
@@ -473,9 +456,7 @@ async fn a_report_is_retried_until_the_control_plane_is_back() {
 
     // Back on the same address and file: the report, retried, is recorded once.
     let control = ControlPlane::start(config.listen(addr)).await.unwrap();
-    let r = done(&control, "slow").await;
-    assert_eq!(r.agent_id, "agent-a");
-    assert_eq!(r.status, ReportStatus::Ok);
+    done_ok_by(&control, "slow", "agent-a").await;
     eventually("acknowledged", Duration::from_secs(5), || async {
         (a.stats().reports_accepted == 1).then_some(())
     })
@@ -494,9 +475,7 @@ async fn an_agent_registers_again_with_a_control_plane_that_forgot_it() {
     let port = open.local_addr().unwrap().port();
     let control = control_plane(Duration::from_secs(5)).await;
     let addr = control.addr();
-    let a = agent::start(agent_config(&control, "agent-a", mock.addr()))
-        .await
-        .unwrap();
+    let a = start_agent(&control, "agent-a", mock.addr()).await;
     assert_eq!(a.registration().session, 1);
     // A new control plane on the same address, its database in memory: the agent is unknown.
     control.shutdown().await;
@@ -513,9 +492,7 @@ async fn an_agent_registers_again_with_a_control_plane_that_forgot_it() {
         timeout_ms: Some(2000),
     };
     task(&control, "tcp-open", spec).await;
-    let r = done(&control, "tcp-open").await;
-    assert_eq!(r.agent_id, "agent-a");
-    assert_eq!(r.status, ReportStatus::Ok);
+    done_ok_by(&control, "tcp-open", "agent-a").await;
     a.shutdown(Duration::from_secs(2)).await;
 }
 
@@ -586,12 +563,7 @@ impl Drop for CuttableRelay {
 async fn a_lease_that_cannot_be_extended_runs_out_and_is_never_reported() {
     use soulbase_net_agent::control::{ControlConfig, ControlPlane};
 
-    let gate = Gate::new();
-    let web = FaultServer::http1()
-        .route("/slow", Reply::ok("late").after(&gate))
-        .start()
-        .await
-        .unwrap();
+    let (gate, web) = slow_web().await;
     let mock = MockDns::start().await.unwrap();
     let lease = Duration::from_secs(1);
     let extend_every = Duration::from_millis(200);
@@ -613,7 +585,7 @@ async fn a_lease_that_cannot_be_extended_runs_out_and_is_never_reported() {
     task(&control, "held", http(web.url("/slow"))).await;
     let a = agent::start(config).await.unwrap();
     let first = eventually("leased to agent-a", Duration::from_secs(10), || async {
-        let v = control.task("held").await.unwrap().unwrap();
+        let v = view(&control, "held").await;
         (v.state == TaskState::Leased && v.agent_id.as_deref() == Some("agent-a"))
             .then_some(v.lease_id)
             .flatten()
@@ -674,7 +646,7 @@ async fn a_lease_that_cannot_be_extended_runs_out_and_is_never_reported() {
         "claimed again under a new lease",
         Duration::from_secs(10),
         || async {
-            let v = control.task("held").await.unwrap().unwrap();
+            let v = view(&control, "held").await;
             v.lease_id
                 .filter(|id| *id != first && v.state == TaskState::Leased)
         },
@@ -688,7 +660,7 @@ async fn a_lease_that_cannot_be_extended_runs_out_and_is_never_reported() {
         "the expired lease was never reported done"
     );
     assert_eq!(r.status, ReportStatus::Ok, "{r:?}");
-    let v = control.task("held").await.unwrap().unwrap();
+    let v = view(&control, "held").await;
     assert_eq!((v.claims, v.results), (2, 1), "{v:?}");
     let s = a.stats();
     assert_eq!(

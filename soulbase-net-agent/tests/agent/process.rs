@@ -1,12 +1,12 @@
-use std::process::Stdio;
 use std::time::Duration;
 
-use soulbase_net_agent::agent;
 use soulbase_net_agent::protocol::{DnsRecordType, ReportStatus, TaskSpec, TaskState};
 use soulbase_net_testkit::MockDns;
 use tokio::time::Instant;
 
-use super::{agent_config, control_plane, done, eventually, task};
+use super::{
+    binary, control_plane, done, done_ok_by, eventually, loopback_client, start_agent, task, view,
+};
 
 /// The agent binary, configured by the seed's variables, holds a slow DNS probe's lease past
 /// a whole lease (it extends it), is killed with SIGKILL, and an agent started then takes the
@@ -25,20 +25,11 @@ async fn an_agent_process_killed_with_sigkill_has_its_lease_taken_within_the_lea
     };
     task(&control, "slow-dns", spec).await;
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
-        .arg("agent")
-        .env("AGENT_CONTROL_PLANE", control.url())
-        .env("AGENT_ID", "proc-agent")
-        .env("AGENT_AUTH_TOKEN", "token-of-proc-agent")
-        .env("AGENT_DNS_SERVERS", mock.addr().to_string())
+    let mut child = binary::agent(&control.url(), "proc-agent", &mock.addr().to_string())
         .env("AGENT_POOL_DNS_SIZE", "2")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let holder = || async { control.task("slow-dns").await.unwrap().unwrap().agent_id };
+    let holder = || async { view(&control, "slow-dns").await.agent_id };
     eventually(
         "the process holds the task",
         Duration::from_secs(20),
@@ -56,9 +47,7 @@ async fn an_agent_process_killed_with_sigkill_has_its_lease_taken_within_the_lea
     // Another agent, claiming already (the task is not free for it yet); answers come at
     // once from now on (the process's query, in flight, stays delayed).
     mock.delay("slow.test", Duration::ZERO);
-    let b = agent::start(agent_config(&control, "agent-b", mock.addr()))
-        .await
-        .unwrap();
+    let b = start_agent(&control, "agent-b", mock.addr()).await;
     child.start_kill().unwrap(); // SIGKILL
     let killed = Instant::now();
     let status = child.wait().await.unwrap();
@@ -68,7 +57,7 @@ async fn an_agent_process_killed_with_sigkill_has_its_lease_taken_within_the_lea
         "agent-b takes the task",
         Duration::from_secs(10),
         || async {
-            let v = control.task("slow-dns").await.unwrap().unwrap();
+            let v = view(&control, "slow-dns").await;
             (v.agent_id.as_deref() == Some("agent-b") || v.state == TaskState::Done).then_some(())
         },
     )
@@ -78,10 +67,8 @@ async fn an_agent_process_killed_with_sigkill_has_its_lease_taken_within_the_lea
         took_over <= lease + Duration::from_millis(600),
         "taken over after {took_over:?}"
     );
-    let r = done(&control, "slow-dns").await;
-    assert_eq!(r.agent_id, "agent-b");
-    assert_eq!(r.status, ReportStatus::Ok, "{r:?}");
-    let v = control.task("slow-dns").await.unwrap().unwrap();
+    done_ok_by(&control, "slow-dns", "agent-b").await;
+    let v = view(&control, "slow-dns").await;
     assert_eq!((v.claims, v.results), (2, 1));
     println!("a SIGKILLed agent process's lease taken over after {took_over:?} (lease {lease:?})");
     b.shutdown(Duration::from_secs(2)).await;
@@ -92,50 +79,18 @@ async fn an_agent_process_killed_with_sigkill_has_its_lease_taken_within_the_lea
 /// back over HTTP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binaries_run_a_task_end_to_end() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
     let dir = std::env::temp_dir().join(format!("agent-binaries-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = env!("CARGO_BIN_EXE_soulbase-net-agent");
-    let mut control = tokio::process::Command::new(bin)
-        .args([
-            "control",
-            "--listen",
-            "127.0.0.1:0",
-            "--lease-secs",
-            "5",
-            "--database",
-        ])
+    let mut command = binary::control();
+    command
+        .args(["--lease-secs", "5", "--database"])
         .arg(dir.join("control.db"))
-        .env("AGENT_ADMIN_TOKEN", "admin-secret")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(control.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(url) = line.split("listening on ").nth(1) {
-                return url.trim().to_owned();
-            }
-        }
-        panic!("the control plane exited");
-    })
-    .await
-    .unwrap();
-    // Keep reading its log so that it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        .env("AGENT_ADMIN_TOKEN", "admin-secret");
+    let (mut control, url) = binary::spawn_control(&mut command, false).await;
 
     let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = open.local_addr().unwrap().port();
-    let mut policy = soulbase_net_policy::NetPolicy::default();
-    policy.security.grants.cidrs = vec!["127.0.0.1/32".parse().unwrap()];
-    let http = soulbase_net_runtime::Client::builder()
-        .policy(policy)
-        .build()
-        .unwrap();
+    let http = loopback_client();
     let created = http
         .send(
             soulbase_net_core::NetRequest::post(format!("{url}/v1/tasks"))
@@ -150,16 +105,7 @@ async fn the_binaries_run_a_task_end_to_end() {
         .unwrap();
     assert_eq!(created.status.as_u16(), 201);
 
-    let _agent = tokio::process::Command::new(bin)
-        .arg("agent")
-        .env("AGENT_CONTROL_PLANE", &url)
-        .env("AGENT_ID", "proc-agent")
-        .env("AGENT_AUTH_TOKEN", "token-of-proc-agent")
-        .env("AGENT_DNS_SERVERS", "127.0.0.1:9")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
+    let _agent = binary::agent(&url, "proc-agent", "127.0.0.1:9")
         .spawn()
         .unwrap();
     let view: serde_json::Value =
@@ -219,30 +165,21 @@ async fn an_agent_process_stops_gracefully_on_sigterm() {
     };
     task(&control, "held-dns", spec).await;
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
-        .arg("agent")
-        .env("AGENT_CONTROL_PLANE", control.url())
-        .env("AGENT_ID", "term-agent")
-        .env("AGENT_AUTH_TOKEN", "token-of-term-agent")
-        .env("AGENT_DNS_SERVERS", mock.addr().to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
+    let mut child = binary::agent(&control.url(), "term-agent", &mock.addr().to_string())
         .spawn()
         .unwrap();
     eventually(
         "the process holds the task",
         Duration::from_secs(20),
         || async {
-            let v = control.task("held-dns").await.unwrap().unwrap();
+            let v = view(&control, "held-dns").await;
             (v.agent_id.as_deref() == Some("term-agent")).then_some(())
         },
     )
     .await;
     // The probe's query is held by the mock now (or about to be): the report is in flight.
     assert_ne!(
-        control.task("held-dns").await.unwrap().unwrap().state,
+        view(&control, "held-dns").await.state,
         TaskState::Done,
         "the probe is still running when SIGTERM comes"
     );
@@ -255,7 +192,7 @@ async fn an_agent_process_stops_gracefully_on_sigterm() {
     let took = sent.elapsed();
     assert!(status.success(), "exit status after SIGTERM: {status}");
     // The in-flight probe's report was delivered before the process exited.
-    let v = control.task("held-dns").await.unwrap().unwrap();
+    let v = view(&control, "held-dns").await;
     assert_eq!(
         (v.state, v.claims, v.results),
         (TaskState::Done, 1, 1),
@@ -281,37 +218,19 @@ async fn an_agent_process_stops_gracefully_on_sigterm() {
 /// loop waits on them too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_still_registering_stops_on_sigterm() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
     // A port with nothing on it: every registration is refused.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
-        .arg("agent")
-        .env("AGENT_CONTROL_PLANE", &url)
-        .env("AGENT_ID", "unregistered")
-        .env("AGENT_AUTH_TOKEN", "token-of-unregistered")
-        .env("AGENT_DNS_SERVERS", "127.0.0.1:9")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("registration failed; retrying") {
-                return;
-            }
-        }
-        panic!("the agent exited before retrying its registration");
-    })
-    .await
-    .unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let mut command = binary::agent(&url, "unregistered", "127.0.0.1:9");
+    command.env_remove("RUST_LOG");
+    let (mut child, _) = binary::spawn_until(
+        &mut command,
+        "the agent",
+        "registration failed; retrying",
+        false,
+    )
+    .await;
     sigterm(&child);
     let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
         .await
@@ -323,28 +242,7 @@ async fn an_agent_still_registering_stops_on_sigterm() {
 /// SIGTERM stops the control-plane binary as Ctrl-C does: it closes and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_process_stops_gracefully_on_sigterm() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
-    let mut control = tokio::process::Command::new(env!("CARGO_BIN_EXE_soulbase-net-agent"))
-        .args(["control", "--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(control.stderr.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(url) = line.split("listening on ").nth(1) {
-                return url.trim().to_owned();
-            }
-        }
-        panic!("the control plane exited");
-    })
-    .await
-    .unwrap();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (mut control, url) = binary::spawn_control(&mut binary::control(), false).await;
     let addr = url
         .trim_start_matches("http://")
         .trim_end_matches('/')

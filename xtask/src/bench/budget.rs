@@ -43,18 +43,55 @@ pub(crate) struct Verdict {
 /// Each measured client against the `profile` section of `budget`: over by more than
 /// [`TOLERANCE`], or without a budget, fails.
 pub(crate) fn judge(measured: &[(Kind, f64)], budget: &Value, profile: &str) -> Vec<Verdict> {
+    let tolerance = Tolerance {
+        share: TOLERANCE,
+        floor: 0.0,
+    };
     measured
         .iter()
         .map(|&(kind, m)| {
-            let b = budget["instructions_per_request"][profile][kind.key()].as_f64();
+            let (b, ok) = check(budget, profile, kind.key(), m, tolerance);
             Verdict {
                 kind,
                 measured: m,
                 budget: b,
-                ok: b.is_some_and(|b| m <= b * (1.0 + TOLERANCE)),
+                ok,
             }
         })
         .collect()
+}
+
+/// How far above its budget a figure may go: `share` of the budget's size, and at least
+/// `floor`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tolerance {
+    /// The share of the budget's size: `0.03` for 3 %.
+    pub(crate) share: f64,
+    /// The least slack, in instructions: `0.0` for none.
+    pub(crate) floor: f64,
+}
+
+/// The `key` row of the `section` of `budget`, and whether `figure` is within `tolerance`
+/// of it; a figure without a row is not.
+pub(crate) fn check(
+    budget: &Value,
+    section: &str,
+    key: &str,
+    figure: f64,
+    tolerance: Tolerance,
+) -> (Option<f64>, bool) {
+    let b = budget["instructions_per_request"][section][key].as_f64();
+    let ok = b.is_some_and(|b| figure <= b + (b.abs() * tolerance.share).max(tolerance.floor));
+    (b, ok)
+}
+
+/// A row's verdict in a table; `updating` says the figures become the budget.
+pub(crate) fn verdict(updating: bool, ok: bool) -> &'static str {
+    match (updating, ok) {
+        (true, _) => "new budget",
+        (false, true) => "ok",
+        (false, false) => "OVER BUDGET",
+    }
 }
 
 /// The verdicts as a Markdown table; `updating` says the figures become the budget.
@@ -71,11 +108,7 @@ pub(crate) fn print_table(verdicts: &[Verdict], updating: bool) {
             ),
             None => ("none".to_owned(), "—".to_owned()),
         };
-        let verdict = match (updating, v.ok) {
-            (true, _) => "new budget",
-            (false, true) => "ok",
-            (false, false) => "OVER BUDGET",
-        };
+        let verdict = verdict(updating, v.ok);
         println!(
             "| {} | {:.0} | {budget} | {change} | {verdict} |",
             v.kind.label(),
@@ -129,6 +162,60 @@ pub(crate) fn updated_rows(old: &Value, section: &str, rows: &[(&str, f64)], wha
         "price_floor_share_of_minimal": FLOOR_SHARE,
         "instructions_per_request": sections,
     })
+}
+
+/// How a check of one section of the budget ends (see [`conclude`]): where the budget lives
+/// and how the check words its outcome.
+#[derive(Clone, Debug)]
+pub(crate) struct Outcome<'a> {
+    /// The budget document's file.
+    pub(crate) path: &'a Path,
+    /// The section checked: `release`, `debug-price`, ….
+    pub(crate) section: &'a str,
+    /// The command a failure names: `bench --instructions`.
+    pub(crate) command: &'a str,
+    /// What a row is, in the singular: `client`.
+    pub(crate) row: &'a str,
+    /// What an update writes: `budget`.
+    pub(crate) written: &'a str,
+    /// The tolerance as the line of success states it: `3 %`.
+    pub(crate) within: String,
+    /// The tolerance as a failure states it: `+3 %`.
+    pub(crate) allowed: String,
+}
+
+/// The end of a check: with `update` (the new budget document), that document written to
+/// the file; else the keys in `over` fail the check, and none over passes it.
+pub(crate) fn conclude(
+    outcome: &Outcome<'_>,
+    over: &[&str],
+    update: Option<Value>,
+) -> Result<(), String> {
+    let Outcome { path, section, .. } = *outcome;
+    if let Some(doc) = update {
+        write(path, &doc)?;
+        println!(
+            "wrote the {section} {} to {}",
+            outcome.written,
+            path.display()
+        );
+        return Ok(());
+    }
+    if over.is_empty() {
+        println!(
+            "every {} within {} of its {section} budget",
+            outcome.row, outcome.within
+        );
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: over the {section} budget ({} allowed): {}; if this is intended, run again \
+             with --update-budget",
+            outcome.command,
+            outcome.allowed,
+            over.join(", ")
+        ))
+    }
 }
 
 /// Writes `doc` to `path`, pretty-printed.
@@ -186,6 +273,49 @@ mod tests {
             -12
         );
         assert_eq!(prices["instructions_per_request"]["release"]["hyper"], 6);
+    }
+
+    #[test]
+    fn a_check_ends_in_its_own_words() {
+        let path =
+            std::env::temp_dir().join(format!("soulbase-budget-{}.json", std::process::id()));
+        let outcome = Outcome {
+            path: &path,
+            section: "release",
+            command: "bench --instructions",
+            row: "client",
+            written: "budget",
+            within: "3 %".to_owned(),
+            allowed: "+3 %".to_owned(),
+        };
+        assert_eq!(conclude(&outcome, &[], None), Ok(()));
+        assert_eq!(
+            conclude(&outcome, &["hyper", "reqwest"], None),
+            Err(
+                "bench --instructions: over the release budget (+3 % allowed): hyper, reqwest; \
+                 if this is intended, run again with --update-budget"
+                    .to_owned()
+            )
+        );
+        let doc = updated(&Value::Null, "release", &[(Kind::Hyper, 7.0)], "w");
+        assert_eq!(conclude(&outcome, &["hyper"], Some(doc.clone())), Ok(()));
+        assert_eq!(read(&path), Ok(doc));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_price_tolerance_has_a_floor() {
+        let budget = json!({ "instructions_per_request": { "s": { "a": 100.0, "b": -100.0 } } });
+        let t = Tolerance {
+            share: 0.05,
+            floor: 20.0,
+        };
+        assert_eq!(check(&budget, "s", "a", 120.0, t), (Some(100.0), true));
+        assert_eq!(check(&budget, "s", "a", 121.0, t), (Some(100.0), false));
+        assert_eq!(check(&budget, "s", "b", -80.0, t), (Some(-100.0), true));
+        assert_eq!(check(&budget, "s", "c", 0.0, t), (None, false));
+        assert_eq!(verdict(true, false), "new budget");
+        assert_eq!(verdict(false, false), "OVER BUDGET");
     }
 
     /// The checked-in budget names every client in both profiles.

@@ -18,6 +18,8 @@ use bytes::{Buf, Bytes};
 use http::{Request, Uri};
 use rustls::pki_types::CertificateDer;
 
+use super::legacy_tls::rustls_config;
+
 /// The ALPN protocol id of HTTP/3.
 const ALPN_H3: &[u8] = b"h3";
 
@@ -123,19 +125,8 @@ fn peer_of(uri: &Uri) -> Result<(SocketAddr, String), String> {
 /// QUIC's client configuration: rustls on ring, TLS 1.3, ALPN `h3`, `root` the only trusted
 /// root (none: nothing is trusted), quinn's default transport.
 fn client_config(root: Option<&CertificateDer<'static>>) -> Result<quinn::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(root) = root {
-        roots
-            .add(root.clone())
-            .map_err(|e| format!("bench: h3 raw: root certificate: {e}"))?;
-    }
-    let mut tls =
-        rustls::ClientConfig::builder_with_provider(soulbase_net_testkit::crypto_provider())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| format!("bench: h3 raw: TLS config: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    tls.alpn_protocols = vec![ALPN_H3.to_vec()];
+    let tls = rustls_config(root, &[&rustls::version::TLS13], &[ALPN_H3])
+        .map_err(|e| format!("bench: h3 raw: {e}"))?;
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls))
         .map_err(|e| format!("bench: h3 raw: TLS config for QUIC: {e}"))?;
     Ok(quinn::ClientConfig::new(Arc::new(crypto)))

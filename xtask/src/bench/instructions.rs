@@ -271,33 +271,24 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
              × {HOOKS_PER_REQUEST} hooks per request over the minimal client)"
         );
     }
-    if opts.update {
-        budget::write(
-            &opts.budget,
-            &budget::updated(&old, profile, &measured, &what),
-        )?;
-        println!("wrote the {profile} budget to {}", opts.budget.display());
-        return Ok(());
-    }
     let over: Vec<&str> = verdicts
         .iter()
         .filter(|v| !v.ok)
         .map(|v| v.kind.key())
         .collect();
-    if over.is_empty() {
-        println!(
-            "every client within {:.0} % of its {profile} budget",
-            budget::TOLERANCE * 100.0
-        );
-        Ok(())
-    } else {
-        Err(format!(
-            "bench --instructions: over the {profile} budget (+{:.0} % allowed): {}; if this \
-             is intended, run again with --update-budget",
-            budget::TOLERANCE * 100.0,
-            over.join(", ")
-        ))
-    }
+    let outcome = budget::Outcome {
+        path: &opts.budget,
+        section: profile,
+        command: "bench --instructions",
+        row: "client",
+        written: "budget",
+        within: format!("{:.0} %", budget::TOLERANCE * 100.0),
+        allowed: format!("+{:.0} %", budget::TOLERANCE * 100.0),
+    };
+    let update = opts
+        .update
+        .then(|| budget::updated(&old, profile, &measured, &what));
+    budget::conclude(&outcome, &over, update)
 }
 
 /// What one no-op hook costs: the minimal client with no-op interceptors against the

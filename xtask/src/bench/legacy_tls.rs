@@ -49,19 +49,30 @@ impl<R> TlsConnector<R> {
 pub(crate) fn client_config(
     root: Option<&CertificateDer<'static>>,
 ) -> Result<rustls::ClientConfig, String> {
+    rustls_config(root, rustls::DEFAULT_VERSIONS, &[b"h2"]).map_err(|e| format!("bench: {e}"))
+}
+
+/// A rustls client configuration on the testkit's ring provider, speaking `versions`,
+/// trusting `root` only (none: nothing is trusted) and offering the protocols of `alpn` in
+/// their order. The error names what failed, for the caller to prefix.
+pub(crate) fn rustls_config(
+    root: Option<&CertificateDer<'static>>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     if let Some(root) = root {
         roots
             .add(root.clone())
-            .map_err(|e| format!("bench: root certificate: {e}"))?;
+            .map_err(|e| format!("root certificate: {e}"))?;
     }
     let mut cfg =
         rustls::ClientConfig::builder_with_provider(soulbase_net_testkit::crypto_provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("bench: TLS config: {e}"))?
+            .with_protocol_versions(versions)
+            .map_err(|e| format!("TLS config: {e}"))?
             .with_root_certificates(roots)
             .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(cfg)
 }
 

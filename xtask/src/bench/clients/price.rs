@@ -269,6 +269,10 @@ pub(crate) fn judge(
     floor: f64,
 ) -> Vec<Row> {
     let of = |kind| measured.iter().find(|(k, _)| *k == kind).map(|(_, m)| *m);
+    let tolerance = budget::Tolerance {
+        share: PRICE_TOLERANCE,
+        floor,
+    };
     measured
         .iter()
         .filter_map(|&(kind, m)| {
@@ -276,13 +280,13 @@ pub(crate) fn judge(
                 return None;
             };
             let price = m - of(feature.over())?;
-            let b = budget["instructions_per_request"][section][feature.key()].as_f64();
+            let (b, ok) = budget::check(budget, section, feature.key(), price, tolerance);
             Some(Row {
                 feature,
                 measured: m,
                 price,
                 budget: b,
-                ok: b.is_some_and(|b| price <= b + (b.abs() * PRICE_TOLERANCE).max(floor)),
+                ok,
             })
         })
         .collect()
@@ -303,11 +307,7 @@ pub(crate) fn print_table(minimal: f64, rows: &[Row], updating: bool) {
     );
     for r in rows {
         let budget = r.budget.map_or("none".to_owned(), |b| format!("{b:+.0}"));
-        let verdict = match (updating, r.ok) {
-            (true, _) => "new budget",
-            (false, true) => "ok",
-            (false, false) => "OVER BUDGET",
-        };
+        let verdict = budget::verdict(updating, r.ok);
         println!(
             "| {} | {:.0} | {:+.0} | {budget} | {verdict} |",
             r.feature.label(),
@@ -335,33 +335,25 @@ pub(crate) fn finish(
     let slack = floor(minimal);
     let rows = judge(measured, old, section, slack);
     print_table(minimal, &rows, update);
-    if update {
-        budget::write(
-            path,
-            &budget::updated_rows(old, section, &self::section(&rows), what),
-        )?;
-        println!("wrote the {section} prices to {}", path.display());
-        return Ok(());
-    }
     let over: Vec<&str> = rows
         .iter()
         .filter(|r| !r.ok)
         .map(|r| r.feature.key())
         .collect();
-    if over.is_empty() {
-        println!(
-            "every price within {:.0} % (at least {slack:.0} instructions) of its {section} budget",
+    let outcome = budget::Outcome {
+        path,
+        section,
+        command: "bench --instructions --price-list",
+        row: "price",
+        written: "prices",
+        within: format!(
+            "{:.0} % (at least {slack:.0} instructions)",
             PRICE_TOLERANCE * 100.0
-        );
-        Ok(())
-    } else {
-        Err(format!(
-            "bench --instructions --price-list: over the {section} budget (+{:.0} %, at least \
-             +{slack:.0}, allowed): {}; if this is intended, run again with --update-budget",
-            PRICE_TOLERANCE * 100.0,
-            over.join(", ")
-        ))
-    }
+        ),
+        allowed: format!("+{:.0} %, at least +{slack:.0},", PRICE_TOLERANCE * 100.0),
+    };
+    let update = update.then(|| budget::updated_rows(old, section, &self::section(&rows), what));
+    budget::conclude(&outcome, &over, update)
 }
 
 /// The rows as the budget section holds them: each feature's key and price.
