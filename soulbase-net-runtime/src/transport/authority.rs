@@ -35,6 +35,19 @@ pub(crate) fn host_port(authority: &str) -> (&str, Option<u16>) {
     }
 }
 
+/// `host` without an IPv6 literal's brackets.
+pub(crate) fn unbracketed(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+/// The host of an authority (`host`, `host:port`, `[v6]:port`), without port, userinfo or
+/// brackets.
+pub(crate) fn host_of(authority: &str) -> &str {
+    unbracketed(host_port(authority).0)
+}
+
 /// The host of `uri` without an IPv6 literal's brackets, and its port (the scheme's default
 /// when it names none).
 ///
@@ -45,7 +58,7 @@ pub(crate) fn host_and_port(uri: &Uri, https: bool) -> Result<(&str, u16), NetEr
         .authority()
         .ok_or_else(|| NetError::invalid_request("url has no host"))?;
     let (host, port) = host_port(authority.as_str());
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = unbracketed(host);
     if host.is_empty() {
         return Err(NetError::invalid_request("url has no host"));
     }
@@ -77,6 +90,16 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn hosts_of_authorities_lose_port_userinfo_and_brackets() {
+        assert_eq!(host_of("api.example.com"), "api.example.com");
+        assert_eq!(host_of("api.example.com:8443"), "api.example.com");
+        assert_eq!(host_of("u@api.example.com:8443"), "api.example.com");
+        assert_eq!(host_of("127.0.0.1:80"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:8080"), "::1");
+        assert_eq!(host_of("[::1]"), "::1");
     }
 
     #[test]

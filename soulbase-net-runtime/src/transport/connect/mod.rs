@@ -156,10 +156,8 @@ impl Connector {
         if !is_https(uri)? {
             return Err(NetError::invalid_request("http/3 is for https urls only"));
         }
-        let host = uri
-            .host()
-            .ok_or_else(|| NetError::invalid_request("url has no host"))?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        // The port is the advertised one (`port`), not the URL's.
+        let (host, _) = super::authority::host_and_port(uri, true)?;
         inner.cfg.guard.check_host(host)?;
         if self.proxied(uri) {
             return Err(NetError::invalid_request(format!(
@@ -294,13 +292,9 @@ impl Inner {
                 )))
             }
         };
-        let proxy_host = proxy_uri
-            .host()
-            .ok_or_else(|| NetError::invalid_request("the proxy url has no host"))?
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let default_port = if proxy_tls.is_some() { 443 } else { 80 };
-        let proxy_port = proxy_uri.port_u16().unwrap_or(default_port);
+        let (proxy_host, proxy_port) =
+            super::authority::host_and_port(proxy_uri, proxy_tls.is_some())
+                .map_err(|_| NetError::invalid_request("the proxy url has no host"))?;
         let addrs = self.addresses(proxy_host).await?;
         let targets: Vec<SocketAddr> = addrs
             .iter()

@@ -159,8 +159,7 @@ impl H3Pool {
             let Some(live) = slot.as_ref().filter(|l| l.is_open()) else {
                 continue;
             };
-            let host = key.rsplit_once(':').map_or(&**key, |(host, _)| host);
-            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let host = crate::transport::authority::host_of(key);
             visit(soulbase_net_core::GaugeReading::PoolOpen { host, value: 1 });
             visit(soulbase_net_core::GaugeReading::PoolIdle {
                 host,

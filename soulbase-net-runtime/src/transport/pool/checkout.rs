@@ -48,7 +48,7 @@ impl<B: RequestBody> Shared<B> {
         let map = &mut origins.map;
         let (host, port) = crate::transport::authority::host_port(authority.as_str());
         let header = host_header(authority, host, port, https)?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = crate::transport::authority::unbracketed(host);
         let origin = Arc::new(Origin {
             https,
             host: header,

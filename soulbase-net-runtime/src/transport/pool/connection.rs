@@ -26,9 +26,9 @@ pub(super) fn spawn_connection<F>(
     F: std::future::Future<Output = hyper::Result<()>> + Send + 'static,
 {
     open.fetch_add(1, Ordering::Relaxed);
-    // Boxed before it is spawned, for the reason `BoxingExecutor` gives: tokio copies an
-    // unboxed future into the task's cell, and a connection's is kilobytes.
-    let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+    // Boxed before it is spawned, for the reason `BoxingExecutor` gives: a connection's
+    // future is kilobytes.
+    hyper::rt::Executor::execute(&super::exec::BoxingExecutor, async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "connection ended with an error");
         }
@@ -36,7 +36,6 @@ pub(super) fn spawn_connection<F>(
         ended();
         open.fetch_sub(1, Ordering::Relaxed);
     });
-    tokio::spawn(task);
 }
 
 /// Waits for the answer to a request handed to the HTTP/1.1 connection `tx`, and gives `tx`

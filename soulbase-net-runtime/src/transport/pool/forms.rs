@@ -93,13 +93,3 @@ pub(super) fn origin_form(uri: &mut Uri) -> Result<Uri, NetError> {
     };
     Ok(std::mem::replace(uri, origin_form))
 }
-
-/// The host of an authority (`host`, `host:port`, `[v6]:port`), without brackets.
-pub(super) fn authority_host(authority: &str) -> &str {
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or(v6);
-    }
-    authority
-        .rsplit_once(':')
-        .map_or(authority, |(host, _)| host)
-}

@@ -70,9 +70,7 @@ mod lifecycle;
 pub(crate) use self::budget::IdleBudget;
 use self::connection::{going_away, unwritten, watch_h1};
 use self::exec::BoxingExecutor;
-use self::forms::{
-    absolute_form, authority_host, head_len, is_idempotent, origin_form, READ_BUF_MAX,
-};
+use self::forms::{absolute_form, head_len, is_idempotent, origin_form, READ_BUF_MAX};
 use self::lifecycle::GiveBack;
 pub(crate) use self::lifecycle::{Lease, PoolBody};
 
@@ -484,7 +482,7 @@ impl<B: RequestBody> Pool<B> {
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(GaugeReading<'_>)) {
         let origins = self.shared.origins.lock();
         for (authority, origin) in origins.http.map.iter().chain(origins.https.map.iter()) {
-            let host = authority_host(authority);
+            let host = crate::transport::authority::host_of(authority);
             let open = origin.open.load(Ordering::Relaxed);
             // A connection the server closed stays in the list until the next checkout or
             // reaper pass; it is neither open nor idle.
@@ -568,6 +566,12 @@ mod tests {
     use super::forms::host_header;
     use super::*;
 
+    /// The `Host` header the pool makes for `authority`.
+    fn header_of(authority: &Authority, https: bool) -> HeaderValue {
+        let (host, port) = crate::transport::authority::host_port(authority.as_str());
+        host_header(authority, host, port, https).unwrap()
+    }
+
     #[test]
     fn a_head_is_measured_as_it_came_on_the_wire() {
         let res = Response::builder()
@@ -583,10 +587,7 @@ mod tests {
     fn the_host_header_carries_the_port_only_when_it_is_not_the_default() {
         let host = |authority: &str, https: bool| {
             let authority: Authority = authority.parse().unwrap();
-            {
-                let (host, port) = crate::transport::authority::host_port(authority.as_str());
-                host_header(&authority, host, port, https).unwrap()
-            }
+            header_of(&authority, https)
         };
         assert_eq!(host("api.example.com", true), "api.example.com");
         assert_eq!(host("api.example.com:443", true), "api.example.com");
@@ -595,15 +596,6 @@ mod tests {
         assert_eq!(host("127.0.0.1:8080", false), "127.0.0.1:8080");
         assert_eq!(host("[::1]:8443", true), "[::1]:8443");
         assert_eq!(host("[::1]", true), "[::1]");
-    }
-
-    #[test]
-    fn hosts_of_authorities_lose_port_and_brackets() {
-        assert_eq!(authority_host("api.example.com"), "api.example.com");
-        assert_eq!(authority_host("api.example.com:8443"), "api.example.com");
-        assert_eq!(authority_host("127.0.0.1:80"), "127.0.0.1");
-        assert_eq!(authority_host("[::1]:8080"), "::1");
-        assert_eq!(authority_host("[::1]"), "::1");
     }
 
     /// An origin with (`busy`) or without a connection: a busy one holds its only slot.
@@ -643,11 +635,7 @@ mod tests {
             let mut uri: http::Uri = url.parse().unwrap();
             let origin: Origin<ReqBody> = Origin {
                 https,
-                host: {
-                    let authority = uri.authority().unwrap();
-                    let (host, port) = crate::transport::authority::host_port(authority.as_str());
-                    host_header(authority, host, port, https).unwrap()
-                },
+                host: header_of(uri.authority().unwrap(), https),
                 cap: Arc::new(Semaphore::new(1)),
                 open: Arc::default(),
                 name: None,
