@@ -339,6 +339,12 @@ fn derive(req: &NetRequest, body: &[u8], bucket: Duration, now: SystemTime) -> S
 #[async_trait::async_trait]
 impl Interceptor for IdempotencyKey {
     async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        self.before_now(req)
+    }
+
+    /// What `before` does: the key is made without waiting (the shared store is asked in `respond`), so the client calls it in place (see
+    /// [`Hooks::BEFORE_NOW`]).
+    fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
         if !applies(req) {
             return Ok(());
         }
@@ -449,7 +455,7 @@ impl Interceptor for IdempotencyKey {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::BEFORE | Hooks::RESPOND | Hooks::AFTER | Hooks::ON_ERROR
+        Hooks::BEFORE_NOW | Hooks::RESPOND | Hooks::AFTER | Hooks::ON_ERROR
     }
 
     fn name(&self) -> &'static str {

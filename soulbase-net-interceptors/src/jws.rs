@@ -138,6 +138,12 @@ impl fmt::Debug for A2aJws {
 #[async_trait::async_trait]
 impl Interceptor for A2aJws {
     async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        self.before_now(req)
+    }
+
+    /// What `before` does: signing waits for nothing, so the client calls it in place (see
+    /// [`Hooks::BEFORE_NOW`]).
+    fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
         let body = req
             .body_bytes()?
             .ok_or_else(|| NetError::invalid_request("a streamed body cannot be signed"))?;
@@ -149,7 +155,7 @@ impl Interceptor for A2aJws {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::BEFORE
+        Hooks::BEFORE_NOW
     }
 
     fn name(&self) -> &'static str {

@@ -321,6 +321,12 @@ impl fmt::Debug for QosBytes {
 #[async_trait::async_trait]
 impl Interceptor for QosBytes {
     async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        self.before_now(req)
+    }
+
+    /// What `before` does: the reservation waits for nothing, so the client calls it in place (see
+    /// [`Hooks::BEFORE_NOW`]).
+    fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
         let tenant = req.tenant.clone().unwrap_or_default();
         let host = Url::parse(&req.url)
             .ok()
@@ -368,7 +374,7 @@ impl Interceptor for QosBytes {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::BEFORE | Hooks::AFTER | Hooks::ON_ERROR
+        Hooks::BEFORE_NOW | Hooks::AFTER | Hooks::ON_ERROR
     }
 
     fn name(&self) -> &'static str {

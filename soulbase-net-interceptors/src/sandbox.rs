@@ -49,6 +49,12 @@ impl SandboxGuard {
 #[async_trait::async_trait]
 impl Interceptor for SandboxGuard {
     async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        self.before_now(req)
+    }
+
+    /// What `before` does: the checks wait for nothing, so the client calls it in place (see
+    /// [`Hooks::BEFORE_NOW`]).
+    fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
         // The runtime's URL rules: numeric host forms that slip past filters are refused here.
         let url = req.validate(u64::MAX)?;
         match url.host() {
@@ -69,7 +75,7 @@ impl Interceptor for SandboxGuard {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::BEFORE
+        Hooks::BEFORE_NOW
     }
 
     fn name(&self) -> &'static str {

@@ -111,6 +111,12 @@ impl TraceUa {
 #[async_trait::async_trait]
 impl Interceptor for TraceUa {
     async fn before(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        self.before_now(req)
+    }
+
+    /// What `before` does: nothing in it waits, so the client calls it in place (see
+    /// [`Hooks::BEFORE_NOW`]).
+    fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
         // The trace id and flags of the caller's valid `traceparent`, else a new trace; the
         // value then lives in the header, where `on_attempt` finds it for every later attempt.
         let mut ids = [0u8; TRACEPARENT_LEN + REQUEST_ID_LEN];
@@ -166,7 +172,7 @@ impl Interceptor for TraceUa {
     }
 
     fn hooks(&self) -> Hooks {
-        Hooks::BEFORE | Hooks::ON_ATTEMPT
+        Hooks::BEFORE_NOW | Hooks::ON_ATTEMPT
     }
 
     fn name(&self) -> &'static str {

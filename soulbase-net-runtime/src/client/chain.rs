@@ -8,11 +8,18 @@ use std::sync::Arc;
 
 use soulbase_net_core::{Hooks, Interceptor};
 
+/// How an interceptor's `before` is called: in place ([`Interceptor::before_now`], named
+/// by [`Hooks::BEFORE_NOW`]) or awaited ([`Interceptor::before`]).
+pub(super) enum Before {
+    Now(Arc<dyn Interceptor>),
+    Later(Arc<dyn Interceptor>),
+}
+
 /// The interceptors in the order the client was given them, once per hook they implement.
 #[derive(Default)]
 pub(super) struct Chain {
     len: usize,
-    pub(super) before: Vec<Arc<dyn Interceptor>>,
+    pub(super) before: Vec<Before>,
     pub(super) respond: Vec<Arc<dyn Interceptor>>,
     pub(super) on_attempt: Vec<Arc<dyn Interceptor>>,
     pub(super) should_resend: Vec<Arc<dyn Interceptor>>,
@@ -31,8 +38,12 @@ impl Chain {
         for interceptor in interceptors {
             chain.dedup_window = chain.dedup_window.or_else(|| interceptor.dedup_window());
             let hooks = interceptor.hooks();
+            if hooks.contains(Hooks::BEFORE_NOW) {
+                chain.before.push(Before::Now(Arc::clone(&interceptor)));
+            } else if hooks.contains(Hooks::BEFORE) {
+                chain.before.push(Before::Later(Arc::clone(&interceptor)));
+            }
             let lists = [
-                (Hooks::BEFORE, &mut chain.before),
                 (Hooks::RESPOND, &mut chain.respond),
                 (Hooks::ON_ATTEMPT, &mut chain.on_attempt),
                 (Hooks::SHOULD_RESEND, &mut chain.should_resend),
@@ -70,12 +81,28 @@ mod tests {
         let a: Arc<dyn Interceptor> = Arc::new(Only(Hooks::BEFORE | Hooks::ON_ATTEMPT));
         let b: Arc<dyn Interceptor> = Arc::new(Only(Hooks::ALL));
         let c: Arc<dyn Interceptor> = Arc::new(Only(Hooks::NONE));
-        let chain = Chain::new(vec![a.clone(), b.clone(), c]);
+        let d: Arc<dyn Interceptor> = Arc::new(Only(Hooks::BEFORE_NOW | Hooks::BEFORE));
+        let chain = Chain::new(vec![a.clone(), b.clone(), c, d.clone()]);
         let same = |list: &[Arc<dyn Interceptor>], want: &[&Arc<dyn Interceptor>]| {
             list.len() == want.len() && list.iter().zip(want).all(|(x, y)| Arc::ptr_eq(x, y))
         };
-        assert_eq!(chain.len(), 3);
-        assert!(same(&chain.before, &[&a, &b]));
+        assert_eq!(chain.len(), 4);
+        // In order; `before_now` in place of `before` for the one that names it.
+        let before: Vec<(bool, &Arc<dyn Interceptor>)> = (chain.before.iter())
+            .map(|b| match b {
+                Before::Now(i) => (true, i),
+                Before::Later(i) => (false, i),
+            })
+            .collect();
+        assert_eq!(before.len(), 3);
+        for ((now, got), (want_now, want)) in
+            before
+                .into_iter()
+                .zip([(false, &a), (false, &b), (true, &d)])
+        {
+            assert_eq!(now, want_now);
+            assert!(Arc::ptr_eq(got, want));
+        }
         assert!(same(&chain.on_attempt, &[&a, &b]));
         for list in [
             &chain.respond,

@@ -11,6 +11,7 @@ use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse};
 use soulbase_net_policy::DeliveryPolicy;
 use url::Url;
 
+use super::chain::Before;
 use super::send::{record_trace, Attempts, Call, Processing};
 use super::Inner;
 
@@ -32,8 +33,12 @@ impl Inner {
             call.segments,
             !(hooks.before.is_empty() && hooks.respond.is_empty()),
         );
-        for interceptor in &self.interceptors.before {
-            if let Err(e) = interceptor.before(req).await {
+        for before in &self.interceptors.before {
+            let done = match before {
+                Before::Now(interceptor) => interceptor.before_now(req),
+                Before::Later(interceptor) => interceptor.before(req).await,
+            };
+            if let Err(e) = done {
                 return Err(self.after_error(req, e).await);
             }
         }

@@ -139,6 +139,12 @@ async fn h2c_prior_knowledge() {
     srv.join().await;
 }
 
+/// The `x-tags` values of the first request to `path`, in order.
+fn tags_of(srv: &FaultServer, path: &str) -> Vec<http::HeaderValue> {
+    let request = &srv.requests(path)[0];
+    request.headers.get_all("x-tags").iter().cloned().collect()
+}
+
 /// Records the order of hooks.
 struct Tag(&'static str, Arc<parking_lot::Mutex<Vec<String>>>);
 
@@ -188,12 +194,7 @@ async fn interceptors_run_before_in_order_and_after_in_reverse() {
             "after a"
         ]
     );
-    let tags: Vec<_> = srv.requests("/i")[0]
-        .headers
-        .get_all("x-tags")
-        .iter()
-        .cloned()
-        .collect();
+    let tags = tags_of(&srv, "/i");
     assert_eq!(tags, ["a", "b"]);
 
     log.lock().clear();
@@ -220,6 +221,80 @@ async fn interceptors_run_before_in_order_and_after_in_reverse() {
         .map(str::to_owned)
     );
     assert_eq!(err.attempts(), 3);
+    srv.join().await;
+}
+
+/// Runs its `before` in place ([`Hooks::BEFORE_NOW`](soulbase_net_core::Hooks)); its async
+/// `before` must never be called by the client. Refuses requests to `/refused`.
+struct Now(Arc<parking_lot::Mutex<Vec<String>>>);
+
+#[async_trait::async_trait]
+impl Interceptor for Now {
+    async fn before(&self, _req: &mut NetRequest) -> Result<(), NetError> {
+        self.0.lock().push("async before now".to_owned());
+        Ok(())
+    }
+    fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        self.0.lock().push("before now".to_owned());
+        if req.url.ends_with("/refused") {
+            return Err(NetError::invalid_request("refused in place"));
+        }
+        req.headers
+            .append("x-tags", http::HeaderValue::from_static("now"));
+        Ok(())
+    }
+    async fn on_error(&self, _req: &NetRequest, err: &NetError) {
+        self.0
+            .lock()
+            .push(format!("error now {}", err.kind().label()));
+    }
+    fn hooks(&self) -> soulbase_net_core::Hooks {
+        // `BEFORE` named too: `BEFORE_NOW` decides which runs.
+        use soulbase_net_core::Hooks;
+        Hooks::BEFORE_NOW | Hooks::BEFORE | Hooks::ON_ERROR
+    }
+}
+
+#[tokio::test]
+async fn a_before_now_hook_runs_in_place_in_its_order_and_its_error_stops_the_call() {
+    let srv = FaultServer::http1()
+        .route("/i", Reply::echo())
+        .route("/refused", Reply::ok("never"))
+        .start()
+        .await
+        .unwrap();
+    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let h = harness_with(loopback_policy(), |b| {
+        b.interceptor(Tag("a", log.clone()))
+            .interceptor(Now(log.clone()))
+            .interceptor(Tag("b", log.clone()))
+    });
+    h.client.send(NetRequest::get(srv.url("/i"))).await.unwrap();
+    assert_eq!(log.lock()[..3], ["before a", "before now", "before b"]);
+    assert!(!log.lock().iter().any(|e| e == "async before now"));
+    let tags = tags_of(&srv, "/i");
+    assert_eq!(tags, ["a", "now", "b"]);
+
+    log.lock().clear();
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/refused")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest);
+    assert!(err.to_string().contains("refused in place"), "{err}");
+    assert_eq!(srv.hits("/refused"), 0);
+    // `b`'s before never ran; every `on_error` did, in reverse.
+    assert_eq!(
+        *log.lock(),
+        [
+            "before a",
+            "before now",
+            "error b invalid_request",
+            "error now invalid_request",
+            "error a invalid_request"
+        ]
+    );
     srv.join().await;
 }
 
