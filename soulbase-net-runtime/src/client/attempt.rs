@@ -164,8 +164,9 @@ impl Inner {
             // could end, and when it fires, either that is a timeout or it is set again — to the
             // phase's real end once the request was taken, else one first-byte timeout later.
             // Nothing on the connection's side has to wake this task.
-            let ttfb_from = |taken: Instant| {
-                let left_in_attempt = limit.saturating_sub(taken.saturating_duration_since(began));
+            let ttfb_from = |taken_after: Duration| {
+                let left_in_attempt = limit.saturating_sub(taken_after);
+                let taken = began + taken_after;
                 call.phase_deadline(Phase::Ttfb, taken, timeouts.ttfb.min(left_in_attempt))
             };
             // `ttfb_from(began)`, without measuring the nothing between `began` and itself.
@@ -181,7 +182,7 @@ impl Inner {
                         return Poll::Pending;
                     }
                     let now = Instant::now();
-                    let (at, phase) = match progress.taken_at() {
+                    let (at, phase) = match progress.taken_after() {
                         Some(taken) => ttfb_from(taken),
                         // Not taken yet, so no first-byte timeout has begun (this `at` is in the
                         // future unless it is the total deadline): look again one timeout later.
@@ -201,9 +202,7 @@ impl Inner {
             let ttfb = head_at.saturating_duration_since(began);
             // S75-4's `W_q_out` and `W_net` meet where the connection took the request (a
             // transport that never said so — none today — counts all of it as network).
-            let queue_out = progress.taken_at().map_or(Duration::ZERO, |taken| {
-                taken.saturating_duration_since(began)
-            });
+            let queue_out = progress.taken_after().unwrap_or_default();
             let (mut parts, body) = res.into_parts();
             let max = call.policy.security.max_resp_bytes.as_u64();
             // The length the connection read from the head (hyper's exact size; zero for a

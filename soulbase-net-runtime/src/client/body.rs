@@ -52,11 +52,12 @@ impl Progress {
         }
     }
 
-    /// When the connection took the request, if it has.
-    pub(crate) fn taken_at(&self) -> Option<Instant> {
+    /// How long after `began` the connection took the request, if it has: the attempt's
+    /// `W_q_out` as it is, without an instant to subtract again.
+    pub(crate) fn taken_after(&self) -> Option<Duration> {
         match self.taken.load(Ordering::Relaxed) {
             0 => None,
-            n => Some(self.began + Duration::from_nanos(n - 1)),
+            n => Some(Duration::from_nanos(n - 1)),
         }
     }
 

@@ -158,8 +158,14 @@ impl Inner {
                 Ok(res) => Outcome::Response(res.status),
                 Err(e) => Outcome::Error(e.kind()),
             };
-            let ended = Instant::now();
-            let took = ended.saturating_duration_since(began);
+            // The clock is read when something takes the attempt's end: the breaker, the SLO
+            // controller, or the retry decision of an attempt that did not succeed.
+            // Read once.
+            let clock = || {
+                let ended = Instant::now();
+                (ended, ended.saturating_duration_since(began))
+            };
+            let mut read = None;
             if result
                 .as_ref()
                 .is_err_and(crate::classify::is_server_going_away)
@@ -168,10 +174,16 @@ impl Inner {
                 // (and the retry rules of its method below), but the server only closed a
                 // connection, as it routinely does — nothing is learnt of the upstream.
                 permit.release();
-            } else {
+            } else if permit.is_tracked() || policy.slo.enabled {
+                let (ended, took) = *read.get_or_insert_with(clock);
                 permit.record(is_failure(outcome, policy.cbreaker.count_5xx), took, ended);
                 self.slo_record(call, retry, outcome, took, ended);
             }
+            // A success is never retried (`decide`): the rest is for the others.
+            if outcome.is_success() {
+                return result;
+            }
+            let (ended, _) = read.unwrap_or_else(clock);
             let end = AttemptEnd {
                 attempt: attempts.this_send,
                 outcome,

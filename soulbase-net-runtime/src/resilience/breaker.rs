@@ -206,6 +206,12 @@ impl BreakerPermit<'_> {
         }
     }
 
+    /// Whether the permit takes a result: `false` when the breaker is disabled or the key
+    /// had no room (fail open), so that the caller need not read the clock for it.
+    pub(crate) fn is_tracked(&self) -> bool {
+        self.tracked.is_some()
+    }
+
     /// Whether this call is a half-open probe.
     pub(crate) fn is_probe(&self) -> bool {
         self.tracked.as_ref().is_some_and(|t| t.ticket.probe)

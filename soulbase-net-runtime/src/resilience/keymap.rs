@@ -127,9 +127,7 @@ impl<V: Evictable> BoundedMap<V> {
         visit: impl FnOnce(&mut V) -> R,
     ) -> Option<R> {
         if let Some(slot) = self.entries.get_mut(key) {
-            if now.saturating_duration_since(slot.last_used) >= self.idle
-                && slot.value.evictable(now, true)
-            {
+            if idle_since(slot.last_used, self.idle, now) && slot.value.evictable(now, true) {
                 let old = std::mem::replace(&mut slot.value, make());
                 if let Some(evicted) = &mut self.evicted {
                     evicted.push((key.into(), old));
@@ -160,9 +158,8 @@ impl<V: Evictable> BoundedMap<V> {
     /// this now and then; inserts into a full map call it anyway.
     pub(crate) fn sweep(&mut self, now: Instant) {
         let idle = self.idle;
-        let goes = |s: &mut Slot<V>| {
-            now.saturating_duration_since(s.last_used) >= idle && s.value.evictable(now, true)
-        };
+        let goes =
+            |s: &mut Slot<V>| idle_since(s.last_used, idle, now) && s.value.evictable(now, true);
         match &mut self.evicted {
             Some(evicted) => evicted.extend(
                 self.entries
@@ -198,6 +195,14 @@ impl<V: Evictable> BoundedMap<V> {
             }
         }
     }
+}
+
+/// Whether an entry last used at `last_used` has been idle for `idle` at `now`. An addition
+/// and a comparison: measuring the time since `last_used` costs a subtraction and its
+/// normalisation on every visit (the pool asks the same of its idle connections). An idle
+/// period too long for an instant never passes; a zero one always has.
+pub(crate) fn idle_since(last_used: Instant, idle: Duration, now: Instant) -> bool {
+    idle.is_zero() || last_used.checked_add(idle).is_some_and(|at| now >= at)
 }
 
 #[cfg(test)]

@@ -33,6 +33,28 @@ pub(crate) struct Buckets<T> {
     /// The total of the buckets inside the window as seen from bucket number `at`; `at` is
     /// `EMPTY` when no total is kept.
     total: Slot<T>,
+    /// The bucket the clock was last in: its number and the instants it covers (`from`
+    /// included, `until` not). A call in the same bucket compares two instants instead of
+    /// measuring the time since `epoch` again (a subtraction and a division per call).
+    last: Last,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Last {
+    index: u64,
+    from: Instant,
+    until: Instant,
+}
+
+impl Last {
+    /// Covers no instant: the next call measures.
+    fn none(at: Instant) -> Self {
+        Last {
+            index: EMPTY,
+            from: at,
+            until: at,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +82,7 @@ impl<T: Tally> Buckets<T> {
             width: nanos(window / BUCKETS as u32).max(1),
             window,
             total: empty,
+            last: Last::none(now),
         }
     }
 
@@ -81,7 +104,7 @@ impl<T: Tally> Buckets<T> {
     /// Adds `value` to the bucket of `now` (emptied first if it still held an older bucket's
     /// values), and to the kept total when that bucket counts in it.
     pub(crate) fn add(&mut self, now: Instant, value: T) {
-        let index = self.index(now);
+        let index = self.index_kept(now);
         let slot = &mut self.slots[(index % BUCKETS as u64) as usize];
         if slot.index != index {
             // What the slot held leaves the window: the kept total may have counted it.
@@ -98,7 +121,7 @@ impl<T: Tally> Buckets<T> {
     /// The total of the buckets inside the window at `now`, kept for the next call in the
     /// same bucket.
     pub(crate) fn total(&mut self, now: Instant) -> T {
-        let index = self.index(now);
+        let index = self.index_kept(now);
         if self.total.index != index {
             self.total = Slot {
                 index,
@@ -122,6 +145,32 @@ impl<T: Tally> Buckets<T> {
             }
         }
         acc
+    }
+
+    /// [`Self::index`], kept for the calls that follow in the same bucket.
+    fn index_kept(&mut self, now: Instant) -> u64 {
+        let last = self.last;
+        if last.from <= now && now < last.until {
+            return last.index;
+        }
+        let index = self.index(now);
+        // The bucket's bounds; none kept when `now` is before the epoch (bucket 0 then
+        // covers it without starting at it) or a bound does not fit in an instant.
+        let from = Duration::from_nanos(index.saturating_mul(self.width));
+        self.last = match self.epoch.checked_add(from) {
+            Some(start) if start <= now => {
+                match start.checked_add(Duration::from_nanos(self.width)) {
+                    Some(until) => Last {
+                        index,
+                        from: start,
+                        until,
+                    },
+                    None => Last::none(now),
+                }
+            }
+            _ => Last::none(now),
+        };
+        index
     }
 
     fn index(&self, now: Instant) -> u64 {
@@ -225,6 +274,24 @@ mod tests {
                     b.add(now, value);
                 }
                 prop_assert_eq!(b.total(now), b.sum(now));
+            }
+        }
+
+        /// The kept bucket number is the one measured from the epoch, whichever way the
+        /// clock steps (back before the epoch too) and whatever the bucket's width.
+        #[test]
+        fn the_kept_bucket_is_the_measured_one(
+            width_ns in 1u64..5_000_000,
+            steps in proptest::collection::vec((0u64..20_000_000, any::<bool>()), 1..200),
+        ) {
+            let t0 = Instant::now() + Duration::from_millis(100);
+            let mut b = Buckets::<u32>::new(Duration::from_nanos(width_ns * 10), t0);
+            let mut clock = 100_000_000u64;
+            for (step, back) in steps {
+                clock = if back { clock.saturating_sub(step) } else { clock + step };
+                let now = t0 - Duration::from_millis(100) + Duration::from_nanos(clock);
+                prop_assert_eq!(b.index_kept(now), b.index(now));
+                prop_assert_eq!(b.index_kept(now), b.index(now), "asked again");
             }
         }
     }

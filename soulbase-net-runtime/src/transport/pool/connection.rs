@@ -4,11 +4,12 @@
 
 use std::{
     future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
     },
-    task::Poll,
+    task::{Context, Poll},
 };
 
 use hyper::client::conn::http1;
@@ -38,35 +39,50 @@ pub(super) fn spawn_connection<F>(
     });
 }
 
-/// Waits for the answer to a request handed to the HTTP/1.1 connection `tx`, and gives `tx`
-/// back unless the connection closed meanwhile. A request that hyper's channel caught as the
-/// connection ended (see the module docs) is handed back only when its last sender is gone,
-/// and `tx` is the only one: so when the connection says it closed, `tx` is dropped and the
-/// wait goes on for the request to come back.
-pub(super) async fn watch_h1<F: Future, B: RequestBody>(
+pin_project_lite::pin_project! {
+    /// Waits for the answer to a request handed to the HTTP/1.1 connection `tx`, and gives
+    /// `tx` back unless the connection closed meanwhile. A request that hyper's channel caught
+    /// as the connection ended (see the module docs) is handed back only when its last sender
+    /// is gone, and `tx` is the only one: so when the connection says it closed, `tx` is
+    /// dropped and the wait goes on for the request to come back.
+    ///
+    /// A future of its own rather than an `async fn`: that one's state held the sent future
+    /// twice (as its argument and pinned in its body), and each request paid the moves
+    /// between them.
+    pub(super) struct WatchH1<F, B> {
+        #[pin]
+        sent: F,
+        tx: Option<http1::SendRequest<B>>,
+    }
+}
+
+/// Watches `sent`, the answer to a request handed to `tx` (see [`WatchH1`]).
+pub(super) fn watch_h1<F: Future, B: RequestBody>(
     sent: F,
     tx: http1::SendRequest<B>,
-) -> (F::Output, Option<http1::SendRequest<B>>) {
-    let mut sent = std::pin::pin!(sent);
-    let mut tx = Some(tx);
-    let out = std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = sent.as_mut().poll(cx) {
-            return Poll::Ready(out);
+) -> WatchH1<F, B> {
+    WatchH1 { sent, tx: Some(tx) }
+}
+
+impl<F: Future, B: RequestBody> Future for WatchH1<F, B> {
+    type Output = (F::Output, Option<http1::SendRequest<B>>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(out) = this.sent.poll(cx) {
+            return Poll::Ready((out, this.tx.take()));
         }
         // Pending until the connection wants a request again (after this one's answer) or
         // closes; ready with an error only when it closed.
-        let closed = tx
-            .as_mut()
-            .is_some_and(|t| matches!(t.poll_ready(cx), Poll::Ready(Err(_))));
+        let closed =
+            (this.tx.as_mut()).is_some_and(|t| matches!(t.poll_ready(cx), Poll::Ready(Err(_))));
         if closed {
             // The channel goes with `tx`, handing back a request it still held; the poll
             // above registered for its answer.
-            tx = None;
+            *this.tx = None;
         }
         Poll::Pending
-    })
-    .await;
-    (out, tx)
+    }
 }
 
 /// The error of a request the connection handed back unwritten (it closed first) when it

@@ -238,12 +238,12 @@ impl<B: RequestBody> Shared<B> {
                 let mut state = origin.state.lock();
                 self.retain_idle(&mut state, |idle| {
                     !idle.tx.is_closed()
-                        && now.saturating_duration_since(idle.since) < timeout
+                        && !crate::resilience::idle_since(idle.since, timeout, now)
                         && !self.too_old(idle.facts.born, now)
                 });
                 if let Some(h2) = &state.h2 {
                     if h2.tx.is_closed()
-                        || (h2.is_idle() && now.saturating_duration_since(h2.used) >= timeout)
+                        || (h2.is_idle() && crate::resilience::idle_since(h2.used, timeout, now))
                         || self.too_old(h2.born, now)
                     {
                         self.set_h2(&mut state, None);
