@@ -112,6 +112,13 @@ pub(crate) fn version_label(version: Option<Version>) -> &'static str {
 
 /// The scheme as a label: `http`, `https` or [`OTHER`].
 pub(crate) fn scheme_label(scheme: &str) -> &'static str {
+    // The client's events carry the scheme in lower case: two compares, not a case-blind
+    // walk over the bytes.
+    match scheme {
+        "https" => return "https",
+        "http" => return "http",
+        _ => {}
+    }
     if scheme.eq_ignore_ascii_case("https") {
         "https"
     } else if scheme.eq_ignore_ascii_case("http") {
@@ -243,6 +250,21 @@ folded_hash!(RuleLabels { rule });
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schemes_are_labelled_whatever_their_case() {
+        for (scheme, label) in [
+            ("https", "https"),
+            ("http", "http"),
+            ("HTTPS", "https"),
+            ("Http", "http"),
+            ("ws", OTHER),
+            ("httpx", OTHER),
+            ("", OTHER),
+        ] {
+            assert_eq!(scheme_label(scheme), label, "{scheme}");
+        }
+    }
 
     fn request(host: &str, outcome: &'static str) -> RequestLabels {
         RequestLabels {
