@@ -89,6 +89,7 @@ impl Inner {
             // thinned in `hedged`, like retries).
             let schedule = HedgeSchedule::new(&policy.hedge, replayable, None)
                 .map(|s| s.stretched(self.slo.factors(call.host(), &policy.slo)));
+            let hedged = schedule.is_some();
             let result = match schedule {
                 // Boxed: a rare path whose future would otherwise enlarge every call's.
                 Some(schedule) => {
@@ -158,12 +159,24 @@ impl Inner {
                 Ok(res) => Outcome::Response(res.status),
                 Err(e) => Outcome::Error(e.kind()),
             };
-            // The clock is read when something takes the attempt's end: the breaker, the SLO
-            // controller, or the retry decision of an attempt that did not succeed.
-            // Read once.
+            // The attempt's end and length, for whoever takes them: the breaker, the SLO
+            // controller, or the retry decision of an attempt that did not succeed. Worked
+            // out once, and only then. A response of a single attempt carries its length
+            // already: its first-byte time runs from `began` to its head, where the attempt
+            // ended. Otherwise (an error, a hedged group whose copies began later) the clock
+            // is read.
             let clock = || {
-                let ended = Instant::now();
-                (ended, ended.saturating_duration_since(began))
+                let answered = match &result {
+                    Ok(res) if !hedged => {
+                        let took = res.elapsed.ttfb();
+                        began.checked_add(took).map(|ended| (ended, took))
+                    }
+                    _ => None,
+                };
+                answered.unwrap_or_else(|| {
+                    let ended = Instant::now();
+                    (ended, ended.saturating_duration_since(began))
+                })
             };
             let mut read = None;
             if result
