@@ -25,7 +25,7 @@ use tracing::{field::Empty as Unset, Span};
 use url::Url;
 
 use super::span::in_span;
-use super::urls::{host_of, host_span, shown_url};
+use super::urls::{host_span, shown_url};
 use super::{body::OwnedInfo, Inner};
 use crate::resilience::LimitPermit;
 
@@ -235,10 +235,12 @@ impl Inner {
             };
             let view = self.resolver.view();
             let policy_key = req.policy_key.clone();
+            // Found once: the policy's host here, the call's host label below.
+            let host = host_span(&url);
             let Some(policy) = self.policy_for(
                 view.as_ref(),
                 req.tenant.as_deref(),
-                host_of(&url),
+                url.as_str().get(host.clone()).unwrap_or_default(),
                 policy_key.as_deref(),
             ) else {
                 let e = unknown_policy_key(policy_key.as_deref().unwrap_or_default())
@@ -257,7 +259,7 @@ impl Inner {
                     } else {
                         "http"
                     },
-                    host: host_span(&url),
+                    host,
                     target: url.clone(),
                     tenant: req.tenant.clone(),
                     // Only events show it: without an observer nobody would read it.
