@@ -342,8 +342,8 @@ impl Interceptor for IdempotencyKey {
         self.before_now(req)
     }
 
-    /// What `before` does: the key is made without waiting (the shared store is asked in `respond`), so the client calls it in place (see
-    /// [`Hooks::BEFORE_NOW`]).
+    /// What `before` does: the key is made without waiting (a shared store is asked in
+    /// `respond`), so the client calls it in place (see [`Hooks::BEFORE_NOW`]).
     fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
         if !applies(req) {
             return Ok(());

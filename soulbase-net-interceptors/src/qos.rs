@@ -324,8 +324,8 @@ impl Interceptor for QosBytes {
         self.before_now(req)
     }
 
-    /// What `before` does: the reservation waits for nothing, so the client calls it in place (see
-    /// [`Hooks::BEFORE_NOW`]).
+    /// What `before` does: the reservation waits for nothing, so the client calls it in
+    /// place (see [`Hooks::BEFORE_NOW`]).
     fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
         let tenant = req.tenant.clone().unwrap_or_default();
         let host = Url::parse(&req.url)

@@ -145,6 +145,18 @@ fn tags_of(srv: &FaultServer, path: &str) -> Vec<http::HeaderValue> {
     request.headers.get_all("x-tags").iter().cloned().collect()
 }
 
+/// A server echoing `/i` (and answering `/refused`, which `Now` refuses before it is sent),
+/// and an empty log of hooks.
+async fn echo_and_log() -> (FaultServer, Arc<parking_lot::Mutex<Vec<String>>>) {
+    let srv = FaultServer::http1()
+        .route("/i", Reply::echo())
+        .route("/refused", Reply::ok("never"))
+        .start()
+        .await
+        .unwrap();
+    (srv, Arc::new(parking_lot::Mutex::new(Vec::new())))
+}
+
 /// Records the order of hooks.
 struct Tag(&'static str, Arc<parking_lot::Mutex<Vec<String>>>);
 
@@ -172,12 +184,7 @@ impl Interceptor for Tag {
 
 #[tokio::test]
 async fn interceptors_run_before_in_order_and_after_in_reverse() {
-    let srv = FaultServer::http1()
-        .route("/i", Reply::echo())
-        .start()
-        .await
-        .unwrap();
-    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let (srv, log) = echo_and_log().await;
     let h = harness_with(loopback_policy(), |b| {
         b.interceptor(Tag("a", log.clone()))
             .interceptor(Tag("b", log.clone()))
@@ -257,13 +264,7 @@ impl Interceptor for Now {
 
 #[tokio::test]
 async fn a_before_now_hook_runs_in_place_in_its_order_and_its_error_stops_the_call() {
-    let srv = FaultServer::http1()
-        .route("/i", Reply::echo())
-        .route("/refused", Reply::ok("never"))
-        .start()
-        .await
-        .unwrap();
-    let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let (srv, log) = echo_and_log().await;
     let h = harness_with(loopback_policy(), |b| {
         b.interceptor(Tag("a", log.clone()))
             .interceptor(Now(log.clone()))
