@@ -127,7 +127,7 @@ impl<V: Evictable> BoundedMap<V> {
         visit: impl FnOnce(&mut V) -> R,
     ) -> Option<R> {
         if let Some(slot) = self.entries.get_mut(key) {
-            if idle_since(slot.last_used, self.idle, now) && slot.value.evictable(now, true) {
+            if passed(slot.last_used, self.idle, now) && slot.value.evictable(now, true) {
                 let old = std::mem::replace(&mut slot.value, make());
                 if let Some(evicted) = &mut self.evicted {
                     evicted.push((key.into(), old));
@@ -158,8 +158,7 @@ impl<V: Evictable> BoundedMap<V> {
     /// this now and then; inserts into a full map call it anyway.
     pub(crate) fn sweep(&mut self, now: Instant) {
         let idle = self.idle;
-        let goes =
-            |s: &mut Slot<V>| idle_since(s.last_used, idle, now) && s.value.evictable(now, true);
+        let goes = |s: &mut Slot<V>| passed(s.last_used, idle, now) && s.value.evictable(now, true);
         match &mut self.evicted {
             Some(evicted) => evicted.extend(
                 self.entries
@@ -197,17 +196,30 @@ impl<V: Evictable> BoundedMap<V> {
     }
 }
 
-/// Whether an entry last used at `last_used` has been idle for `idle` at `now`. An addition
-/// and a comparison: measuring the time since `last_used` costs a subtraction and its
-/// normalisation on every visit (the pool asks the same of its idle connections). An idle
-/// period too long for an instant never passes; a zero one always has.
-pub(crate) fn idle_since(last_used: Instant, idle: Duration, now: Instant) -> bool {
-    idle.is_zero() || last_used.checked_add(idle).is_some_and(|at| now >= at)
+/// Whether `period` has passed since `since` at `now`: an entry idle for its idle period, a
+/// pooled connection idle past its timeout or past its lifetime. An addition and a
+/// comparison: measuring the time since `since` costs a subtraction and its normalisation on
+/// every visit. A period too long for an instant never passes; a zero one always has.
+pub(crate) fn passed(since: Instant, period: Duration, now: Instant) -> bool {
+    period.is_zero() || since.checked_add(period).is_some_and(|at| now >= at)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_period_has_passed_from_its_end_on() {
+        let t0 = Instant::now();
+        let second = Duration::from_secs(1);
+        assert!(!passed(t0, second, t0 + Duration::from_millis(999)));
+        assert!(passed(t0, second, t0 + second));
+        assert!(passed(t0, second, t0 + Duration::from_secs(5)));
+        // Zero has always passed, even for a `since` after `now`; no instant holds the end
+        // of the longest period, so it never does.
+        assert!(passed(t0 + second, Duration::ZERO, t0));
+        assert!(!passed(t0, Duration::MAX, t0 + Duration::from_secs(3_600)));
+    }
 
     #[derive(Debug)]
     struct Pinned(bool);

@@ -63,7 +63,7 @@ pub(crate) use self::dynamic::attempt_timeout;
 pub(crate) use self::freeze::Freezer;
 pub(crate) use self::hedge::HedgeSchedule;
 pub(crate) use self::histogram::LatencyHistogram;
-pub(crate) use self::keymap::idle_since;
+pub(crate) use self::keymap::passed;
 pub(crate) use self::latency::LatencyWindow;
 pub use self::limiter::{AimdLimit, AimdLimitPermit};
 pub(crate) use self::limiter::{LimitPermit, Limiter};

@@ -172,7 +172,7 @@ impl<B: RequestBody> Shared<B> {
         }
         while let Some(idle) = self.pop_idle(state) {
             if idle.tx.is_closed()
-                || crate::resilience::idle_since(idle.since, self.cfg.idle_timeout, now)
+                || crate::resilience::passed(idle.since, self.cfg.idle_timeout, now)
                 || self.too_old(idle.facts.born, now)
             {
                 continue;

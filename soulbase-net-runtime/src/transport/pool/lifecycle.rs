@@ -180,7 +180,7 @@ impl<B: RequestBody> Shared<B> {
     pub(super) fn too_old(&self, born: Instant, now: Instant) -> bool {
         self.cfg
             .max_lifetime
-            .is_some_and(|max| now.saturating_duration_since(born) >= max)
+            .is_some_and(|max| crate::resilience::passed(born, max, now))
     }
 
     /// Starts the reaper unless it runs: every idle timeout (or maximum lifetime, when
@@ -238,12 +238,12 @@ impl<B: RequestBody> Shared<B> {
                 let mut state = origin.state.lock();
                 self.retain_idle(&mut state, |idle| {
                     !idle.tx.is_closed()
-                        && !crate::resilience::idle_since(idle.since, timeout, now)
+                        && !crate::resilience::passed(idle.since, timeout, now)
                         && !self.too_old(idle.facts.born, now)
                 });
                 if let Some(h2) = &state.h2 {
                     if h2.tx.is_closed()
-                        || (h2.is_idle() && crate::resilience::idle_since(h2.used, timeout, now))
+                        || (h2.is_idle() && crate::resilience::passed(h2.used, timeout, now))
                         || self.too_old(h2.born, now)
                     {
                         self.set_h2(&mut state, None);
