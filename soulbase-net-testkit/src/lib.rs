@@ -34,7 +34,8 @@
 //!   restarted at will) for tests of state a fleet shares; [`RedisCluster`] (three masters)
 //!   and [`RedisSentinel`] (a master found through a sentinel) likewise.
 //! - [`LatencyRelay`]: a TCP relay that holds each chunk a client sends for a random delay,
-//!   so that each instance of a fleet sees its own store latency.
+//!   so that each instance of a fleet sees its own store latency; or each chunk of the
+//!   answers, so that a test can act between a request's effect and its answer.
 //! - [`PostgresServer`]: a throwaway PostgreSQL cluster on a free loopback port, for the
 //!   outbox's fleet store; stopped, paused, restarted (data kept) at will.
 //! - [`TestNet`]: a MockDns and a CertKit together, with the policy patch (TOML, for

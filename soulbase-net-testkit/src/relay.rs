@@ -1,5 +1,6 @@
 //! [`LatencyRelay`]: a TCP relay that adds latency to what a client sends, for tests of a
-//! client of a shared store (Redis, PostgreSQL) whose answers come late.
+//! client of a shared store (Redis, PostgreSQL) whose answers come late; or to what the
+//! upstream sends back, for tests that act while an answer is on its way.
 //!
 //! Why a relay and not a paused server: a paused Redis is late for every instance at once, so
 //! every instance falls back together; a relay per instance makes each one see its own
@@ -67,6 +68,30 @@ impl LatencyRelay {
         delay: RangeInclusive<Duration>,
         seed: u64,
     ) -> std::io::Result<Self> {
+        Self::spawn(upstream, delay, seed, Held::Requests).await
+    }
+
+    /// Starts a relay to `upstream` that holds what the upstream sends back instead: each
+    /// chunk of an answer is delayed as [`start`](Self::start) delays a request, and what a
+    /// client sends passes at once. The upstream has acted on a request while its answer is
+    /// still held: a test can stop a client in that window.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn answers(
+        upstream: SocketAddr,
+        delay: RangeInclusive<Duration>,
+        seed: u64,
+    ) -> std::io::Result<Self> {
+        Self::spawn(upstream, delay, seed, Held::Answers).await
+    }
+
+    async fn spawn(
+        upstream: SocketAddr,
+        delay: RangeInclusive<Duration>,
+        seed: u64,
+        held: Held,
+    ) -> std::io::Result<Self> {
         if !upstream.ip().is_loopback() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -89,7 +114,7 @@ impl LatencyRelay {
                     low,
                     high,
                 };
-                conns.spawn(relay(client, upstream, draws, counted.clone()));
+                conns.spawn(relay(client, upstream, draws, counted.clone(), held));
                 // Connections that ended are reaped as new ones come.
                 while conns.try_join_next().is_some() {}
             }
@@ -106,7 +131,8 @@ impl LatencyRelay {
         self.addr
     }
 
-    /// Chunks passed to the upstream so far (each one delayed).
+    /// Chunks passed on so far, each one delayed: to the upstream, or back from it for a
+    /// relay started with [`answers`](Self::answers).
     pub fn chunks(&self) -> u64 {
         self.chunks.load(Ordering::Relaxed)
     }
@@ -133,32 +159,63 @@ impl Draws {
     }
 }
 
+/// Which direction of a connection the relay holds.
+#[derive(Clone, Copy)]
+enum Held {
+    Requests,
+    Answers,
+}
+
 /// Relays one connection until either side closes.
-async fn relay(client: TcpStream, upstream: SocketAddr, mut draws: Draws, chunks: Arc<AtomicU64>) {
+async fn relay(
+    client: TcpStream,
+    upstream: SocketAddr,
+    draws: Draws,
+    chunks: Arc<AtomicU64>,
+    held: Held,
+) {
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
     let _ = (client.set_nodelay(true), server.set_nodelay(true));
-    let (mut client_rx, mut client_tx) = client.into_split();
-    let (mut server_rx, mut server_tx) = server.into_split();
-    let up = async {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match client_rx.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            tokio::time::sleep(draws.next()).await;
-            if server_tx.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-            chunks.fetch_add(1, Ordering::Relaxed);
+    let (client_rx, client_tx) = client.into_split();
+    let (server_rx, server_tx) = server.into_split();
+    match held {
+        Held::Requests => tokio::join!(
+            delayed(client_rx, server_tx, draws, &chunks),
+            passed(server_rx, client_tx)
+        ),
+        Held::Answers => tokio::join!(
+            passed(client_rx, server_tx),
+            delayed(server_rx, client_tx, draws, &chunks)
+        ),
+    };
+}
+
+/// Copies `rx` to `tx`, each chunk held for its draw, until `rx` ends; then closes `tx`.
+async fn delayed(
+    mut rx: tokio::net::tcp::OwnedReadHalf,
+    mut tx: tokio::net::tcp::OwnedWriteHalf,
+    mut draws: Draws,
+    chunks: &AtomicU64,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        tokio::time::sleep(draws.next()).await;
+        if tx.write_all(&buf[..n]).await.is_err() {
+            break;
         }
-        let _ = server_tx.shutdown().await;
-    };
-    let down = async {
-        let _ = tokio::io::copy(&mut server_rx, &mut client_tx).await;
-        let _ = client_tx.shutdown().await;
-    };
-    tokio::join!(up, down);
+        chunks.fetch_add(1, Ordering::Relaxed);
+    }
+    let _ = tx.shutdown().await;
+}
+
+/// Copies `rx` to `tx` at once until `rx` ends; then closes `tx`.
+async fn passed(mut rx: tokio::net::tcp::OwnedReadHalf, mut tx: tokio::net::tcp::OwnedWriteHalf) {
+    let _ = tokio::io::copy(&mut rx, &mut tx).await;
+    let _ = tx.shutdown().await;
 }

@@ -129,6 +129,8 @@ pub struct AgentHandle {
     root: CancellationToken,
     /// Cancelled, the claim loop stops.
     stop_claiming: CancellationToken,
+    /// The claim loop: `shutdown` waits for it to end before it judges the agent idle.
+    claimer: Option<JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     registration: RegisterResponse,
 }
@@ -213,15 +215,16 @@ pub async fn start(config: AgentConfig) -> Result<AgentHandle, NetError> {
     let root = CancellationToken::new();
     let stop_claiming = CancellationToken::new();
     tasks.push(tokio::spawn(heartbeat_loop(shared.clone())));
-    tasks.push(tokio::spawn(claim_loop(
+    let claimer = tokio::spawn(claim_loop(
         shared.clone(),
         root.clone(),
         stop_claiming.clone(),
-    )));
+    ));
     Ok(AgentHandle {
         shared,
         root,
         stop_claiming,
+        claimer: Some(claimer),
         tasks,
         registration,
     })
@@ -279,10 +282,11 @@ async fn claim_loop(shared: Arc<Shared>, root: CancellationToken, stop: Cancella
         }
         let sent = Instant::now();
         let request = ClaimRequest { capacity };
-        let answer = tokio::select! {
-            () = stop.cancelled() => break,
-            answer = shared.client.claim(&request) => answer,
-        };
+        // A claim in flight is not given up when the agent stops: the control plane may have
+        // leased tasks to it already, and dropping its answer would leave them held, unknown
+        // to anyone, until their leases run out. Its leases are queued and run as any other
+        // (`shutdown` waits for this loop first); `kill` aborts the loop, answer and all.
+        let answer = shared.client.claim(&request).await;
         let wait = match answer {
             Ok(batch) if batch.leases.is_empty() => backoff.next_delay(),
             Ok(batch) => {
@@ -558,12 +562,17 @@ impl AgentHandle {
         self.shared.dispatcher.free()
     }
 
-    /// Stops claiming, lets the probes running and queued finish and their reports be
-    /// acknowledged, within `grace`; then stops everything (what is left is cancelled and
-    /// unreported, its leases run out at the control plane).
-    pub async fn shutdown(self, grace: Duration) {
+    /// Stops claiming (a claim in flight is answered, and its leases are queued), lets the
+    /// probes running and queued finish and their reports be acknowledged, within `grace`;
+    /// then stops everything (what is left is cancelled and unreported, its leases run out at
+    /// the control plane).
+    pub async fn shutdown(mut self, grace: Duration) {
         self.stop_claiming.cancel();
         let deadline = Instant::now() + grace;
+        if let Some(claimer) = self.claimer.as_mut() {
+            // Ends at the next turn of the loop, or when the claim in flight is answered.
+            let _ = tokio::time::timeout_at(deadline, claimer).await;
+        }
         let ctx = self.shared.dispatcher.ctx.clone();
         loop {
             let changed = ctx.changed.notified();
@@ -592,7 +601,7 @@ impl AgentHandle {
 
     fn abort(&mut self) {
         self.stop_claiming.cancel();
-        for task in self.tasks.drain(..) {
+        for task in self.claimer.take().into_iter().chain(self.tasks.drain(..)) {
             task.abort();
         }
         self.root.cancel();

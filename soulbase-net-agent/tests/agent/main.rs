@@ -133,6 +133,17 @@ async fn done_ok_by(control: &ControlPlane, id: &str, agent: &str) -> TaskResult
     r
 }
 
+/// Checks that task `id` is done already, claimed once and reported once, by `agent`, `Ok`.
+async fn done_once_by(control: &ControlPlane, id: &str, agent: &str) {
+    let v = view(control, id).await;
+    assert_eq!(
+        (v.state, v.claims, v.results),
+        (TaskState::Done, 1, 1),
+        "{v:?}"
+    );
+    done_ok_by(control, id, agent).await;
+}
+
 /// The observation `name` of `result`.
 fn obs<'a>(result: &'a TaskResult, name: &str) -> &'a Observation {
     result

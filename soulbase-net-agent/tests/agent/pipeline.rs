@@ -9,8 +9,8 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 
 use super::{
-    agent_config, control_plane, done, done_ok_by, eventually, loopback_client, obs, start_agent,
-    task, view,
+    agent_config, control_plane, done, done_ok_by, done_once_by, eventually, loopback_client, obs,
+    start_agent, task, view,
 };
 
 fn http(url: String) -> TaskSpec {
@@ -552,6 +552,45 @@ impl Drop for CuttableRelay {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A claim the control plane has answered, its answer still on the way when the agent is
+/// told to stop: `shutdown` waits for the answer, runs the leased probe and reports it. The
+/// answers are held by a relay (1.5 s each), so the stop falls between the lease, recorded
+/// at the control plane, and its answer; given up there, the task would stay leased to an
+/// agent that never knew of it until the lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_answered_while_the_agent_stops_is_run_and_reported() {
+    use soulbase_net_agent::control::{ControlConfig, ControlPlane};
+    use soulbase_net_testkit::LatencyRelay;
+
+    let mock = MockDns::start().await.unwrap();
+    mock.set_ips("late.test", &["127.0.0.1".parse().unwrap()], 60);
+    // Heartbeats come every 1.5 s through the relay: stale only after 3 × 2 s.
+    let control = ControlPlane::start(
+        ControlConfig::default()
+            .lease(Duration::from_secs(30))
+            .heartbeat_every(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let hold = Duration::from_millis(1500);
+    let relay = LatencyRelay::answers(control.addr(), hold..=hold, 1)
+        .await
+        .unwrap();
+    let mut config = agent_config(&control, "agent-late", mock.addr());
+    config.control_plane = format!("http://{}", relay.addr());
+    let a = agent::start(config).await.unwrap();
+    task(&control, "late-dns", dns("late.test", &[DnsRecordType::A])).await;
+    held_by(&control, "the task leased", &["late-dns"], "agent-late").await;
+    assert_eq!(a.stats().claimed, 0, "the claim's answer is still held");
+
+    a.shutdown(Duration::from_secs(10)).await;
+    done_once_by(&control, "late-dns", "agent-late").await;
+    assert!(
+        relay.chunks() >= 3,
+        "registration, claim and report answered through the relay"
+    );
 }
 
 /// A lease the agent cannot extend (the network to the control plane is cut) runs out on

@@ -1,11 +1,12 @@
 use std::time::Duration;
 
-use soulbase_net_agent::protocol::{DnsRecordType, ReportStatus, TaskSpec, TaskState};
+use soulbase_net_agent::protocol::{DnsRecordType, TaskSpec, TaskState};
 use soulbase_net_testkit::MockDns;
 use tokio::time::Instant;
 
 use super::{
-    binary, control_plane, done, done_ok_by, eventually, loopback_client, start_agent, task, view,
+    binary, control_plane, done_ok_by, done_once_by, eventually, loopback_client, start_agent,
+    task, view,
 };
 
 /// The agent binary, configured by the seed's variables, holds a slow DNS probe's lease past
@@ -192,18 +193,7 @@ async fn an_agent_process_stops_gracefully_on_sigterm() {
     let took = sent.elapsed();
     assert!(status.success(), "exit status after SIGTERM: {status}");
     // The in-flight probe's report was delivered before the process exited.
-    let v = view(&control, "held-dns").await;
-    assert_eq!(
-        (v.state, v.claims, v.results),
-        (TaskState::Done, 1, 1),
-        "{v:?}"
-    );
-    let r = done(&control, "held-dns").await;
-    assert_eq!(
-        (r.agent_id.as_str(), r.status),
-        ("term-agent", ReportStatus::Ok),
-        "{r:?}"
-    );
+    done_once_by(&control, "held-dns", "term-agent").await;
     assert!(
         took < hold + Duration::from_secs(8),
         "exited {took:?} after SIGTERM"
