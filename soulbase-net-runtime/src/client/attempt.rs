@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tracing::{field::Empty as Unset, Span};
 use url::Url;
 
-use super::send::{record_outcome, Call};
+use super::send::{record_outcome, Answer, Call};
 use super::span::in_span;
 use super::urls::{host_of, shown_url};
 use super::{
@@ -49,7 +49,7 @@ impl Inner {
         attempt: u32,
         hedge: bool,
         began: Instant,
-    ) -> Result<NetResponse, NetError> {
+    ) -> Answer {
         let span = attempt_span(call, url, attempt, hedge);
         // The `on_attempt` hooks run inside the attempt's span, so that what they take from
         // the current span (TraceUa's `traceparent` under OpenTelemetry) is this attempt's.
@@ -130,7 +130,7 @@ impl Inner {
         limit: Duration,
         attempt: u32,
         began: Instant,
-    ) -> impl Future<Output = Result<NetResponse, NetError>> + Send + 'a {
+    ) -> impl Future<Output = Answer> + Send + 'a {
         async move {
             let timeouts = call.timeouts;
             let transport = self.transports.get(call.policy)?;
@@ -244,7 +244,7 @@ impl Inner {
             } else {
                 limited.map_err(counted).boxed_unsync()
             };
-            Ok(NetResponse {
+            Ok(Box::new(NetResponse {
                 status: parts.status,
                 content_type: parts
                     .headers
@@ -264,7 +264,7 @@ impl Inner {
                 attempts: 1,
                 url: url.as_str().to_owned(),
                 version: parts.version,
-            })
+            }))
         }
     }
 

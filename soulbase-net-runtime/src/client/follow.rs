@@ -4,11 +4,11 @@
 use std::{borrow::Cow, sync::Arc};
 
 use http::header;
-use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse};
+use soulbase_net_core::{Body, NetEvent, NetRequest};
 use soulbase_net_policy::NetPolicy;
 use url::Url;
 
-use super::send::{unknown_policy_key, Attempts, Call};
+use super::send::{unknown_policy_key, Answer, Attempts, Call};
 use super::urls::{host_of, shown_url};
 use super::Inner;
 use crate::{
@@ -35,7 +35,7 @@ impl Inner {
         call: &Call<'_>,
         attempts: &mut Attempts,
         mut keep: Option<&mut Kept>,
-    ) -> Result<NetResponse, NetError> {
+    ) -> Answer {
         let policy = call.policy;
         // Only retries and hedges spend from the budget: without either, nothing is kept.
         let spends = policy.retry.enabled || policy.hedge.enabled;
@@ -140,7 +140,7 @@ impl Inner {
         call: Call<'_>,
         budget: &str,
         attempts: &mut Attempts,
-    ) -> Result<NetResponse, NetError> {
+    ) -> Answer {
         let host = call.host();
         let permit = match self
             .slot(host, None, &call.policy.limits, &call.policy.slo, &call)

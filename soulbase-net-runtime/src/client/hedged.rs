@@ -3,11 +3,11 @@
 
 use std::{future::Future, pin::Pin, task::Poll, time::Duration};
 
-use soulbase_net_core::{NetError, NetRequest, NetResponse, Phase};
+use soulbase_net_core::{NetError, NetRequest, Phase};
 use tokio::time::Instant;
 use url::Url;
 
-use super::send::{Attempts, Call};
+use super::send::{Answer, Attempts, Call};
 use super::Inner;
 use crate::resilience::HedgeSchedule;
 
@@ -31,8 +31,8 @@ impl Inner {
         attempts: &mut Attempts,
         schedule: HedgeSchedule,
         budget: &str,
-    ) -> Result<NetResponse, NetError> {
-        type Attempt<'f> = Pin<Box<dyn Future<Output = Result<NetResponse, NetError>> + Send + 'f>>;
+    ) -> Answer {
+        type Attempt<'f> = Pin<Box<dyn Future<Output = Answer> + Send + 'f>>;
         let time_left = call.deadline.saturating_duration_since(Instant::now());
         let starts: Vec<Duration> = schedule.starts_within(time_left, limit).collect();
         let mut copies: Vec<NetRequest> = Vec::with_capacity(starts.len() + 1);
@@ -52,7 +52,7 @@ impl Inner {
                 self.attempt(first, url, call, limit, n, false, began),
             ));
         }
-        let mut last: Option<Result<NetResponse, NetError>> = None;
+        let mut last: Option<Answer> = None;
         let mut hedges = 0usize;
         let mut next_start = starts.first().map(|d| began + *d);
         let mut timer = Box::pin(tokio::time::sleep_until(

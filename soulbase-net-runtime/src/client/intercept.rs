@@ -7,22 +7,17 @@ use std::sync::{atomic::Ordering, Arc};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method};
-use soulbase_net_core::{Body, NetError, NetEvent, NetRequest, NetResponse};
+use soulbase_net_core::{Body, NetError, NetEvent, NetRequest};
 use soulbase_net_policy::DeliveryPolicy;
 use url::Url;
 
 use super::chain::Before;
-use super::send::{record_trace, Attempts, Call, Processing};
+use super::send::{record_trace, Answer, Attempts, Call, Processing};
 use super::Inner;
 
 impl Inner {
     /// Interceptors and the attempt; `after` or `on_error` at the end.
-    pub(super) async fn run(
-        &self,
-        req: &mut NetRequest,
-        url: Arc<Url>,
-        call: &Call<'_>,
-    ) -> Result<NetResponse, NetError> {
+    pub(super) async fn run(&self, req: &mut NetRequest, url: Arc<Url>, call: &Call<'_>) -> Answer {
         // What `before` may change that the parsed URL depends on, as a fingerprint (a
         // copy of the URL would cost an allocation per call); without interceptors nothing
         // can, and the URL parsed by `send` stands.
@@ -70,7 +65,7 @@ impl Inner {
                     req: call.info(),
                     by: interceptor.name(),
                 });
-                return answer;
+                return answer.map(Box::new);
             }
         }
         processing.stop();

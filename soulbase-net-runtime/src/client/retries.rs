@@ -9,15 +9,13 @@
 use std::borrow::Cow;
 
 use http::header;
-use soulbase_net_core::{
-    parse_retry_after, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
-};
+use soulbase_net_core::{parse_retry_after, ErrorKind, NetEvent, NetRequest, Outcome};
 use soulbase_net_policy::{FreezeOn, Semantics};
 use tokio::time::Instant;
 use url::Url;
 
 use super::replay::{never_sent, TowerCall};
-use super::send::{Attempts, Call};
+use super::send::{Answer, Attempts, Call};
 use super::Inner;
 use crate::resilience::{
     breaker_key, decide, is_failure, AttemptEnd, FastRand, HedgeSchedule, RetryDecision, Sample,
@@ -34,7 +32,7 @@ impl Inner {
         call: &Call<'_>,
         budget: &str,
         attempts: &mut Attempts,
-    ) -> Result<NetResponse, NetError> {
+    ) -> Answer {
         let policy = call.policy;
         // Read before the first attempt: a stream body is taken by it.
         let body_replayable = req.body.is_replayable();
