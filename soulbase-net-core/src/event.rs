@@ -27,6 +27,70 @@ pub trait Observer: Send + Sync {
     fn on_gauges(&self, source: &Arc<dyn GaugeSource>) {
         let _ = source;
     }
+
+    /// Which of the events a client may leave out this observer takes (see [`Takes`]); the
+    /// client builds one of those only when one of its observers takes it. Default: all of
+    /// them, as before the choice existed.
+    fn takes(&self) -> Takes {
+        Takes::ALL
+    }
+}
+
+/// The events an observer may go without: the two that only say that something starts,
+/// which every call emits and which a metrics observer has no use for. Every other event
+/// is delivered to every observer; a client delivers one of these only when some observer
+/// of it takes it ([`Observer::takes`]), and then to every observer, as before.
+///
+/// Why: a client builds each event it emits (its [`RequestInfo`] and all), and an observer
+/// that ignores it still costs the call. Measured, with the metrics observer over
+/// HTTP/1.1: the two events cost about 200 instructions of a call's 33 000.
+///
+/// # Examples
+/// ```
+/// use soulbase_net_core::{NetEvent, Observer, Takes};
+///
+/// struct Finished;
+/// impl Observer for Finished {
+///     fn on_event(&self, event: &NetEvent<'_>) {
+///         if let NetEvent::RequestFinished { outcome, .. } = event {
+///             let _ = outcome;
+///         }
+///     }
+///     fn takes(&self) -> Takes {
+///         Takes::NONE
+///     }
+/// }
+///
+/// assert!(Takes::ALL.contains(Takes::REQUEST_STARTED));
+/// assert!(!Finished.takes().contains(Takes::ATTEMPT_STARTED));
+/// assert_eq!(Takes::NONE | Takes::REQUEST_STARTED, Takes::REQUEST_STARTED);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Takes(u8);
+
+impl Takes {
+    /// None of them: the observer gets only the events every observer gets.
+    pub const NONE: Takes = Takes(0);
+    /// [`NetEvent::RequestStarted`].
+    pub const REQUEST_STARTED: Takes = Takes(1);
+    /// [`NetEvent::AttemptStarted`] of an attempt that is not a hedge; a hedge's is always
+    /// delivered (hedges are counted from it).
+    pub const ATTEMPT_STARTED: Takes = Takes(2);
+    /// All of them.
+    pub const ALL: Takes = Takes(3);
+
+    /// Whether every event of `other` is in `self`.
+    pub const fn contains(self, other: Takes) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Takes {
+    type Output = Takes;
+
+    fn bitor(self, other: Takes) -> Takes {
+        Takes(self.0 | other.0)
+    }
 }
 
 /// State a client keeps whose current value matters more than its changes: read at the
@@ -126,6 +190,10 @@ pub struct NoopObserver;
 
 impl Observer for NoopObserver {
     fn on_event(&self, _event: &NetEvent<'_>) {}
+
+    fn takes(&self) -> Takes {
+        Takes::NONE
+    }
 }
 
 impl<T: Observer + ?Sized> Observer for Arc<T> {
@@ -135,6 +203,10 @@ impl<T: Observer + ?Sized> Observer for Arc<T> {
 
     fn on_gauges(&self, source: &Arc<dyn GaugeSource>) {
         (**self).on_gauges(source);
+    }
+
+    fn takes(&self) -> Takes {
+        (**self).takes()
     }
 }
 

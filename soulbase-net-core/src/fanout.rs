@@ -2,7 +2,7 @@
 
 use std::{fmt, sync::Arc};
 
-use crate::{GaugeSource, NetEvent, Observer};
+use crate::{GaugeSource, NetEvent, Observer, Takes};
 
 /// Forwards each event (and each client's gauge source) to every observer it holds, in the
 /// order they were added. A client given several observers (`ClientBuilder::observer` called
@@ -80,6 +80,13 @@ impl Observer for Fanout {
         for observer in &self.observers {
             observer.on_gauges(source);
         }
+    }
+
+    /// What any of its observers takes.
+    fn takes(&self) -> Takes {
+        self.observers
+            .iter()
+            .fold(Takes::NONE, |takes, observer| takes | observer.takes())
     }
 }
 

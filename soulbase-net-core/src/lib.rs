@@ -53,7 +53,7 @@ pub use crate::error::{
 };
 pub use crate::event::{
     BreakerState, Direction, DnsSource, GaugeReading, GaugeSource, LimitScope, NetEvent,
-    NoopObserver, Observer, OutboxStep, Outcome, RequestInfo, RetireReason,
+    NoopObserver, Observer, OutboxStep, Outcome, RequestInfo, RetireReason, Takes,
 };
 pub use crate::fanout::Fanout;
 pub use crate::interceptor::{Hooks, Interceptor};

@@ -117,15 +117,23 @@ impl Interceptor for TraceUa {
     /// What `before` does: nothing in it waits, so the client calls it in place (see
     /// [`Hooks::BEFORE_NOW`]).
     fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        let new_id = !req.headers.contains_key(&REQUEST_ID);
         // The trace id and flags of the caller's valid `traceparent`, else a new trace; the
         // value then lives in the header, where `on_attempt` finds it for every later attempt.
+        // One entry for both reading and writing it: a custom name's hash reads all its
+        // bytes.
         let mut ids = [0u8; TRACEPARENT_LEN + REQUEST_ID_LEN];
         let (traceparent, request_id) = ids.split_at_mut(TRACEPARENT_LEN);
+        let entry = req.headers.entry(TRACEPARENT);
         if let Some(value) = span_traceparent() {
             // The current span is the parent, its id as it is.
             traceparent.copy_from_slice(&value);
         } else {
-            match req.headers.get(&TRACEPARENT).and_then(valid_traceparent) {
+            let given = match &entry {
+                header::Entry::Occupied(given) => valid_traceparent(given.get()),
+                header::Entry::Vacant(_) => None,
+            };
+            match given {
                 Some(value) => traceparent.copy_from_slice(&value),
                 None => {
                     traceparent[..3].copy_from_slice(b"00-");
@@ -136,15 +144,22 @@ impl Interceptor for TraceUa {
             }
             write_span(traceparent);
         }
-        let new_id = !req.headers.contains_key(&REQUEST_ID);
         if new_id {
             request_id.copy_from_slice(&hex::hex_u128(nonzero_u128()));
         }
         // Both values in one allocation, shared by the two headers (and by the client's
         // copies of them).
         let ids = Bytes::from_owner(ids);
-        req.headers
-            .insert(TRACEPARENT, ascii_value(ids.slice(..TRACEPARENT_LEN)));
+        let value = ascii_value(ids.slice(..TRACEPARENT_LEN));
+        match entry {
+            // Every value of the name goes, as `insert` would have it.
+            header::Entry::Occupied(mut given) => {
+                given.insert(value);
+            }
+            header::Entry::Vacant(slot) => {
+                slot.insert(value);
+            }
+        }
         if new_id {
             req.headers
                 .insert(REQUEST_ID, ascii_value(ids.slice(TRACEPARENT_LEN..)));

@@ -14,7 +14,7 @@ use prometheus_client::{
 };
 use soulbase_net_core::{
     BreakerState, DnsSource, GaugeSource, LimitScope, NetEvent, Observer, OutboxStep, Outcome,
-    RequestInfo,
+    RequestInfo, Takes,
 };
 
 use crate::{
@@ -530,6 +530,12 @@ impl fmt::Debug for Metrics {
 impl Observer for Metrics {
     fn on_gauges(&self, source: &Arc<dyn GaugeSource>) {
         self.gauges.attach(source);
+    }
+
+    /// None of the events that only say something starts: no metric counts them (a hedge's
+    /// start, counted in `net_hedge_total`, comes anyway).
+    fn takes(&self) -> Takes {
+        Takes::NONE
     }
 
     fn on_event(&self, event: &NetEvent<'_>) {

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use soulbase_net_core::{NetEvent, Observer};
+use soulbase_net_core::{NetEvent, Observer, Takes};
 
 /// An [`Observer`] that logs the client's events with `tracing` (INFO), each in the current
 /// span — the call's or the attempt's, since the client reports them from inside those:
@@ -58,6 +58,12 @@ impl fmt::Debug for TracingObserver {
 }
 
 impl Observer for TracingObserver {
+    /// None of the events that only say something starts: the call's and the attempt's
+    /// spans say so already.
+    fn takes(&self) -> Takes {
+        Takes::NONE
+    }
+
     fn on_event(&self, event: &NetEvent<'_>) {
         match *event {
             NetEvent::RetryScheduled {

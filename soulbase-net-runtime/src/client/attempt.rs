@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use soulbase_net_core::{
     recent::{recall, Recent},
     Body, Direction, Elapsed, ErrorKind, NetError, NetEvent, NetRequest, NetResponse, Outcome,
-    Phase, RespBody,
+    Phase, RespBody, Takes,
 };
 use tokio::time::Instant;
 use tracing::{field::Empty as Unset, Span};
@@ -57,11 +57,17 @@ impl Inner {
             for interceptor in &self.interceptors.on_attempt {
                 interceptor.on_attempt(req, attempt);
             }
-            self.emit(|| NetEvent::AttemptStarted {
+            let event = || NetEvent::AttemptStarted {
                 req: call.info(),
                 attempt,
                 hedge,
-            });
+            };
+            // A hedge's start is always told (see `Takes::ATTEMPT_STARTED`).
+            if hedge {
+                self.emit(event);
+            } else {
+                self.emit_taken(Takes::ATTEMPT_STARTED, event);
+            }
         });
         // Boxed: the exchange holds the connection's own futures (hyper's send, the pool's
         // checkout, the first-byte timer), and every layer above an unboxed one (attempt,
@@ -144,7 +150,8 @@ impl Inner {
             // The request is built in a block of its own: moved into the transport's future, it
             // must not keep a slot of its own in this one.
             let request = {
-                let mut http_req = self.http_request(req, url, limits)?;
+                let h2 = transport.pool.expects_h2(url.scheme() == "https");
+                let mut http_req = self.http_request(req, url, limits, h2)?;
                 // Last, after every interceptor: whoever set them, they are not sent.
                 let strip = &call.policy.security.strip_headers;
                 if !strip.is_empty() {
@@ -287,12 +294,14 @@ impl Inner {
             }
     }
 
-    /// The hyper request for one attempt.
+    /// The hyper request for one attempt; `h2`: it is expected to go over HTTP/2 (see
+    /// `attempt_headers`).
     pub(super) fn http_request(
         &self,
         req: &mut NetRequest,
         url: &Url,
         limits: (u64, Duration, Arc<Progress>),
+        h2: bool,
     ) -> Result<Request<ReqBody>, NetError> {
         let uri = request_uri(url).map_err(|e| {
             NetError::invalid_request("url is not a valid request target").with_source(e)
@@ -317,7 +326,7 @@ impl Inner {
         let mut http_req = Request::new(body);
         *http_req.method_mut() = req.method.clone();
         *http_req.uri_mut() = uri;
-        *http_req.headers_mut() = attempt_headers(&req.headers);
+        *http_req.headers_mut() = attempt_headers(&req.headers, h2);
         Ok(http_req)
     }
 }
@@ -376,14 +385,24 @@ fn proxy_auth(transport: &crate::transport::Transport, uri: &http::Uri) -> Optio
         .cloned()
 }
 
-/// The headers one attempt sends: the request's, with room for the `Host` header the pool
-/// adds (a clone of the map has no spare room, and growing it moves every entry), and without
-/// `Proxy-Authorization` — proxy credentials come from the proxy policy and go to the proxy
-/// only; one set on the request would otherwise reach the origin.
-fn attempt_headers(headers: &HeaderMap) -> HeaderMap {
+/// The headers one attempt sends: the request's, without `Proxy-Authorization` — proxy
+/// credentials come from the proxy policy and go to the proxy only; one set on the request
+/// would otherwise reach the origin.
+///
+/// For a request expected to go over HTTP/2 (`h2`) and without proxy credentials (a scan of
+/// the names, nothing hashed), a clone: it keeps every entry's hash, where building the map
+/// again hashes every name again. Over HTTP/1.1 the pool adds `Host`, which would grow a
+/// clone's entries (a clone has no spare room): the map is built with room for it. Measured
+/// per request with the two headers the client adds: the clone saves about 450 instructions
+/// over h2c, and would cost about 400 over HTTP/1.1.
+fn attempt_headers(headers: &HeaderMap, h2: bool) -> HeaderMap {
+    let kept = |name: &header::HeaderName| name != header::PROXY_AUTHORIZATION;
+    if h2 && headers.keys().all(kept) {
+        return headers.clone();
+    }
     let mut out = HeaderMap::with_capacity(headers.len() + 1);
     for (name, value) in headers {
-        if name != header::PROXY_AUTHORIZATION {
+        if kept(name) {
             out.append(name.clone(), value.clone());
         }
     }

@@ -32,7 +32,7 @@ use http::HeaderValue;
 use rustls::pki_types::CertificateDer;
 use soulbase_net_core::{
     Fanout, GaugeSource, Interceptor, NetClient, NetError, NetRequest, NetResponse, NoopObserver,
-    Observer,
+    Observer, Takes,
 };
 use soulbase_net_policy::{NetPolicy, PolicyDocument, PolicyResolver, SnapshotResolver};
 
@@ -156,6 +156,9 @@ struct Inner {
     /// Whether an observer was given: without one, the response body is not wrapped to
     /// count bytes nobody would see.
     observed: bool,
+    /// Which of the events an observer may go without the observers take (none without an
+    /// observer): the others are not built.
+    takes: Takes,
     user_agent: HeaderValue,
     decompress: bool,
     transports: Arc<Transports>,
@@ -704,6 +707,11 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 resolver,
                 interceptors: chain::Chain::new(self.interceptors),
+                takes: if observed {
+                    observer.takes()
+                } else {
+                    Takes::NONE
+                },
                 observer,
                 observed,
                 user_agent: self.user_agent,

@@ -16,7 +16,7 @@ use std::{
 
 use soulbase_net_core::{
     Elapsed, ErrorKind, LimitScope, NetError, NetEvent, NetRequest, NetResponse, Outcome, Phase,
-    RequestInfo,
+    RequestInfo, Takes,
 };
 use soulbase_net_policy::{NetPolicy, PolicyView};
 use tokio::time::Instant;
@@ -218,6 +218,15 @@ impl Inner {
         }
     }
 
+    /// As `emit`, for one of the events an observer may go without (`takes`): built only
+    /// when an observer takes it.
+    #[inline]
+    pub(super) fn emit_taken<'e>(&self, takes: Takes, event: impl FnOnce() -> NetEvent<'e>) {
+        if self.takes.contains(takes) {
+            self.observer.on_event(&event());
+        }
+    }
+
     /// One call. `reserved` is the in-flight slot the tower face's `poll_ready` took for it,
     /// if any (see `in_flight.rs`).
     ///
@@ -293,7 +302,9 @@ impl Inner {
             let recorded = span.clone();
             let result = in_span(
                 async {
-                    self.emit(|| NetEvent::RequestStarted { req: call.info() });
+                    self.emit_taken(Takes::REQUEST_STARTED, || NetEvent::RequestStarted {
+                        req: call.info(),
+                    });
                     // Only a request's own timeouts can break the deadline closure: a policy that cannot
                     // keep its own deadline was refused when it was loaded.
                     if req.timeout != soulbase_net_core::TimeoutCfg::default() {

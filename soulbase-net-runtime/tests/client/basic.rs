@@ -136,6 +136,24 @@ async fn h2c_prior_knowledge() {
     let res = h.client.send(NetRequest::get(srv.url("/p"))).await.unwrap();
     assert_eq!(res.text().await.unwrap(), "two");
     assert_eq!(srv.requests("/p")[0].version, http::Version::HTTP_2);
+    // The attempt's headers over HTTP/2: a copy of the request's (every value, in order,
+    // the client's own beside them), and Proxy-Authorization never reaches the origin.
+    for proxy_auth in [false, true] {
+        let mut req = NetRequest::get(srv.url("/p"));
+        for tag in ["a", "b"] {
+            req.headers
+                .append("x-tags", http::HeaderValue::from_static(tag));
+        }
+        if proxy_auth {
+            req = req.header("proxy-authorization", "Basic cHg=");
+        }
+        h.client.send(req).await.unwrap().bytes().await.unwrap();
+        let got = srv.requests("/p").pop().unwrap();
+        let tags: Vec<_> = got.headers.get_all("x-tags").iter().cloned().collect();
+        assert_eq!(tags, ["a", "b"], "{proxy_auth}");
+        assert_eq!(got.header("proxy-authorization"), None, "{proxy_auth}");
+        assert!(got.header("user-agent").is_some(), "{proxy_auth}");
+    }
     srv.join().await;
 }
 

@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use soulbase_net_core::{ErrorKind, NetEvent, NetRequest, Observer, Phase};
+use soulbase_net_core::{ErrorKind, NetEvent, NetRequest, Observer, Phase, Takes};
 use soulbase_net_observe::{Fanout, Metrics};
 use soulbase_net_policy::AimdScope;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
@@ -456,4 +456,100 @@ async fn observers_add_up_and_each_sees_every_event() {
     );
     // The gauges reach both as well (the metrics' limiter gauge needs the source).
     assert!(text.contains("net_pool_open_connections"), "{text}");
+}
+
+/// Keeps the kind of every event, and takes what it is told to.
+struct Kinds {
+    takes: Takes,
+    seen: parking_lot::Mutex<Vec<&'static str>>,
+}
+
+impl Kinds {
+    fn new(takes: Takes) -> Arc<Self> {
+        Arc::new(Kinds {
+            takes,
+            seen: parking_lot::Mutex::default(),
+        })
+    }
+
+    fn seen(&self) -> Vec<&'static str> {
+        self.seen.lock().clone()
+    }
+}
+
+impl Observer for Kinds {
+    fn on_event(&self, event: &NetEvent<'_>) {
+        let kind = match event {
+            NetEvent::RequestStarted { .. } => "request started",
+            NetEvent::AttemptStarted { hedge: true, .. } => "hedge started",
+            NetEvent::AttemptStarted { .. } => "attempt started",
+            NetEvent::AttemptFinished { .. } => "attempt finished",
+            NetEvent::RequestFinished { .. } => "request finished",
+            _ => return,
+        };
+        self.seen.lock().push(kind);
+    }
+
+    fn takes(&self) -> Takes {
+        self.takes
+    }
+}
+
+/// The start events are built only for an observer that takes them; then every observer
+/// gets them, as before. A hedge's start is told whatever the observers take.
+#[tokio::test]
+async fn start_events_go_only_where_an_observer_takes_them() {
+    let srv = FaultServer::http1()
+        .route("/ok", Reply::ok("x"))
+        .route(
+            "/h",
+            Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
+                .times(1)
+                .then(Reply::ok("fast")),
+        )
+        .start()
+        .await
+        .unwrap();
+    let mut p = loopback_policy();
+    p.hedge.enabled = true;
+    p.hedge.delay = Duration::from_millis(50);
+    p.hedge.max_hedges = 1;
+
+    // Alone, an observer that takes none of them sees neither start (not the harness: its
+    // own observer takes them all). `/ok` answers before the hedge is due.
+    let none = Kinds::new(Takes::NONE);
+    let client = soulbase_net_runtime::Client::builder()
+        .policy(p.clone())
+        .dialer(Arc::new(crate::support::RecordingDialer::default()))
+        .observer(none.clone())
+        .build()
+        .unwrap();
+    let res = client.send(NetRequest::get(srv.url("/ok"))).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "x");
+    assert_eq!(none.seen(), ["attempt finished", "request finished"]);
+    // A hedge's start comes anyway.
+    let res = client.send(NetRequest::get(srv.url("/h"))).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "fast");
+    assert!(none.seen().contains(&"hedge started"), "{:?}", none.seen());
+    assert!(
+        !none.seen().contains(&"attempt started"),
+        "{:?}",
+        none.seen()
+    );
+
+    // Beside one that takes the request's start, both get it, and neither the attempt's.
+    let (quiet, starts) = (Kinds::new(Takes::NONE), Kinds::new(Takes::REQUEST_STARTED));
+    let client = soulbase_net_runtime::Client::builder()
+        .policy(p)
+        .dialer(Arc::new(crate::support::RecordingDialer::default()))
+        .observer(quiet.clone())
+        .observer(starts.clone())
+        .build()
+        .unwrap();
+    let res = client.send(NetRequest::get(srv.url("/ok"))).await.unwrap();
+    assert_eq!(res.text().await.unwrap(), "x");
+    let expected = ["request started", "attempt finished", "request finished"];
+    assert_eq!(quiet.seen(), expected);
+    assert_eq!(starts.seen(), expected);
+    drop(srv);
 }

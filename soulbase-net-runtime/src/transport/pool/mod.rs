@@ -334,6 +334,14 @@ impl<B: RequestBody> Pool<B> {
         Pool { shared }
     }
 
+    /// Whether a request to an origin of `https` (else `http`) goes on HTTP/2 as this pool is
+    /// configured — prior knowledge, or `h2` offered by ALPN — before any connection says
+    /// more: a hint for how its headers are built (see `attempt_headers`), never a choice.
+    pub(crate) fn expects_h2(&self, https: bool) -> bool {
+        let cfg = &self.shared.cfg;
+        cfg.http2_only || (https && cfg.h2_alpn)
+    }
+
     /// Sends `req` (absolute URI) on a pooled or new connection. Returns the response and how
     /// long opening a connection for it took (zero when it used a pooled one).
     ///
