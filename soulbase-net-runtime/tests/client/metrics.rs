@@ -10,7 +10,7 @@ use soulbase_net_policy::AimdScope;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 use tokio::sync::Semaphore;
 
-use crate::support::{harness_with, loopback_policy};
+use crate::support::{harness_with, loopback_policy, slow_then_fast};
 
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| {
@@ -333,12 +333,7 @@ async fn cancelled_calls_free_their_slots_and_a_dropped_client_leaves_no_gauges(
 #[tokio::test]
 async fn a_hedged_copy_is_counted() {
     let srv = FaultServer::http1()
-        .route(
-            "/h",
-            Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
-                .times(1)
-                .then(Reply::ok("fast")),
-        )
+        .route("/h", slow_then_fast())
         .start()
         .await
         .unwrap();
@@ -501,12 +496,7 @@ impl Observer for Kinds {
 async fn start_events_go_only_where_an_observer_takes_them() {
     let srv = FaultServer::http1()
         .route("/ok", Reply::ok("x"))
-        .route(
-            "/h",
-            Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
-                .times(1)
-                .then(Reply::ok("fast")),
-        )
+        .route("/h", slow_then_fast())
         .start()
         .await
         .unwrap();

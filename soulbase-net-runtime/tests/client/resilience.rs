@@ -6,7 +6,7 @@ use soulbase_net_core::{ErrorCode, ErrorKind, NetClient, NetRequest};
 use soulbase_net_policy::NetPolicy;
 use soulbase_net_testkit::{FaultServer, Reply, Script};
 
-use crate::support::{harness, loopback_policy};
+use crate::support::{harness, loopback_policy, slow_then_fast};
 
 /// Fast backoff so retry tests take milliseconds.
 fn quick(mut p: NetPolicy) -> NetPolicy {
@@ -371,12 +371,7 @@ async fn a_hedge_answers_for_a_slow_replica_with_the_same_key() {
     // key all the same.
     for retries in [true, false] {
         let mut srv = FaultServer::http1()
-            .route(
-                "/h",
-                Script::reply(Reply::ok("slow").delay(Duration::from_secs(3)))
-                    .times(1)
-                    .then(Reply::ok("fast")),
-            )
+            .route("/h", slow_then_fast())
             .start()
             .await
             .unwrap();

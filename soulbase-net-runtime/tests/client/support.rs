@@ -94,3 +94,13 @@ pub(crate) async fn bounded<F: std::future::Future>(f: F) -> F::Output {
         .await
         .expect("the test exceeded its time bound")
 }
+
+/// A route a hedge wins: the first request is answered `slow` after 3 s, every later one
+/// `fast` at once.
+pub(crate) fn slow_then_fast() -> soulbase_net_testkit::Script {
+    soulbase_net_testkit::Script::reply(
+        soulbase_net_testkit::Reply::ok("slow").delay(std::time::Duration::from_secs(3)),
+    )
+    .times(1)
+    .then(soulbase_net_testkit::Reply::ok("fast"))
+}
