@@ -18,7 +18,7 @@ use soulbase_net_core::{
 use soulbase_net_policy::{GlobalLimit, NetPolicy, OnStoreError};
 use soulbase_net_runtime::testing::LoopbackDialer;
 use soulbase_net_runtime::{
-    fleet::{Counted, RateStore, RedisRateStore, RedisStore},
+    fleet::{Counted, RateStore, RedisRateStore, RedisStore, TakeRequest},
     Client,
 };
 use soulbase_net_testkit::{FaultServer, RedisServer, Reply};
@@ -199,6 +199,56 @@ async fn run_calls(client: &Client, url: &str, n: usize) -> (usize, usize, Durat
         }
     }
     (ok, refused, slowest)
+}
+
+/// One token of `key`'s bucket (1 000 per second).
+fn take(key: &str) -> TakeRequest<'_> {
+    TakeRequest {
+        key,
+        rps: 1000,
+        burst: 1000,
+        want: 1,
+        at_least: 1,
+        owed: 0,
+    }
+}
+
+/// While Redis is down, every command fails instead of waiting for it to come back: the
+/// first on the broken connection, the next ones on the reconnection it started (which gives
+/// up after a few connects, and the next command starts another). Once Redis is back, the
+/// commands go through again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_commands_fail_rather_than_wait() {
+    let Some(mut redis) =
+        RedisServer::start_or_skip("while_redis_is_down_commands_fail_rather_than_wait")
+    else {
+        return;
+    };
+    let store = RedisRateStore::new(&redis.url()).unwrap();
+    assert_eq!(store.take(take("k")).await.unwrap().granted, 1);
+    redis.stop();
+    for n in 1..=3 {
+        let failed = tokio::time::timeout(Duration::from_secs(3), store.take(take("k")))
+            .await
+            .unwrap_or_else(|_| panic!("command {n} while Redis is down waited, not failed"));
+        assert!(failed.is_err(), "command {n}: {failed:?}");
+    }
+    redis.restart().unwrap();
+    let back = Instant::now();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(2), store.take(take("k"))).await {
+            Ok(Ok(taken)) => {
+                assert_eq!(taken.granted, 1);
+                break;
+            }
+            _ => assert!(
+                back.elapsed() < Duration::from_secs(5),
+                "Redis came back but the store did not"
+            ),
+        }
+        // Nothing to await but the next try.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,19 +12,8 @@ use soulbase_net_runtime::{
 use soulbase_net_testkit::RedisSentinel as Sentinel;
 use tokio::time::Instant;
 
-use super::{global, policy, run_calls, server, Seen};
+use super::{global, policy, run_calls, server, take, Seen};
 use soulbase_net_runtime::testing::LoopbackDialer;
-
-fn take(key: &str) -> TakeRequest<'_> {
-    TakeRequest {
-        key,
-        rps: 1000,
-        burst: 1000,
-        want: 1,
-        at_least: 1,
-        owed: 0,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rate_store_finds_its_master_through_sentinel() {

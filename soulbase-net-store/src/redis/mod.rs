@@ -35,6 +35,15 @@ const MIN_DELAY: Duration = Duration::from_millis(20);
 /// ...up to this.
 const MAX_DELAY: Duration = Duration::from_millis(500);
 
+/// Connects one reconnection tries after the first before it fails. A command that comes
+/// while the manager reconnects waits for that reconnection: with no end to it, every such
+/// command would wait until Redis came back (a caller's timeout cut each one, but the
+/// connection never failed, so a sentinel's master that moved was never looked up again).
+/// Bounded, the commands fail (within a fraction of a second when the address refuses,
+/// within a few seconds when it does not answer), and the next command starts the next
+/// reconnection.
+const RECONNECT_RETRIES: usize = 3;
+
 /// Longest wait for one cluster node's answer. Callers time out far sooner; this bounds what a
 /// dead node that never resets its connections keeps pending, and tells the cluster
 /// connection to reconnect it and refresh its slot map.
@@ -265,14 +274,16 @@ impl fmt::Debug for RedisConnection {
 }
 
 /// How a single server's (or a sentinel-named master's) connection is kept: reconnected with
-/// back-off for as long as it takes; no response timeout of its own (each caller has one).
+/// back-off, a few connects per reconnection (see [`RECONNECT_RETRIES`]) and one
+/// reconnection after another while commands come; no response timeout of its own (each
+/// caller has one).
 fn manager_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(None)
         .set_min_delay(MIN_DELAY)
         .set_max_delay(MAX_DELAY)
-        .set_number_of_retries(usize::MAX)
+        .set_number_of_retries(RECONNECT_RETRIES)
 }
 
 /// A setup the `redis` crate refused, without repeating the URL.

@@ -330,7 +330,8 @@ pub(crate) enum Lease<B = ReqBody> {
     /// request that takes the connection next waits for one or the other, and a closed one
     /// is discarded).
     H1(GiveBack<B>),
-    /// An HTTP/2 response's stream, counted on its connection until the body ends.
+    /// An HTTP/2 response's stream, counted on its connection until the body reports its
+    /// end or is dropped.
     H2(Stream),
 }
 
@@ -340,6 +341,12 @@ impl<B: RequestBody> body::Lease for Lease<B> {
             Lease::H1(back) => back.give(),
             Lease::H2(stream) => drop(stream),
         }
+    }
+
+    /// An HTTP/1.1 connection, yes; an HTTP/2 stream only counts toward its connection's
+    /// idleness (a gauge), which can wait for the body's end or drop.
+    fn early(&self) -> bool {
+        matches!(self, Lease::H1(_))
     }
 }
 
