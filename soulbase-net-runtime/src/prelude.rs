@@ -16,8 +16,8 @@
 //! - [`CancellationToken`], put in a request's extensions to cancel the call from elsewhere;
 //! - timeouts and their phases: [`TimeoutCfg`], and [`Phase`] to match `NetError`s of kind
 //!   `Timeout`;
-//! - extension points: [`Interceptor`] (with its [`Hooks`]), [`Observer`] and the
-//!   [`NetEvent`]s it receives;
+//! - extension points: [`Interceptor`] (with its [`Hooks`]), [`Observer`] (with the
+//!   events it [`Takes`]) and the [`NetEvent`]s it receives;
 //! - the policy's sections a service sets in code most often: [`ProxyPolicy`],
 //!   [`HttpVersionPolicy`];
 //! - the `http` crate (as reqwest re-exports it): [`http`], with [`Method`], [`StatusCode`],
@@ -60,7 +60,7 @@ pub use crate::client::{Client, ClientBuilder};
 pub use soulbase_net_core::http::{self, header, HeaderMap, HeaderValue, Method, StatusCode};
 pub use soulbase_net_core::{
     Body, ErrorCode, ErrorKind, ForTenant, Hooks, Interceptor, NetClient, NetClientExt, NetError,
-    NetEvent, NetRequest, NetResponse, Observer, Phase, RespBody, TimeoutCfg,
+    NetEvent, NetRequest, NetResponse, Observer, Phase, RespBody, Takes, TimeoutCfg,
 };
 pub use soulbase_net_policy::{
     HttpVersionPolicy, NetPolicy, PolicyDocument, PolicyResolver, ProxyPolicy, SnapshotResolver,
