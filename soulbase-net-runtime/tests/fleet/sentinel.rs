@@ -12,7 +12,7 @@ use soulbase_net_runtime::{
 use soulbase_net_testkit::RedisSentinel as Sentinel;
 use tokio::time::Instant;
 
-use super::{global, policy, run_calls, server, take, Seen};
+use super::{global, policy, run_calls, server, take, takes_again, Seen};
 use soulbase_net_runtime::testing::LoopbackDialer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,25 +64,8 @@ async fn the_rate_store_finds_its_master_through_sentinel() {
         "{err}"
     );
     sentinel.master_mut().restart().unwrap();
-    let back = Instant::now();
-    loop {
-        match tokio::time::timeout(Duration::from_secs(2), store.take(take("k"))).await {
-            Ok(Ok(taken)) => {
-                assert_eq!(taken.granted, 1);
-                break;
-            }
-            _ => assert!(
-                back.elapsed() < Duration::from_secs(5),
-                "the master came back but the store did not"
-            ),
-        }
-        // Nothing to await but the next try.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    eprintln!(
-        "through the sentinel again {:?} after the master came back",
-        back.elapsed()
-    );
+    let back = takes_again(&store, "the master").await;
+    eprintln!("through the sentinel again {back:?} after the master came back");
     srv.join().await;
 }
 
