@@ -204,7 +204,7 @@ impl<B: RequestBody> Shared<B> {
     /// arriving meanwhile wait for it instead of each opening a connection (a burst of 256
     /// callers to a new HTTP/2 origin opened 256 connections, of which one was needed).
     pub(super) fn expects_h2(&self, origin: &Origin<B>, state: &State<B>) -> bool {
-        self.cfg.http2_only || (origin.https && self.cfg.h2_alpn && state.speaks_h2 != Some(false))
+        self.cfg.offers_h2(origin.https) && (self.cfg.http2_only || state.speaks_h2 != Some(false))
     }
 
     /// Opens a connection to `origin` under `permit`.
@@ -218,7 +218,7 @@ impl<B: RequestBody> Shared<B> {
         // HTTP/2-only connect are told to look again.
         let connecting = Connecting {
             origin,
-            h2: self.cfg.http2_only || (origin.https && self.cfg.h2_alpn),
+            h2: self.cfg.offers_h2(origin.https),
         };
         let started = Instant::now();
         let mut conn = self.connector.connect(uri, permit).await?;

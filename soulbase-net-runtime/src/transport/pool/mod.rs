@@ -97,6 +97,15 @@ pub(crate) struct PoolConfig {
     pub(crate) max_head_bytes: usize,
 }
 
+impl PoolConfig {
+    /// Whether a connection to an origin of `https` (else `http`) may speak HTTP/2 as the pool
+    /// is configured, before any connection says more: prior knowledge, or `h2` offered by
+    /// ALPN.
+    pub(crate) fn offers_h2(&self, https: bool) -> bool {
+        self.http2_only || (https && self.h2_alpn)
+    }
+}
+
 /// The pool of one transport.
 pub(crate) struct Pool<B = ReqBody> {
     shared: Arc<Shared<B>>,
@@ -338,8 +347,7 @@ impl<B: RequestBody> Pool<B> {
     /// configured — prior knowledge, or `h2` offered by ALPN — before any connection says
     /// more: a hint for how its headers are built (see `attempt_headers`), never a choice.
     pub(crate) fn expects_h2(&self, https: bool) -> bool {
-        let cfg = &self.shared.cfg;
-        cfg.http2_only || (https && cfg.h2_alpn)
+        self.shared.cfg.offers_h2(https)
     }
 
     /// Sends `req` (absolute URI) on a pooled or new connection. Returns the response and how
