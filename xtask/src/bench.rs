@@ -354,7 +354,7 @@ mod tests {
         assert!(parse_args(&args("--scenario h3")).is_err());
         let o = parse_args(&args("--h3")).unwrap();
         assert_eq!(o.scenarios, ["h3-64"]);
-        assert_eq!(o.clients, [Kind::H3Raw, Kind::SoulbaseH2, Kind::SoulbaseH3]);
+        assert_eq!(o.clients, H3_CLIENTS);
         assert_eq!(Options::default().scenarios.len(), 9);
     }
 }

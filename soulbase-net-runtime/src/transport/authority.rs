@@ -29,10 +29,21 @@ pub(crate) fn host_port(authority: &str) -> (&str, Option<u16>) {
     match bytes[from..].iter().position(|&b| b == b':') {
         Some(colon) => {
             let colon = from + colon;
-            (&host_port[..colon], host_port[colon + 1..].parse().ok())
+            (&host_port[..colon], port(&host_port[colon + 1..]))
         }
         None => (host_port, None),
     }
+}
+
+/// A port's digits as a number, `None` when they are not one (as `str::parse::<u16>`
+/// reads them). A loop over at most five digits: the generic parse, with its sign and
+/// radix handling, cost about as much as the rest of [`host_port`].
+fn port(text: &str) -> Option<u16> {
+    if text.is_empty() || text.len() > 5 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().ok();
+    }
+    let n = text.bytes().fold(0u32, |n, b| n * 10 + u32::from(b - b'0'));
+    u16::try_from(n).ok()
 }
 
 /// `host` without an IPv6 literal's brackets.
@@ -82,6 +93,11 @@ mod tests {
             "host:99999",
             "host:",
             "a@b@host:7",
+            "host:65535",
+            "host:65536",
+            "host:00080",
+            "host:000080",
+            "h:1",
         ] {
             let parsed: http::uri::Authority = text.parse().unwrap();
             assert_eq!(

@@ -64,6 +64,9 @@ pub(crate) enum Kind {
     SoulbaseH2,
     /// soulbase-net full over HTTP/3 (`http.version = "h3"`, `bench --h3`).
     SoulbaseH3,
+    /// soulbase-net minimal over HTTP/3 (`bench --h3`): what the layer costs over the raw
+    /// client, without the full policy's features.
+    SoulbaseH3Min,
     /// soulbase-net minimal with one feature on (`bench --instructions --price-list`).
     Price(Feature),
     /// The limit over HTTP/3: a raw `h3` + `h3-quinn` client on one QUIC connection
@@ -89,8 +92,13 @@ pub(crate) const NOOP_INTERCEPTORS: usize = 4;
 pub(crate) const HOOKS_PER_REQUEST: usize = 5;
 
 /// The clients of `bench --h3`, in the order they take turns: the raw HTTP/3 limit, then
-/// soulbase-net over HTTP/2 with TLS and over HTTP/3.
-pub(crate) const H3_CLIENTS: [Kind; 3] = [Kind::H3Raw, Kind::SoulbaseH2, Kind::SoulbaseH3];
+/// soulbase-net full over HTTP/2 with TLS, minimal over HTTP/3 and full over HTTP/3.
+pub(crate) const H3_CLIENTS: [Kind; 4] = [
+    Kind::H3Raw,
+    Kind::SoulbaseH2,
+    Kind::SoulbaseH3Min,
+    Kind::SoulbaseH3,
+];
 
 impl Kind {
     /// The key in the JSON report and on the command line.
@@ -105,6 +113,7 @@ impl Kind {
             Kind::SoulbaseHooks => "soulbase_hooks",
             Kind::SoulbaseH2 => "soulbase_h2",
             Kind::SoulbaseH3 => "soulbase_h3",
+            Kind::SoulbaseH3Min => "soulbase_h3_min",
             Kind::H3Raw => "h3raw",
         }
     }
@@ -121,6 +130,7 @@ impl Kind {
             Kind::SoulbaseHooks => "soulbase-net minimal + 4 no-op interceptors",
             Kind::SoulbaseH2 => "soulbase-net HTTP/2+TLS",
             Kind::SoulbaseH3 => "soulbase-net HTTP/3",
+            Kind::SoulbaseH3Min => "soulbase-net minimal HTTP/3",
             Kind::H3Raw => "h3 + h3-quinn (the limit)",
         }
     }
@@ -247,6 +257,7 @@ impl BenchClient {
                 | Kind::SoulbaseHooks
                 | Kind::SoulbaseH2
                 | Kind::SoulbaseH3
+                | Kind::SoulbaseH3Min
                 | Kind::Price(_),
                 proto,
             ) => Inner::Soulbase(soulbase(kind, proto, callers, &targets)?),
@@ -365,7 +376,7 @@ async fn h2_connection(
 fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Result<Client, String> {
     let mut policy = if matches!(
         kind,
-        Kind::SoulbaseMin | Kind::SoulbaseHooks | Kind::Price(_)
+        Kind::SoulbaseMin | Kind::SoulbaseHooks | Kind::SoulbaseH3Min | Kind::Price(_)
     ) {
         minimal_policy(callers)
     } else {
@@ -375,7 +386,7 @@ fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Resu
         f.adjust(&mut policy, callers);
     }
     let security = policy.security.clone();
-    if kind == Kind::SoulbaseH3 {
+    if matches!(kind, Kind::SoulbaseH3 | Kind::SoulbaseH3Min) {
         policy.http.version = soulbase_net_policy::HttpVersionPolicy::H3;
     }
     // Named hosts (the many-hosts scenario) resolve to loopback without a name server.
@@ -400,7 +411,7 @@ fn soulbase(kind: Kind, proto: Proto, callers: usize, targets: &Targets) -> Resu
         for _ in 0..NOOP_INTERCEPTORS {
             builder = builder.interceptor(Noop);
         }
-    } else if kind != Kind::SoulbaseMin {
+    } else if !matches!(kind, Kind::SoulbaseMin | Kind::SoulbaseH3Min) {
         // What a service runs in production: trace context and metrics too.
         builder = builder
             .interceptor(soulbase_net_interceptors::TraceUa::new())
@@ -492,7 +503,10 @@ impl reqwest::dns::Resolve for LoopbackResolver {
 impl Scenario {
     /// Whether `kind` takes part (reqwest is built without TLS here).
     pub(crate) fn runs(&self, kind: Kind) -> bool {
-        let versions = matches!(kind, Kind::SoulbaseH2 | Kind::SoulbaseH3 | Kind::H3Raw);
+        let versions = matches!(
+            kind,
+            Kind::SoulbaseH2 | Kind::SoulbaseH3 | Kind::SoulbaseH3Min | Kind::H3Raw
+        );
         match self.proto {
             Proto::Quic => versions,
             Proto::H2Tls => !versions && kind != Kind::Reqwest,
@@ -532,6 +546,7 @@ mod tests {
         assert!(!tls.runs(Kind::Reqwest) && tls.runs(Kind::SoulbaseFull));
         let h3 = super::super::scenario::h3();
         assert!(h3.runs(Kind::SoulbaseH3) && h3.runs(Kind::SoulbaseH2));
+        assert!(h3.runs(Kind::SoulbaseH3Min) && !h3.runs(Kind::SoulbaseMin));
         assert!(!h3.runs(Kind::SoulbaseFull) && !tls.runs(Kind::SoulbaseH3));
         assert!(h3.runs(Kind::H3Raw) && !tls.runs(Kind::H3Raw));
     }

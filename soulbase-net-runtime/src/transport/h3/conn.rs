@@ -55,9 +55,11 @@ pub(crate) struct Live {
     sender: Sender,
     /// Set when the connection cannot take new requests (closed, or the peer sent GOAWAY).
     closing: Arc<AtomicBool>,
-    /// `true` once the handshake is complete; until then (a 0-RTT connection) only requests
-    /// that may go early (`http.zero_rtt_methods`) are sent on it.
-    confirmed: tokio::sync::watch::Receiver<bool>,
+    /// For a connection opened with 0-RTT: `true` once the handshake is complete; until then
+    /// only requests that may go early (`http.zero_rtt_methods`) are sent on it. `None` for
+    /// one opened with the whole handshake, confirmed from the start: a request on it waits
+    /// for nothing and takes no lock.
+    confirmed: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 // === impl Endpoints ===
@@ -120,7 +122,6 @@ impl Endpoints {
         let connecting = endpoint
             .connect_with(self.config.clone(), peer, host)
             .map_err(|e| error::connect_error(e, host))?;
-        let (confirm, confirmed) = tokio::sync::watch::channel(false);
         // 0-RTT only when asked for, for a request that may go early, and possible (a session
         // to resume); otherwise the whole handshake first.
         let early = if self.zero_rtt && early {
@@ -128,21 +129,21 @@ impl Endpoints {
         } else {
             Err(connecting)
         };
-        let conn = match early {
+        let (conn, confirmed) = match early {
             Ok((conn, accepted)) => {
+                let (confirm, confirmed) = tokio::sync::watch::channel(false);
                 tokio::spawn(async move {
                     let accepted = accepted.await;
                     tracing::debug!(zero_rtt = accepted, "http/3 handshake complete");
                     let _ = confirm.send(true);
                 });
-                conn
+                (conn, Some(confirmed))
             }
             Err(connecting) => {
                 let conn = connecting
                     .await
                     .map_err(|e| error::handshake_error(e, host))?;
-                let _ = confirm.send(true);
-                conn
+                (conn, None)
             }
         };
         let (mut driver, sender) = h3::client::builder()
@@ -230,7 +231,10 @@ impl Live {
     /// Waits until the handshake is complete (at once for a connection not opened with
     /// 0-RTT): what a request that must not be replayed waits for.
     pub(super) async fn confirmed(&self) {
-        let mut confirmed = self.confirmed.clone();
+        let Some(confirmed) = &self.confirmed else {
+            return;
+        };
+        let mut confirmed = confirmed.clone();
         // An error means the task that confirms ended without confirming: the connection
         // failed, and the request's own stream will say so.
         let _ = confirmed.wait_for(|done| *done).await;

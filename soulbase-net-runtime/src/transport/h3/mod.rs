@@ -35,7 +35,7 @@ pub(crate) use self::body::H3Body;
 use self::conn::Endpoints;
 pub(crate) use self::conn::Live;
 
-/// Origins remembered at most; past this, closed connections are forgotten.
+/// Hosts remembered at most; past this, those with no connection being opened are forgotten.
 const MAX_ORIGINS: usize = 4096;
 
 /// What the client builder sets for HTTP/3 as for TCP.
@@ -50,8 +50,16 @@ pub(crate) struct Limits {
     pub(crate) max_head_bytes: usize,
 }
 
-/// An origin's connection, when it has one; locked while a request opens it.
-type Slot = Arc<tokio::sync::Mutex<Option<Live>>>;
+/// One origin (a host's UDP port) of a host in [`H3Pool::origins`].
+struct Origin {
+    port: u16,
+    /// The live connection, when there is one. Read under the map's lock: a request on a
+    /// live connection takes nothing else.
+    live: Option<Live>,
+    /// Held by the one request that opens the connection; the others wait on it, then take
+    /// what it opened.
+    opening: Arc<tokio::sync::Mutex<()>>,
+}
 
 /// The HTTP/3 side of one transport.
 pub(crate) struct H3Pool {
@@ -60,9 +68,9 @@ pub(crate) struct H3Pool {
     /// The policy's `http` section, for which requests may go as 0-RTT early data
     /// (`zero_rtt`, `zero_rtt_methods`).
     http: HttpPolicy,
-    /// Per origin (`host:port`): the live connection, behind an async lock that makes one
-    /// request open it while the others wait for it.
-    origins: Mutex<HashMap<Box<str>, Slot>>,
+    /// Per host, its origins (nearly always one port): keyed by the host alone, so that a
+    /// request looks its connection up by the URI's host, with nothing built or allocated.
+    origins: Mutex<HashMap<Box<str>, Vec<Origin>>>,
 }
 
 impl H3Pool {
@@ -154,12 +162,13 @@ impl H3Pool {
     /// it (an origin whose connection is being opened right now is left out).
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(soulbase_net_core::GaugeReading<'_>)) {
         let origins = self.origins.lock();
-        for (key, slot) in origins.iter() {
-            let Ok(slot) = slot.try_lock() else { continue };
-            let Some(live) = slot.as_ref().filter(|l| l.is_open()) else {
-                continue;
-            };
-            let host = crate::transport::authority::host_of(key);
+        let open = origins.iter().flat_map(|(host, ports)| {
+            ports
+                .iter()
+                .filter_map(|o| o.live.as_ref().filter(|l| l.is_open()))
+                .map(move |live| (crate::transport::authority::unbracketed(host), live))
+        });
+        for (host, live) in open {
             visit(soulbase_net_core::GaugeReading::PoolOpen { host, value: 1 });
             visit(soulbase_net_core::GaugeReading::PoolIdle {
                 host,
@@ -168,7 +177,8 @@ impl H3Pool {
         }
     }
 
-    /// The live connection to the origin of `uri` (its host, UDP port `port`), opened when
+    /// The live connection to the origin of `uri` (its host, UDP port `port`, by default the
+    /// URI's port or 443), opened when
     /// there is none (or it closed), bounded by the connect timeout; with how long opening
     /// it took (zero for a live one).
     ///
@@ -177,26 +187,23 @@ impl H3Pool {
     pub(crate) async fn checkout(
         &self,
         uri: &http::Uri,
-        port: u16,
+        port: Option<u16>,
         early: bool,
     ) -> Result<(Live, Duration), NetError> {
-        let host = uri
-            .host()
+        let (host, own_port) = uri
+            .authority()
+            .map(|a| super::authority::host_port(a.as_str()))
+            .filter(|(host, _)| !host.is_empty())
             .ok_or_else(|| NetError::invalid_request("url has no host"))?;
-        let key = format!("{host}:{port}");
-        let slot = {
-            let mut origins = self.origins.lock();
-            if origins.len() >= MAX_ORIGINS {
-                origins.retain(|_, slot| Arc::strong_count(slot) > 1);
-            }
-            origins
-                .entry(key.into_boxed_str())
-                .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(None)))
-                .clone()
+        let port = port.or(own_port).unwrap_or(443);
+        let opening = match self.live_or_opening(host, port) {
+            Ok(live) => return Ok((live, Duration::ZERO)),
+            Err(opening) => opening,
         };
-        let mut slot = slot.lock().await;
-        if let Some(live) = slot.as_ref().filter(|l| l.is_open()) {
-            return Ok((live.clone(), Duration::ZERO));
+        let _opening = opening.lock().await;
+        // Another request may have opened it while this one waited.
+        if let Ok(live) = self.live_or_opening(host, port) {
+            return Ok((live, Duration::ZERO));
         }
         let began = Instant::now();
         let limit = self.connector.connect_timeout();
@@ -207,8 +214,43 @@ impl H3Pool {
                     .with_message(format!("no quic handshake within {limit:?}")))
             }
         };
-        *slot = Some(live.clone());
+        let mut origins = self.origins.lock();
+        if let Some(origin) = origins
+            .get_mut(host)
+            .and_then(|ports| ports.iter_mut().find(|o| o.port == port))
+        {
+            origin.live = Some(live.clone());
+        }
         Ok((live, began.elapsed()))
+    }
+
+    /// The open connection to `host`'s `port`, or the lock to take to open one (the origin
+    /// made when new). Past [`MAX_ORIGINS`] hosts, those with no connection being opened are
+    /// forgotten first.
+    fn live_or_opening(&self, host: &str, port: u16) -> Result<Live, Arc<tokio::sync::Mutex<()>>> {
+        let mut origins = self.origins.lock();
+        if let Some(origin) = origins
+            .get(host)
+            .and_then(|ports| ports.iter().find(|o| o.port == port))
+        {
+            return match origin.live.as_ref().filter(|l| l.is_open()) {
+                Some(live) => Ok(live.clone()),
+                None => Err(origin.opening.clone()),
+            };
+        }
+        if origins.len() >= MAX_ORIGINS {
+            origins.retain(|_, ports| {
+                ports.retain(|o| Arc::strong_count(&o.opening) > 1);
+                !ports.is_empty()
+            });
+        }
+        let opening = Arc::new(tokio::sync::Mutex::new(()));
+        origins.entry(host.into()).or_default().push(Origin {
+            port,
+            live: None,
+            opening: opening.clone(),
+        });
+        Err(opening)
     }
 
     /// A new connection to the host of `uri` on UDP port `port`: the guarded peers, each
@@ -240,16 +282,39 @@ impl fmt::Debug for H3Pool {
     }
 }
 
+/// `Keep-Alive`, connection-specific (RFC 9110 §7.6.1), not among `http`'s constants.
+const KEEP_ALIVE: header::HeaderName = header::HeaderName::from_static("keep-alive");
+/// `Proxy-Connection`, likewise.
+const PROXY_CONNECTION: header::HeaderName = header::HeaderName::from_static("proxy-connection");
+
 /// Removes what HTTP/3 forbids in a request (RFC 9114 §4.2: connection-specific fields) and
 /// the `Host` header (the URI's authority becomes `:authority`).
+///
+/// One pass over the names decides first whether there is anything to remove: a request
+/// nearly never has any, and each removal hashes its name on a non-empty map.
 fn strip_connection_headers(headers: &mut http::HeaderMap) {
+    let strips = |name: &header::HeaderName| {
+        [
+            header::CONNECTION,
+            header::TRANSFER_ENCODING,
+            header::UPGRADE,
+            header::HOST,
+            header::TE,
+            KEEP_ALIVE,
+            PROXY_CONNECTION,
+        ]
+        .contains(name)
+    };
+    if !headers.keys().any(strips) {
+        return;
+    }
     for name in [
         header::CONNECTION,
         header::TRANSFER_ENCODING,
         header::UPGRADE,
         header::HOST,
-        header::HeaderName::from_static("keep-alive"),
-        header::HeaderName::from_static("proxy-connection"),
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
     ] {
         headers.remove(name);
     }
@@ -258,5 +323,40 @@ fn strip_connection_headers(headers: &mut http::HeaderMap) {
         .is_some_and(|v| v.as_bytes() != b"trailers")
     {
         headers.remove(header::TE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_specific_headers_are_stripped_and_others_kept() {
+        let mut h = http::HeaderMap::new();
+        h.insert(header::USER_AGENT, "ua".parse().unwrap());
+        h.insert(header::ACCEPT, "*/*".parse().unwrap());
+        let kept = h.clone();
+        strip_connection_headers(&mut h);
+        assert_eq!(h, kept, "nothing to strip");
+        for (name, value) in [
+            (header::CONNECTION, "close"),
+            (header::TRANSFER_ENCODING, "chunked"),
+            (header::UPGRADE, "websocket"),
+            (header::HOST, "a.example"),
+            (KEEP_ALIVE, "timeout=5"),
+            (PROXY_CONNECTION, "keep-alive"),
+        ] {
+            let mut h = kept.clone();
+            h.insert(name.clone(), value.parse().unwrap());
+            strip_connection_headers(&mut h);
+            assert_eq!(h, kept, "{name} is stripped");
+        }
+        let mut h = kept.clone();
+        h.insert(header::TE, "trailers".parse().unwrap());
+        strip_connection_headers(&mut h);
+        assert_eq!(h.get(header::TE).unwrap(), "trailers", "TE: trailers stays");
+        h.insert(header::TE, "gzip".parse().unwrap());
+        strip_connection_headers(&mut h);
+        assert_eq!(h, kept, "any other TE goes");
     }
 }

@@ -105,15 +105,12 @@ impl Route {
         tcp: &Pool,
         req: Request<ReqBody>,
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
-        let uri = req.uri().clone();
         if self.version == HttpVersionPolicy::H3 {
-            let port = uri.port_u16().unwrap_or(443);
-            let (live, connect) = self
-                .h3
-                .checkout(&uri, port, self.h3.may_send_early(req.method()))
-                .await?;
+            let early = self.h3.may_send_early(req.method());
+            let (live, connect) = self.h3.checkout(req.uri(), None, early).await?;
             return self.exchange(live, connect, req).await;
         }
+        let uri = req.uri().clone();
         let origin = uri.authority().map_or("", |a| a.as_str()).to_owned();
         match self.version {
             HttpVersionPolicy::H3OrTcp => self.raced(tcp, req, &uri, &origin).await,
@@ -135,7 +132,7 @@ impl Route {
         if let Some(port) = self.advertised.get(origin, Instant::now()) {
             match self
                 .h3
-                .checkout(uri, port, self.h3.may_send_early(req.method()))
+                .checkout(uri, Some(port), self.h3.may_send_early(req.method()))
                 .await
             {
                 Ok((live, connect)) => {
@@ -195,7 +192,7 @@ impl Route {
         let sent = match won {
             Won::Quic => match self
                 .h3
-                .checkout(uri, port, self.h3.may_send_early(req.method()))
+                .checkout(uri, Some(port), self.h3.may_send_early(req.method()))
                 .await
             {
                 Ok((live, connect)) => self.exchange(live, connect.max(raced), req).await,
@@ -227,7 +224,7 @@ impl Route {
 
     async fn race(&self, tcp: &Pool, uri: &Uri, port: u16) -> Result<Won, NetError> {
         // Nothing goes early on a connection opened by the race.
-        let quic = self.h3.checkout(uri, port, false);
+        let quic = self.h3.checkout(uri, Some(port), false);
         let plain = tcp.warm(uri);
         tokio::pin!(quic, plain);
         tokio::select! {
