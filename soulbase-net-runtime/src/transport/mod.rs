@@ -101,9 +101,16 @@ impl Transport {
     ) -> Sending<'_, impl Future<Output = Sent> + Send + '_> {
         #[cfg(feature = "http3")]
         match self.route.way(&req) {
+            // Boxed: the routing holds QUIC's handshake and streams, and every TCP request
+            // would otherwise carry their size in its future. Under `h3` the future is the
+            // HTTP/3 exchange alone: the routing's, with its TCP ways and races, is several
+            // times its size, and boxing it copies all of it.
+            route::Way::H3 => {
+                return Sending::Routed {
+                    routed: Box::pin(self.route.h3_only(req)),
+                };
+            }
             route::Way::Route => {
-                // Boxed: the routing holds QUIC's handshake and streams, and every TCP
-                // request would otherwise carry their size in its future.
                 return Sending::Routed {
                     routed: Box::pin(self.route.route(&self.pool, req)),
                 };

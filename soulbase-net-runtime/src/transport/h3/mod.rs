@@ -196,12 +196,25 @@ impl H3Pool {
             .filter(|(host, _)| !host.is_empty())
             .ok_or_else(|| NetError::invalid_request("url has no host"))?;
         let port = port.or(own_port).unwrap_or(443);
-        let opening = match self.live_or_opening(host, port) {
-            Ok(live) => return Ok((live, Duration::ZERO)),
-            Err(opening) => opening,
-        };
+        match self.live_or_opening(host, port) {
+            Ok(live) => Ok((live, Duration::ZERO)),
+            // Boxed: opening holds QUIC's handshake, and a request on a live connection
+            // would otherwise carry (and move) its size.
+            Err(opening) => Box::pin(self.open_origin(uri, host, port, early, opening)).await,
+        }
+    }
+
+    /// Opens `host`'s `port` under its `opening` lock (unless another request opened it
+    /// while this one waited), and keeps it for the requests after.
+    async fn open_origin(
+        &self,
+        uri: &http::Uri,
+        host: &str,
+        port: u16,
+        early: bool,
+        opening: Arc<tokio::sync::Mutex<()>>,
+    ) -> Result<(Live, Duration), NetError> {
         let _opening = opening.lock().await;
-        // Another request may have opened it while this one waited.
         if let Ok(live) = self.live_or_opening(host, port) {
             return Ok((live, Duration::ZERO));
         }

@@ -46,7 +46,9 @@ pub(crate) enum Way {
     Tcp,
     /// Over the TCP pool, then [`Route::learn`] from the response (`auto`, nothing advertised).
     TcpLearning,
-    /// Through [`Route::route`]: HTTP/3, the race, or an advertised port.
+    /// Through [`Route::h3_only`]: HTTP/3 always (`h3`).
+    H3,
+    /// Through [`Route::route`]: the race, or an advertised port.
     Route,
 }
 
@@ -76,14 +78,14 @@ impl Route {
     }
 
     /// Which way `req` goes, decided once and without copying anything: under `h3` always
-    /// the routing; plain `http`, or a request a proxy carries, TCP whatever was advertised;
+    /// HTTP/3; plain `http`, or a request a proxy carries, TCP whatever was advertised;
     /// under `h3-or-tcp` the routing (the race or its remembered winner); under `auto` the
     /// routing only while the origin's advertisement is fresh, else TCP, learning from the
     /// response's `Alt-Svc` ([`Route::learn`]). The common cases never enter the routing.
     pub(crate) fn way<B>(&self, req: &Request<B>) -> Way {
         let uri = req.uri();
         if self.version == HttpVersionPolicy::H3 {
-            return Way::Route;
+            return Way::H3;
         }
         if uri.scheme_str() != Some("https") || self.connector.proxied(uri) {
             return Way::Tcp;
@@ -106,9 +108,7 @@ impl Route {
         req: Request<ReqBody>,
     ) -> Result<(Response<PoolBody>, Duration), NetError> {
         if self.version == HttpVersionPolicy::H3 {
-            let early = self.h3.may_send_early(req.method());
-            let (live, connect) = self.h3.checkout(req.uri(), None, early).await?;
-            return self.exchange(live, connect, req).await;
+            return self.h3_only(req).await;
         }
         let uri = req.uri().clone();
         let origin = uri.authority().map_or("", |a| a.as_str()).to_owned();
@@ -116,6 +116,17 @@ impl Route {
             HttpVersionPolicy::H3OrTcp => self.raced(tcp, req, &uri, &origin).await,
             _ => self.advertised(tcp, req, &uri, &origin).await,
         }
+    }
+
+    /// Sends `req` over HTTP/3 to the URI's own port (443 by default): `http.version = "h3"`,
+    /// for a request whose [`Route::way`] is [`Way::H3`].
+    pub(crate) async fn h3_only(
+        &self,
+        req: Request<ReqBody>,
+    ) -> Result<(Response<PoolBody>, Duration), NetError> {
+        let early = self.h3.may_send_early(req.method());
+        let (live, connect) = self.h3.checkout(req.uri(), None, early).await?;
+        self.exchange(live, connect, req).await
     }
 
     /// `auto`: HTTP/3 on the advertised port while the advertisement is fresh; TCP otherwise,
