@@ -35,7 +35,8 @@ pub(crate) use self::body::H3Body;
 use self::conn::Endpoints;
 pub(crate) use self::conn::Live;
 
-/// Hosts remembered at most; past this, those with no connection being opened are forgotten.
+/// Authorities remembered at most; past this, those with no connection being opened are
+/// forgotten.
 const MAX_ORIGINS: usize = 4096;
 
 /// What the client builder sets for HTTP/3 as for TCP.
@@ -50,9 +51,11 @@ pub(crate) struct Limits {
     pub(crate) max_head_bytes: usize,
 }
 
-/// One origin (a host's UDP port) of a host in [`H3Pool::origins`].
+/// One origin of an authority in [`H3Pool::origins`]: the authority's own port, or a UDP
+/// port it advertised.
 struct Origin {
-    port: u16,
+    /// The port asked for: `None` for the URI's own (443 when it names none).
+    port: Option<u16>,
     /// The live connection, when there is one. Read under the map's lock: a request on a
     /// live connection takes nothing else.
     live: Option<Live>,
@@ -68,8 +71,9 @@ pub(crate) struct H3Pool {
     /// The policy's `http` section, for which requests may go as 0-RTT early data
     /// (`zero_rtt`, `zero_rtt_methods`).
     http: HttpPolicy,
-    /// Per host, its origins (nearly always one port): keyed by the host alone, so that a
-    /// request looks its connection up by the URI's host, with nothing built or allocated.
+    /// Per authority as the URI writes it (`host[:port]`), its origins (nearly always one):
+    /// a request looks its connection up by the URI's text, with nothing parsed, built or
+    /// allocated. (`a.example` and `a.example:443` are two keys, so two connections.)
     origins: Mutex<HashMap<Box<str>, Vec<Origin>>>,
 }
 
@@ -162,11 +166,11 @@ impl H3Pool {
     /// it (an origin whose connection is being opened right now is left out).
     pub(crate) fn read_gauges(&self, visit: &mut dyn FnMut(soulbase_net_core::GaugeReading<'_>)) {
         let origins = self.origins.lock();
-        let open = origins.iter().flat_map(|(host, ports)| {
+        let open = origins.iter().flat_map(|(authority, ports)| {
             ports
                 .iter()
                 .filter_map(|o| o.live.as_ref().filter(|l| l.is_open()))
-                .map(move |live| (crate::transport::authority::unbracketed(host), live))
+                .map(move |live| (crate::transport::authority::host_of(authority), live))
         });
         for (host, live) in open {
             visit(soulbase_net_core::GaugeReading::PoolOpen { host, value: 1 });
@@ -178,9 +182,8 @@ impl H3Pool {
     }
 
     /// The live connection to the origin of `uri` (its host, UDP port `port`, by default the
-    /// URI's port or 443), opened when
-    /// there is none (or it closed), bounded by the connect timeout; with how long opening
-    /// it took (zero for a live one).
+    /// URI's port or 443), opened when there is none (or it closed), bounded by the connect
+    /// timeout; with how long opening it took (zero for a live one).
     ///
     /// `early`: the request [may go early](Self::may_send_early), so a new connection may
     /// carry it as 0-RTT early data.
@@ -190,37 +193,37 @@ impl H3Pool {
         port: Option<u16>,
         early: bool,
     ) -> Result<(Live, Duration), NetError> {
-        let (host, own_port) = uri
-            .authority()
-            .map(|a| super::authority::host_port(a.as_str()))
-            .filter(|(host, _)| !host.is_empty())
-            .ok_or_else(|| NetError::invalid_request("url has no host"))?;
-        let port = port.or(own_port).unwrap_or(443);
-        match self.live_or_opening(host, port) {
-            Ok(live) => Ok((live, Duration::ZERO)),
+        let authority = uri.authority().map_or("", |a| a.as_str());
+        match self.live(authority, port) {
+            Some(live) => Ok((live, Duration::ZERO)),
             // Boxed: opening holds QUIC's handshake, and a request on a live connection
             // would otherwise carry (and move) its size.
-            Err(opening) => Box::pin(self.open_origin(uri, host, port, early, opening)).await,
+            None => Box::pin(self.open_origin(uri, authority, port, early)).await,
         }
     }
 
-    /// Opens `host`'s `port` under its `opening` lock (unless another request opened it
-    /// while this one waited), and keeps it for the requests after.
+    /// Opens the origin of `authority` on `port` under its lock (unless another request
+    /// opened it while this one waited), and keeps it for the requests after.
     async fn open_origin(
         &self,
         uri: &http::Uri,
-        host: &str,
-        port: u16,
+        authority: &str,
+        port: Option<u16>,
         early: bool,
-        opening: Arc<tokio::sync::Mutex<()>>,
     ) -> Result<(Live, Duration), NetError> {
+        let (host, own_port) = super::authority::host_port(authority);
+        if host.is_empty() {
+            return Err(NetError::invalid_request("url has no host"));
+        }
+        let udp = port.or(own_port).unwrap_or(443);
+        let opening = self.opening(authority, port);
         let _opening = opening.lock().await;
-        if let Ok(live) = self.live_or_opening(host, port) {
+        if let Some(live) = self.live(authority, port) {
             return Ok((live, Duration::ZERO));
         }
         let began = Instant::now();
         let limit = self.connector.connect_timeout();
-        let live = match tokio::time::timeout(limit, self.open(uri, port, early)).await {
+        let live = match tokio::time::timeout(limit, self.open(uri, udp, early)).await {
             Ok(live) => live?,
             Err(_) => {
                 return Err(NetError::timeout(soulbase_net_core::Phase::Connect)
@@ -229,7 +232,7 @@ impl H3Pool {
         };
         let mut origins = self.origins.lock();
         if let Some(origin) = origins
-            .get_mut(host)
+            .get_mut(authority)
             .and_then(|ports| ports.iter_mut().find(|o| o.port == port))
         {
             origin.live = Some(live.clone());
@@ -237,19 +240,29 @@ impl H3Pool {
         Ok((live, began.elapsed()))
     }
 
-    /// The open connection to `host`'s `port`, or the lock to take to open one (the origin
-    /// made when new). Past [`MAX_ORIGINS`] hosts, those with no connection being opened are
+    /// The open connection to `authority`'s origin on `port`, if there is one.
+    fn live(&self, authority: &str, port: Option<u16>) -> Option<Live> {
+        self.origins
+            .lock()
+            .get(authority)?
+            .iter()
+            .find(|o| o.port == port)?
+            .live
+            .as_ref()
+            .filter(|l| l.is_open())
+            .cloned()
+    }
+
+    /// The lock to take to open `authority`'s origin on `port`, the origin made when new.
+    /// Past [`MAX_ORIGINS`] authorities, those with no connection being opened are
     /// forgotten first.
-    fn live_or_opening(&self, host: &str, port: u16) -> Result<Live, Arc<tokio::sync::Mutex<()>>> {
+    fn opening(&self, authority: &str, port: Option<u16>) -> Arc<tokio::sync::Mutex<()>> {
         let mut origins = self.origins.lock();
         if let Some(origin) = origins
-            .get(host)
+            .get(authority)
             .and_then(|ports| ports.iter().find(|o| o.port == port))
         {
-            return match origin.live.as_ref().filter(|l| l.is_open()) {
-                Some(live) => Ok(live.clone()),
-                None => Err(origin.opening.clone()),
-            };
+            return origin.opening.clone();
         }
         if origins.len() >= MAX_ORIGINS {
             origins.retain(|_, ports| {
@@ -258,12 +271,12 @@ impl H3Pool {
             });
         }
         let opening = Arc::new(tokio::sync::Mutex::new(()));
-        origins.entry(host.into()).or_default().push(Origin {
+        origins.entry(authority.into()).or_default().push(Origin {
             port,
             live: None,
             opening: opening.clone(),
         });
-        Err(opening)
+        opening
     }
 
     /// A new connection to the host of `uri` on UDP port `port`: the guarded peers, each
