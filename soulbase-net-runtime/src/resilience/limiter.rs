@@ -7,6 +7,7 @@
 
 mod aimd;
 mod gcra;
+mod slots;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,13 +16,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use soulbase_net_core::{GaugeReading, LimitScope, Outcome};
 use soulbase_net_policy::{AimdPolicy, AimdScope, LimitsPolicy};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub(crate) use self::aimd::{signal, Signal};
 use self::aimd::{Aimd, AimdPermit};
 pub use self::aimd::{AimdLimit, AimdLimitPermit};
 use self::gcra::Gcra;
+use self::slots::{HasSlots, SlotPermit, Slots};
 use crate::pruned::PrunedMap;
 
 /// The limits of a client: one entry per host and per tenant.
@@ -35,31 +36,23 @@ use crate::pruned::PrunedMap;
 #[derive(Debug)]
 pub(crate) struct Limiter {
     hosts: Mutex<PrunedMap<Arc<HostLimits>>>,
-    tenants: Mutex<PrunedMap<TenantLimits>>,
+    tenants: Mutex<PrunedMap<Arc<Slots>>>,
     global: Mutex<Option<Arc<Aimd>>>,
 }
 
 #[derive(Debug)]
 struct HostLimits {
-    slots: Arc<Semaphore>,
-    cap: u32,
+    slots: Slots,
     rate: Mutex<Option<Gcra>>,
     aimd: Arc<Aimd>,
     queued: AtomicUsize,
 }
 
 /// A call's place under every limit; dropping it frees them all.
-/// A tenant's concurrency slots and how many there are.
-#[derive(Debug)]
-struct TenantLimits {
-    slots: Arc<Semaphore>,
-    cap: u32,
-}
-
 #[derive(Debug)]
 pub(crate) struct LimitPermit {
-    _host: OwnedSemaphorePermit,
-    _tenant: Option<OwnedSemaphorePermit>,
+    _host: SlotPermit<HostLimits>,
+    _tenant: Option<SlotPermit<Slots>>,
     aimd: Option<(AimdPermit, Arc<Aimd>, AimdPolicy)>,
 }
 
@@ -104,18 +97,18 @@ impl Limiter {
             return None;
         }
         let refused = |scope| (!may_wait).then_some(Err(scope));
-        let entry = self.host(host, p);
-        let Ok(host_permit) = entry.slots.clone().try_acquire_owned() else {
+        let Ok(host_permit) = SlotPermit::try_take(self.host(host, p)) else {
             return refused(LimitScope::HostConcurrency);
         };
+        let entry = host_permit.owner();
         let tenant_permit = match tenant {
-            Some(t) => match self.tenant(t, p).try_acquire_owned() {
+            Some(t) => match SlotPermit::try_take(self.tenant(t, p)) {
                 Ok(permit) => Some(permit),
                 Err(_) => return refused(LimitScope::TenantConcurrency),
             },
             None => None,
         };
-        let aimd = match self.aimd_for(&entry, &p.aimd) {
+        let aimd = match self.aimd_for(entry, &p.aimd) {
             Some(aimd) => match aimd.try_acquire(&p.aimd) {
                 Some(permit) => Some((permit, aimd, p.aimd.clone())),
                 None => return refused(LimitScope::Adaptive),
@@ -154,13 +147,13 @@ impl Limiter {
             .then(|| Instant::now().checked_add(p.max_wait))
             .flatten();
         let entry = self.host(host, p);
-        let queued = &entry.queued;
-        let host_permit = take(&entry.slots, deadline, queued)
+        let host_permit = take(entry.clone(), deadline, &entry.queued)
             .await
             .ok_or(LimitScope::HostConcurrency)?;
+        let queued = &entry.queued;
         let tenant_permit = match tenant {
             Some(t) => Some(
-                take(&self.tenant(t, p), deadline, queued)
+                take(self.tenant(t, p), deadline, queued)
                     .await
                     .ok_or(LimitScope::TenantConcurrency)?,
             ),
@@ -218,11 +211,10 @@ impl Limiter {
             }
         }
         drop(hosts);
-        for (tenant, t) in self.tenants.lock().map.iter() {
-            let free = u32::try_from(t.slots.available_permits()).unwrap_or(u32::MAX);
+        for (tenant, slots) in self.tenants.lock().map.iter() {
             visit(GaugeReading::TenantInFlight {
                 tenant,
-                value: u64::from(t.cap.saturating_sub(free)),
+                value: u64::from(slots.in_flight()),
             });
         }
         if let Some(window) = self.global_window() {
@@ -247,8 +239,7 @@ impl Limiter {
         let now = Instant::now();
         hosts.make_room(|e| !e.is_idle(now) || Arc::strong_count(e) > 1);
         let entry = Arc::new(HostLimits {
-            slots: Arc::new(semaphore(p.per_host_concurrency)),
-            cap: p.per_host_concurrency,
+            slots: Slots::new(p.per_host_concurrency),
             rate: Mutex::new(None),
             aimd: Arc::new(Aimd::new(&p.aimd)),
             queued: AtomicUsize::new(0),
@@ -257,23 +248,14 @@ impl Limiter {
         entry
     }
 
-    fn tenant(&self, tenant: &str, p: &LimitsPolicy) -> Arc<Semaphore> {
+    fn tenant(&self, tenant: &str, p: &LimitsPolicy) -> Arc<Slots> {
         let mut tenants = self.tenants.lock();
-        if let Some(t) = tenants.map.get(tenant) {
-            return t.slots.clone();
+        if let Some(slots) = tenants.map.get(tenant) {
+            return slots.clone();
         }
-        tenants.make_room(|t| {
-            Arc::strong_count(&t.slots) > 1 || t.slots.available_permits() < t.cap as usize
-        });
-        let cap = p.per_tenant_concurrency;
-        let slots = Arc::new(semaphore(cap));
-        tenants.map.insert(
-            tenant.into(),
-            TenantLimits {
-                slots: slots.clone(),
-                cap,
-            },
-        );
+        tenants.make_room(|slots| Arc::strong_count(slots) > 1 || !slots.is_idle());
+        let slots = Arc::new(Slots::new(p.per_tenant_concurrency));
+        tenants.map.insert(tenant.into(), slots.clone());
         slots
     }
 
@@ -294,11 +276,16 @@ impl Limiter {
 
 // === impl HostLimits ===
 
+impl HasSlots for HostLimits {
+    fn slots(&self) -> &Slots {
+        &self.slots
+    }
+}
+
 impl HostLimits {
     fn gauges(&self) -> LimitGauges {
-        let free = u32::try_from(self.slots.available_permits()).unwrap_or(u32::MAX);
         LimitGauges {
-            in_flight: self.cap.saturating_sub(free),
+            in_flight: self.slots.in_flight(),
             queued: self.queued.load(Ordering::Relaxed),
             window: self.aimd.gauge(),
         }
@@ -324,7 +311,7 @@ impl HostLimits {
 
     /// Nothing in flight, nobody waiting, the rate bucket full: forgetting it loses nothing.
     fn is_idle(&self, now: Instant) -> bool {
-        self.slots.available_permits() >= self.cap as usize
+        self.slots.is_idle()
             && self.queued.load(Ordering::Relaxed) == 0
             && self.aimd.in_flight() == 0
             && self.rate.lock().as_ref().is_none_or(|g| g.is_idle(now))
@@ -361,28 +348,20 @@ async fn enter_aimd(
     Ok((permit, aimd, p.clone()))
 }
 
-/// A semaphore of `cap` permits (never more than tokio allows, so it cannot panic).
-fn semaphore(cap: u32) -> Semaphore {
-    Semaphore::new(
-        usize::try_from(cap)
-            .unwrap_or(usize::MAX)
-            .min(Semaphore::MAX_PERMITS),
-    )
-}
-
-/// A semaphore permit now, or by `deadline` when there is one.
-async fn take(
-    sem: &Arc<Semaphore>,
+/// A slot of `owner`'s now, or by `deadline` when there is one, counted in `queued` while
+/// it waits.
+async fn take<T: HasSlots>(
+    owner: Arc<T>,
     deadline: Option<Instant>,
     queued: &AtomicUsize,
-) -> Option<OwnedSemaphorePermit> {
-    if let Ok(p) = sem.clone().try_acquire_owned() {
-        return Some(p);
-    }
+) -> Option<SlotPermit<T>> {
+    let owner = match SlotPermit::try_take(owner) {
+        Ok(permit) => return Some(permit),
+        Err(owner) => owner,
+    };
     let deadline = deadline?;
     let _queued = Queued::enter(queued);
-    let acquire = sem.clone().acquire_owned();
-    tokio::time::timeout_at(deadline, acquire).await.ok()?.ok()
+    SlotPermit::wait(owner, deadline).await
 }
 
 /// Counts a call in the queue-depth gauge while it may wait.
