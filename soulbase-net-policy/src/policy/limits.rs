@@ -29,7 +29,8 @@ pub struct LimitsPolicy {
     /// without a rate. Default is `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_burst: Option<u32>,
-    /// Longest wait for a permit; 0s fails at once with `RateLimited`. Default is 0s.
+    /// Longest wait for a permit; 0s fails at once with `RateLimited`. Default is 0s. A freed
+    /// concurrency slot goes to whichever call asks first (a new call or a woken waiter).
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
     /// Adaptive concurrency. Default is off.
