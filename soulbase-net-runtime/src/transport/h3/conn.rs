@@ -223,9 +223,11 @@ impl Live {
         !self.closing.load(Ordering::Acquire) && self.conn.close_reason().is_none()
     }
 
-    /// A handle to send one request on.
-    pub(super) fn sender(&self) -> Sender {
-        self.sender.clone()
+    /// The handle this request sends on: each request holds a `Live` of its own (a clone,
+    /// from checkout until its body ends), so it sends on its clone's handle rather than
+    /// clone another (a handle's clone and drop are eight atomic operations).
+    pub(super) fn sender(&mut self) -> &mut Sender {
+        &mut self.sender
     }
 
     /// Waits until the handshake is complete (at once for a connection not opened with

@@ -109,7 +109,7 @@ impl H3Pool {
     /// that took `connect` to open.
     pub(crate) async fn exchange(
         &self,
-        live: Live,
+        mut live: Live,
         connect: Duration,
         req: Request<ReqBody>,
     ) -> Result<(Response<H3Body>, Duration), NetError> {
@@ -130,11 +130,8 @@ impl H3Pool {
                     .or_insert_with(|| len.into());
             }
         }
-        let mut sender = live.sender();
-        let mut stream = sender
-            .send_request(head)
-            .await
-            .map_err(|e| live.stream_failed(e))?;
+        let sent = live.sender().send_request(head).await;
+        let mut stream = sent.map_err(|e| live.stream_failed(e))?;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(error::body_error)?;
             if let Ok(mut data) = frame.into_data() {
