@@ -22,6 +22,7 @@ use url::Url;
 
 use super::send::{record_outcome, Answer, Call};
 use super::span::in_span;
+use super::timer::Timer;
 use super::urls::{host_of, shown_url};
 use super::{
     body::{MeteredBody, Progress, SendBody},
@@ -178,14 +179,14 @@ impl Inner {
             };
             // `ttfb_from(began)`, without measuring the nothing between `began` and itself.
             let first = call.phase_deadline(Phase::Ttfb, began, timeouts.ttfb.min(limit));
-            let timer = tokio::time::sleep_until(first.0);
-            tokio::pin!(timer);
+            // Reused from this thread's idle timers when there is one (see `timer`).
+            let mut timer = Timer::at(first.0);
             let (res, connect) = std::future::poll_fn(|cx| {
                 if let Poll::Ready(res) = request.as_mut().poll(cx) {
                     return Poll::Ready(res);
                 }
                 loop {
-                    if timer.as_mut().poll(cx).is_pending() {
+                    if std::pin::Pin::new(&mut timer).poll(cx).is_pending() {
                         return Poll::Pending;
                     }
                     let now = Instant::now();
@@ -201,7 +202,7 @@ impl Inner {
                     if now >= at {
                         return Poll::Ready(Err(NetError::timeout(phase)));
                     }
-                    timer.as_mut().reset(at);
+                    timer.reset(at);
                 }
             })
             .await?;

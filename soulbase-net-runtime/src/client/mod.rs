@@ -14,6 +14,7 @@ mod retries;
 mod send;
 mod service;
 mod span;
+mod timer;
 mod urls;
 mod watch;
 

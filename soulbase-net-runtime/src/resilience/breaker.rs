@@ -48,6 +48,9 @@ pub(crate) struct BreakerPermit<'a> {
 struct Tracked<'a> {
     shared: &'a Shared,
     key: &'a str,
+    /// Where the key map held the circuit at admission: the result goes there without
+    /// hashing the key again while it is still there (see `BoundedMap::get_mut_at`).
+    position: usize,
     ticket: Ticket,
     policy: &'a CircuitBreakerPolicy,
     admitted_at: Instant,
@@ -90,10 +93,12 @@ impl Breakers {
             let mut map = self.shared.circuits.lock();
             let id = &self.shared.next_id;
             let make = || Circuit::new(id.fetch_add(1, Ordering::Relaxed), p, now);
-            let visited = map.visit(key, now, make, |circuit| circuit.admit(p, now));
+            let visited = map.visit_at(key, now, make, |circuit| circuit.admit(p, now));
             let evicted = map.take_evicted();
             match visited {
-                Some((admitted, transition)) => (admitted, transition, evicted),
+                Some(((admitted, transition), position)) => {
+                    (admitted.map(|t| (t, position)), transition, evicted)
+                }
                 None => {
                     drop(map);
                     self.shared.forgotten(evicted, now);
@@ -103,11 +108,12 @@ impl Breakers {
         };
         self.shared.forgotten(evicted, now);
         self.shared.notify(key, transition);
-        let ticket = admitted?;
+        let (ticket, position) = admitted?;
         Ok(BreakerPermit {
             tracked: Some(Tracked {
                 shared: &self.shared,
                 key,
+                position,
                 ticket,
                 policy: p,
                 admitted_at: now,
@@ -174,7 +180,7 @@ impl Shared {
     fn finish(&self, t: &Tracked<'_>, result: CallResult, now: Instant) {
         let transition = {
             let mut map = self.circuits.lock();
-            let Some(circuit) = map.get_mut(t.key, now) else {
+            let Some(circuit) = t.circuit(&mut map, now) else {
                 return;
             };
             circuit.record(t.policy, t.ticket, result, now)
@@ -184,9 +190,24 @@ impl Shared {
 
     fn release(&self, t: &Tracked<'_>) {
         let mut map = self.circuits.lock();
-        if let Some(circuit) = map.get_mut(t.key, t.admitted_at) {
+        if let Some(circuit) = t.circuit(&mut map, t.admitted_at) {
             circuit.release(t.ticket);
         }
+    }
+}
+
+// === impl Tracked ===
+
+impl Tracked<'_> {
+    /// The circuit that admitted the call, if the map still holds it (or a fresh one for its
+    /// key, which the ticket no longer owns): found by position while it is there.
+    fn circuit<'m>(
+        &self,
+        map: &'m mut BoundedMap<Circuit>,
+        now: Instant,
+    ) -> Option<&'m mut Circuit> {
+        let id = self.ticket.circuit();
+        map.get_mut_at(self.position, self.key, now, |c| c.id() == id)
     }
 }
 

@@ -5,9 +5,16 @@
 //! stamp and eviction, when the map is full, sweeps once and drops a batch of the least
 //! recently used evictable entries (an eighth of the map), which keeps inserts amortised
 //! `O(log n)`.
+//!
+//! Entries are kept in insertion order with their positions ([`IndexMap`]), so that a caller
+//! that visited a key can come back to its entry by position, without hashing the key again
+//! ([`BoundedMap::visit_at`], [`BoundedMap::get_mut_at`]): the breakers do, once per call. A
+//! removal moves the last entry into the removed one's place, so a position only hints; the
+//! caller checks that the entry there is its own and looks the key up otherwise.
 
-use foldhash::{HashMap, HashMapExt};
 use std::{borrow::Cow, time::Duration};
+
+use indexmap::IndexMap;
 
 use tokio::time::Instant;
 
@@ -35,7 +42,7 @@ pub(crate) trait Evictable {
 /// A map of at most `max` entries; entries idle for `idle` are replaced or dropped.
 #[derive(Debug)]
 pub(crate) struct BoundedMap<V> {
-    entries: HashMap<Box<str>, Slot<V>>,
+    entries: IndexMap<Box<str>, Slot<V>, foldhash::fast::RandomState>,
     max: usize,
     idle: Duration,
     /// Until when a full map refuses new keys without looking for room again: set when an
@@ -65,7 +72,7 @@ impl<V: Evictable> BoundedMap<V> {
     /// An empty map holding at most `max` entries (at least 1).
     pub(crate) fn new(max: usize, idle: Duration) -> Self {
         Self {
-            entries: HashMap::new(),
+            entries: IndexMap::default(),
             max: max.max(1),
             idle,
             no_room_until: None,
@@ -105,8 +112,32 @@ impl<V: Evictable> BoundedMap<V> {
     }
 
     /// The entry for `key`, marked used at `now`, without creating it.
+    #[cfg(test)]
     pub(crate) fn get_mut(&mut self, key: &str, now: Instant) -> Option<&mut V> {
         let slot = self.entries.get_mut(key)?;
+        slot.last_used = slot.last_used.max(now);
+        Some(&mut slot.value)
+    }
+
+    /// The entry for `key`, marked used at `now`, without creating it: first the one at
+    /// `position` (where [`visit_at`](Self::visit_at) found it) when `is_it` says that entry
+    /// is the one looked for, else by its key. No hashing when it is still there.
+    pub(crate) fn get_mut_at(
+        &mut self,
+        position: usize,
+        key: &str,
+        now: Instant,
+        is_it: impl FnOnce(&V) -> bool,
+    ) -> Option<&mut V> {
+        let there = self
+            .entries
+            .get_index(position)
+            .is_some_and(|(_, slot)| is_it(&slot.value));
+        let slot = if there {
+            self.entries.get_index_mut(position).map(|(_, slot)| slot)?
+        } else {
+            self.entries.get_mut(key)?
+        };
         slot.last_used = slot.last_used.max(now);
         Some(&mut slot.value)
     }
@@ -126,7 +157,19 @@ impl<V: Evictable> BoundedMap<V> {
         make: impl FnOnce() -> V,
         visit: impl FnOnce(&mut V) -> R,
     ) -> Option<R> {
-        if let Some(slot) = self.entries.get_mut(key) {
+        self.visit_at(key, now, make, visit).map(|(r, _)| r)
+    }
+
+    /// [`visit`](Self::visit), with the position the entry has now, for
+    /// [`get_mut_at`](Self::get_mut_at).
+    pub(crate) fn visit_at<R>(
+        &mut self,
+        key: &str,
+        now: Instant,
+        make: impl FnOnce() -> V,
+        visit: impl FnOnce(&mut V) -> R,
+    ) -> Option<(R, usize)> {
+        if let Some((position, _, slot)) = self.entries.get_full_mut(key) {
             if passed(slot.last_used, self.idle, now) && slot.value.evictable(now, true) {
                 let old = std::mem::replace(&mut slot.value, make());
                 if let Some(evicted) = &mut self.evicted {
@@ -134,7 +177,7 @@ impl<V: Evictable> BoundedMap<V> {
                 }
             }
             slot.last_used = slot.last_used.max(now);
-            return Some(visit(&mut slot.value));
+            return Some((visit(&mut slot.value), position));
         }
         if self.entries.len() >= self.max {
             if self.no_room_until.is_some_and(|until| now < until) {
@@ -147,24 +190,37 @@ impl<V: Evictable> BoundedMap<V> {
             }
             self.no_room_until = None;
         }
-        let slot = self.entries.entry(key.into()).or_insert(Slot {
-            value: make(),
-            last_used: now,
-        });
-        Some(visit(&mut slot.value))
+        let (position, _) = self.entries.insert_full(
+            key.into(),
+            Slot {
+                value: make(),
+                last_used: now,
+            },
+        );
+        let slot = &mut self.entries[position];
+        Some((visit(&mut slot.value), position))
     }
 
     /// Drops every entry idle for the idle period that may be evicted. The client may call
     /// this now and then; inserts into a full map call it anyway.
     pub(crate) fn sweep(&mut self, now: Instant) {
         let idle = self.idle;
-        let goes = |s: &mut Slot<V>| passed(s.last_used, idle, now) && s.value.evictable(now, true);
+        let goes = |s: &Slot<V>| passed(s.last_used, idle, now) && s.value.evictable(now, true);
         match &mut self.evicted {
-            Some(evicted) => evicted.extend(
-                self.entries
-                    .extract_if(|_, s| goes(s))
-                    .map(|(k, s)| (k, s.value)),
-            ),
+            // From the end: a removal moves the last entry, already looked at, into its place.
+            Some(evicted) => {
+                for position in (0..self.entries.len()).rev() {
+                    if self
+                        .entries
+                        .get_index(position)
+                        .is_some_and(|(_, s)| goes(s))
+                    {
+                        if let Some((k, s)) = self.entries.swap_remove_index(position) {
+                            evicted.push((k, s.value));
+                        }
+                    }
+                }
+            }
             None => self.entries.retain(|_, s| !goes(s)),
         }
     }
@@ -189,7 +245,7 @@ impl<V: Evictable> BoundedMap<V> {
         lru.select_nth_unstable_by_key(batch - 1, |(t, _)| *t);
         let victims: Vec<Box<str>> = lru[..batch].iter().map(|(_, k)| (*k).into()).collect();
         for k in victims {
-            if let (Some(slot), Some(evicted)) = (self.entries.remove(&k), &mut self.evicted) {
+            if let (Some(slot), Some(evicted)) = (self.entries.swap_remove(&k), &mut self.evicted) {
                 evicted.push((k, slot.value));
             }
         }
@@ -228,6 +284,49 @@ mod tests {
         fn evictable(&self, _now: Instant, _idle: bool) -> bool {
             !self.0
         }
+    }
+
+    /// An entry with an identity, pinned or not.
+    #[derive(Debug)]
+    struct Tagged {
+        id: u32,
+        pinned: bool,
+    }
+
+    impl Evictable for Tagged {
+        fn evictable(&self, _now: Instant, _idle: bool) -> bool {
+            !self.pinned
+        }
+    }
+
+    #[test]
+    fn a_position_finds_its_entry_while_it_is_there_and_the_key_after_it_moved() {
+        let now = Instant::now();
+        let mut m = BoundedMap::new(10, Duration::from_secs(5));
+        let tagged = |id, pinned| move || Tagged { id, pinned };
+        let (_, a) = m.visit_at("a", now, tagged(1, false), |_| ()).unwrap();
+        let (_, b) = m.visit_at("b", now, tagged(2, true), |_| ()).unwrap();
+        let (_, c) = m.visit_at("c", now, tagged(3, true), |_| ()).unwrap();
+        assert_eq!((a, b, c), (0, 1, 2));
+        // Still there: found by position, its key not looked at.
+        let found = m.get_mut_at(b, "no such key", now, |v| v.id == 2);
+        assert_eq!(found.map(|v| v.id), Some(2));
+        // `a` goes idle and is swept: the others move up.
+        m.sweep(now + Duration::from_secs(5));
+        assert_eq!(m.len(), 2);
+        // `c`'s position now holds nothing, `a`'s holds another: both found by key.
+        let found = m.get_mut_at(c, "c", now, |v| v.id == 3);
+        assert_eq!(found.map(|v| v.id), Some(3));
+        let found = m.get_mut_at(a, "a", now, |v| v.id == 1);
+        assert!(
+            found.is_none(),
+            "`a` is gone, and the entry at its place is not it"
+        );
+        // A visit tells the new position, where the entry is found again without its key.
+        let (_, moved) = m.visit_at("c", now, tagged(9, true), |_| ()).unwrap();
+        assert_ne!(moved, c);
+        let found = m.get_mut_at(moved, "no such key", now, |v| v.id == 3);
+        assert_eq!(found.map(|v| v.id), Some(3));
     }
 
     #[test]

@@ -302,6 +302,18 @@ impl Circuit {
     fn owns(&self, ticket: Ticket) -> bool {
         ticket.id == self.id && ticket.generation == self.generation
     }
+
+    /// This circuit's id: unique among the client's circuits, a fresh one for a key included.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Ticket {
+    /// The id of the circuit that issued the ticket.
+    pub(crate) fn circuit(self) -> u64 {
+        self.id
+    }
 }
 
 impl Rejected {
