@@ -13,7 +13,9 @@
 //! registered at its deadline, and the next attempt on that thread takes it and resets it.
 //! - Timers belong to the runtime that made them: the stack remembers which, and an attempt
 //!   of another runtime (a thread that ran a runtime, dropped it and started another) empties
-//!   it and makes a new one. Runtime ids are never reused.
+//!   it and makes a new one. Runtime ids are never reused. Until then (or until the thread
+//!   ends), the idle timers of a dropped runtime keep its handle's memory, one runtime's at
+//!   most per thread.
 //! - An idle timer still holds the waker of the last task that polled it. If its deadline
 //!   comes before anyone takes it, the runtime wakes that task once for nothing (a spurious
 //!   wake every future tolerates) and drops the waker; so an idle timer keeps a finished
