@@ -42,13 +42,15 @@ mod breakers;
 mod gauges;
 mod hot;
 mod labels;
+mod latency;
 mod metrics;
 #[cfg(feature = "otel")]
 pub mod otel;
 mod sli;
 mod trace;
 
-pub use crate::metrics::{Metrics, MetricsBuilder, LATENCY_BUCKETS_MS};
+pub use crate::latency::LATENCY_BUCKETS_MS;
+pub use crate::metrics::{Metrics, MetricsBuilder};
 pub use crate::sli::Slis;
 pub use crate::trace::TracingObserver;
 /// One observer forwarding to several; it lives in core (a client fans out to several

@@ -9,7 +9,7 @@ use std::{
 
 use prometheus_client::{
     encoding::text::encode,
-    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 use soulbase_net_core::{
@@ -26,13 +26,9 @@ use crate::{
         Label, LabelCap, LimitLabels, PhaseLabels, ReasonLabels, RequestLabels, RuleLabels,
         SourceLabels, StoreLabels, OTHER,
     },
+    latency::Latency,
     sli::{SliCollector, SliState, Slis},
 };
-
-/// The upper bounds of the `net_latency_ms` buckets, in milliseconds.
-pub const LATENCY_BUCKETS_MS: [f64; 13] = [
-    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
-];
 
 /// How many distinct `rule` labels `net_blocked_total` keeps before using `"_other"`.
 const MAX_RULES: usize = 64;
@@ -49,12 +45,12 @@ const IDEMPOTENCY_KEY: &str = "idempotency_key";
 /// | metric | labels | from |
 /// | --- | --- | --- |
 /// | `net_requests_total` | `tenant, host, method, scheme, outcome, version` | `RequestFinished`; `outcome` is [`Outcome::label`]; `version` is the final response's HTTP version, `h1`, `h2` or `h3` (`""` without a response) |
-/// | `net_latency_ms` (histogram, [`LATENCY_BUCKETS_MS`]) | `phase = connect, ttfb, total` | `connect`: attempts that opened a connection; `ttfb`: attempts that got a response; `total`: `RequestFinished` |
+/// | `net_latency_ms` (histogram, [`LATENCY_BUCKETS_MS`](crate::LATENCY_BUCKETS_MS)) | `phase = connect, ttfb, total` | `connect`: attempts that opened a connection; `ttfb`: attempts that got a response; `total`: `RequestFinished` |
 /// | `net_bytes_total` | `dir, tenant, host` | `Bytes` |
 /// | `net_retry_total` | `reason` | `RetryScheduled`; the failed attempt's outcome label |
 /// | `net_hedge_total` | `host` | `AttemptStarted` of a hedged copy (`hedge: true`) |
 /// | `net_outbox_delivered_total`, `net_outbox_retried_total`, `net_outbox_dead_total` | — | `Outbox` events of an outbox given this observer |
-/// | `net_outbox_lateness_ms` (histogram, [`LATENCY_BUCKETS_MS`]) | — | `Outbox` deliveries: actual − `deliver_at` |
+/// | `net_outbox_lateness_ms` (histogram, [`LATENCY_BUCKETS_MS`](crate::LATENCY_BUCKETS_MS)) | — | `Outbox` deliveries: actual − `deliver_at` |
 /// | `net_outbox_pending`, `net_outbox_oldest_pending_age_seconds` (gauges, at scrape) | — | the outbox's gauges |
 /// | `net_store_errors_total` | `store, op` | `StoreError`: a shared store (`rate`, …) failed, timed out (`op` = what was asked) or was skipped for a moment after failing (`op="skip"`) |
 /// | `net_answered_total` | `by` (the interceptor's name) | `Answered`: calls an interceptor answered without sending, e.g. `by="cache_hook"` for cache hits, `by="idempotency_key"` for duplicates dropped by the dedup window |
@@ -128,7 +124,7 @@ pub struct Metrics {
     rules: LabelCap,
     no_tenant: Label,
     requests: Family<RequestLabels, Counter>,
-    latency: Family<PhaseLabels, Histogram, fn() -> Histogram>,
+    latency: Family<PhaseLabels, Latency>,
     bytes: Family<BytesLabels, Counter>,
     retries: Family<ReasonLabels, Counter>,
     hedges: Family<HostLabels, Counter>,
@@ -138,7 +134,7 @@ pub struct Metrics {
     outbox_delivered: Counter,
     outbox_retried: Counter,
     outbox_dead: Counter,
-    outbox_lateness: Histogram,
+    outbox_lateness: Latency,
     /// The interceptors whose answers are dedup drops.
     dedup_by: Vec<&'static str>,
     circuit_open: Family<HostLabels, Counter>,
@@ -159,9 +155,18 @@ pub struct Metrics {
     owner: u64,
     /// The latency histograms of the phases every request reports, found once (on first
     /// use, so a series still appears only when first observed).
-    total_ms: OnceLock<Histogram>,
-    ttfb_ms: OnceLock<Histogram>,
-    connect_ms: OnceLock<Histogram>,
+    total_ms: OnceLock<Latency>,
+    ttfb_ms: OnceLock<Latency>,
+    connect_ms: OnceLock<Latency>,
+}
+
+/// The phases of `net_latency_ms` that every request reports (each found once, see
+/// `Metrics::total_ms`).
+#[derive(Clone, Copy)]
+enum LatencyPhase {
+    Total,
+    Ttfb,
+    Connect,
 }
 
 /// Configures [`Metrics`]; from [`Metrics::builder`].
@@ -221,7 +226,6 @@ impl MetricsBuilder {
     pub fn build(self) -> Metrics {
         let mut registry = self.registry.unwrap_or_default();
         let sli = Arc::new(SliState::new(self.latency_window));
-        let new_histogram: fn() -> Histogram = || Histogram::new(LATENCY_BUCKETS_MS);
         let hosts = Arc::new(LabelCap::new(self.max_hosts));
         let tenants = Arc::new(LabelCap::new(self.max_tenants));
         let gauges = Arc::new(GaugeState::new(hosts.clone(), tenants.clone()));
@@ -232,7 +236,7 @@ impl MetricsBuilder {
             rules: LabelCap::new(MAX_RULES),
             no_tenant: Label::new(""),
             requests: Family::default(),
-            latency: Family::new_with_constructor(new_histogram),
+            latency: Family::default(),
             bytes: Family::default(),
             retries: Family::default(),
             hedges: Family::default(),
@@ -242,7 +246,7 @@ impl MetricsBuilder {
             outbox_delivered: Counter::default(),
             outbox_retried: Counter::default(),
             outbox_dead: Counter::default(),
-            outbox_lateness: Histogram::new(LATENCY_BUCKETS_MS),
+            outbox_lateness: Latency::default(),
             dedup_by: self.dedup_by,
             circuit_open: Family::default(),
             breaker_state: Family::default(),
@@ -467,14 +471,15 @@ impl Metrics {
             .map_or_else(|| self.no_tenant.clone(), |t| self.tenants.admit(t))
     }
 
-    fn observe_ms(&self, phase: &'static str, d: Duration) {
-        let memo = match phase {
-            "total" => &self.total_ms,
-            "ttfb" => &self.ttfb_ms,
-            _ => &self.connect_ms,
+    /// Observes `d` in the `net_latency_ms` series of `phase`.
+    fn observe_ms(&self, phase: LatencyPhase, d: Duration) {
+        let (memo, phase) = match phase {
+            LatencyPhase::Total => (&self.total_ms, "total"),
+            LatencyPhase::Ttfb => (&self.ttfb_ms, "ttfb"),
+            LatencyPhase::Connect => (&self.connect_ms, "connect"),
         };
         memo.get_or_init(|| self.latency.get_or_create(&PhaseLabels { phase }).clone())
-            .observe(d.as_secs_f64() * 1000.0);
+            .observe(d);
     }
 
     fn on_finished(
@@ -508,7 +513,7 @@ impl Metrics {
             };
             self.requests.get_or_create(&labels).clone()
         });
-        self.observe_ms("total", total);
+        self.observe_ms(LatencyPhase::Total, total);
         self.sli.on_finished(outcome, total.as_secs_f64() * 1000.0);
     }
 }
@@ -563,7 +568,7 @@ impl Observer for Metrics {
                 OutboxStep::Delivered => {
                     self.outbox_delivered.inc();
                     if let Some(late) = lateness {
-                        self.outbox_lateness.observe(late.as_secs_f64() * 1e3);
+                        self.outbox_lateness.observe(late);
                     }
                 }
                 OutboxStep::Retried => {
@@ -591,10 +596,10 @@ impl Observer for Metrics {
             } => {
                 // A pooled connection reports zero connect time: not a connect latency.
                 if !elapsed.connect().is_zero() {
-                    self.observe_ms("connect", elapsed.connect());
+                    self.observe_ms(LatencyPhase::Connect, elapsed.connect());
                 }
                 if matches!(outcome, Outcome::Response(_)) {
-                    self.observe_ms("ttfb", elapsed.ttfb());
+                    self.observe_ms(LatencyPhase::Ttfb, elapsed.ttfb());
                 }
             }
             NetEvent::Bytes { req, dir, bytes } => {

@@ -90,7 +90,10 @@ impl HotParts {
     /// One limiter acquisition for `host` as the client makes it (at once, without a
     /// future, when no wait is needed) and its release; whether a permit was granted.
     pub fn limiter_acquire_release(&self, host: &str, p: &LimitsPolicy) -> bool {
-        match self.limiter.acquire_now(host, None, p) {
+        match self
+            .limiter
+            .acquire_now(host, None, p, tokio::time::Instant::now())
+        {
             Some(acquired) => acquired.is_ok(),
             None => {
                 let acquire = std::pin::pin!(self.limiter.acquire(host, None, p));

@@ -21,7 +21,7 @@ use tracing::{field::Empty as Unset, Span};
 use url::Url;
 
 use super::send::{record_outcome, Answer, Call};
-use super::span::in_span;
+use super::span::{in_scope, in_span};
 use super::timer::Timer;
 use super::urls::{host_of, shown_url};
 use super::{
@@ -54,7 +54,7 @@ impl Inner {
         let span = attempt_span(call, url, attempt, hedge);
         // The `on_attempt` hooks run inside the attempt's span, so that what they take from
         // the current span (TraceUa's `traceparent` under OpenTelemetry) is this attempt's.
-        span.in_scope(|| {
+        in_scope(span.as_ref(), || {
             for interceptor in &self.interceptors.on_attempt {
                 interceptor.on_attempt(req, attempt);
             }
@@ -108,8 +108,8 @@ impl Inner {
                 Elapsed::default().with_total(began.elapsed()),
             ),
         };
-        record_outcome(&span, &outcome, 1);
-        let _inside = span.enter();
+        record_outcome(span.as_ref(), &outcome, 1);
+        let _inside = span.as_ref().map(Span::enter);
         self.emit(|| NetEvent::AttemptFinished {
             req: call.info(),
             attempt,
@@ -338,10 +338,10 @@ impl Inner {
 /// `http.request.method`, `server.address`, `server.port`, `url.full` (redacted as events
 /// show it), `http.request.resend_count` from the second attempt on; at its end
 /// `http.response.status_code`, `error.type` and the error status (see `record_outcome`).
-fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Span {
+fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Option<Span> {
     // Nothing takes INFO spans: nothing to build (see `request_span`).
     if !tracing::level_enabled!(tracing::Level::INFO) {
-        return Span::none();
+        return None;
     }
     let method = call.labels.method.as_str();
     let span = tracing::info_span!(
@@ -359,17 +359,16 @@ fn attempt_span(call: &Call<'_>, url: &Url, attempt: u32, hedge: bool) -> Span {
         http.response.status_code = Unset,
         error.type = Unset,
     );
-    // No subscriber wants it: a span without metadata, free to enter and leave (see
-    // `request_span`).
+    // No subscriber wants it: no span (see `super::span`).
     if span.is_disabled() {
-        return Span::none();
+        return None;
     }
     // Only for a subscriber that wants the span: this allocates.
     span.record("url.full", shown_url(url));
     if attempt > 1 {
         span.record("http.request.resend_count", i64::from(attempt - 1));
     }
-    span
+    Some(span)
 }
 
 /// The proxy credentials for an `http` request that goes to a proxy in absolute form; the

@@ -189,10 +189,9 @@ pub(crate) enum Shown {
 impl Shown {
     /// How events show `url`.
     pub(crate) fn of(url: &url::Url) -> Self {
-        if url.username().is_empty() && url.password().is_none() {
-            Shown::Prefix(url[..url::Position::AfterPath].len())
-        } else {
-            Shown::Redacted(super::urls::shown_url(url))
+        match super::urls::shown_prefix(url) {
+            Some(len) => Shown::Prefix(len),
+            None => Shown::Redacted(super::urls::shown_url(url)),
         }
     }
 }

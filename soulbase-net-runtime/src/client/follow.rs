@@ -143,7 +143,14 @@ impl Inner {
     ) -> Answer {
         let host = call.host();
         let permit = match self
-            .slot(host, None, &call.policy.limits, &call.policy.slo, &call)
+            .slot(
+                host,
+                None,
+                &call.policy.limits,
+                &call.policy.slo,
+                &call,
+                tokio::time::Instant::now(),
+            )
             .await
         {
             Ok(permit) => permit,

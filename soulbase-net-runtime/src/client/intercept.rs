@@ -18,10 +18,9 @@ use super::Inner;
 impl Inner {
     /// Interceptors and the attempt; `after` or `on_error` at the end.
     pub(super) async fn run(&self, req: &mut NetRequest, url: Arc<Url>, call: &Call<'_>) -> Answer {
-        // What `before` may change that the parsed URL depends on, as a fingerprint (a
-        // copy of the URL would cost an allocation per call); without interceptors nothing
-        // can, and the URL parsed by `send` stands.
-        let target = (!self.interceptors.before.is_empty()).then(|| target_of(req));
+        // What `before` may change that the parsed URL depends on (see `Target`); without
+        // interceptors nothing can, and the URL parsed by `send` stands.
+        let target = (!self.interceptors.before.is_empty()).then(|| Target::of(req, &url));
         // `w(proc)` of S75-4: the hooks before the attempts, with the checks between them.
         let hooks = &self.interceptors;
         let mut processing = Processing::start(
@@ -43,7 +42,7 @@ impl Inner {
             // holds no CR, LF or NUL (http refuses them when one is built; only `unsafe` code
             // can make one that does).
             let url = match target {
-                Some(before) if before != target_of(req) => req.validate_shared(u64::MAX)?,
+                Some(before) if !before.holds(req, &url) => req.validate_shared(u64::MAX)?,
                 _ => url,
             };
             req.check_body_size(call.policy.security.max_req_bytes.as_u64())?;
@@ -137,11 +136,43 @@ impl Inner {
     }
 }
 
-/// A fingerprint of what the request's URL is made of (its URL and query pairs), to see
-/// whether `before` interceptors changed it without keeping a copy. 64 bits of foldhash: a
-/// change that keeps the fingerprint would have to be built for it, and interceptors are the
-/// client's own code.
-fn target_of(req: &NetRequest) -> u64 {
+/// What the request's URL is made of (its URL and query pairs), to see whether `before`
+/// interceptors changed it without keeping a copy (an allocation per call).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// The request's URL is the parsed URL's text, and it has no query pairs: it is
+    /// unchanged while that still holds (a compare, nothing hashed).
+    Parsed,
+    /// A fingerprint of the URL and the query pairs: 64 bits of foldhash. A change that
+    /// keeps the fingerprint would have to be built for it, and interceptors are the
+    /// client's own code.
+    Print(u64),
+}
+
+impl Target {
+    fn of(req: &NetRequest, url: &Url) -> Self {
+        if is_parsed(req, url) {
+            Target::Parsed
+        } else {
+            Target::Print(target_print(req))
+        }
+    }
+
+    /// Whether `req` still makes the URL it made when this was taken.
+    fn holds(self, req: &NetRequest, url: &Url) -> bool {
+        match self {
+            Target::Parsed => is_parsed(req, url),
+            Target::Print(print) => print == target_print(req),
+        }
+    }
+}
+
+/// Whether the request's URL is `url`'s text, without query pairs to add to it.
+fn is_parsed(req: &NetRequest, url: &Url) -> bool {
+    req.query.is_empty() && req.url == url.as_str()
+}
+
+fn target_print(req: &NetRequest) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = foldhash::fast::FixedState::default().build_hasher();
     req.url.hash(&mut h);

@@ -188,7 +188,9 @@ impl Inner {
             } else if permit.is_tracked() || policy.slo.enabled {
                 let (ended, took) = *read.get_or_insert_with(clock);
                 permit.record(is_failure(outcome, policy.cbreaker.count_5xx), took, ended);
-                self.slo_record(call, retry, outcome, took, ended);
+                if policy.slo.enabled {
+                    self.slo_record(call, retry, outcome, took, ended);
+                }
             }
             // A success is never retried (`decide`): the rest is for the others.
             if outcome.is_success() {

@@ -298,7 +298,7 @@ impl Inner {
             // The call runs inside its span (a child of the caller's), so whatever it logs —
             // here, in interceptors, in observers — is the span's.
             let span = request_span(&req, &url, &call);
-            // The span the outcome is recorded on (a clone of a disabled span is free).
+            // The span the outcome is recorded on.
             let recorded = span.clone();
             let result = in_span(
                 async {
@@ -342,7 +342,7 @@ impl Inner {
                             let (host, tenant) =
                                 (call.labels.host(), call.labels.tenant.as_deref());
                             match self
-                                .slot(host, tenant, &policy.limits, &policy.slo, &call)
+                                .slot(host, tenant, &policy.limits, &policy.slo, &call, started)
                                 .await
                             {
                                 Ok(permit) => {
@@ -415,7 +415,7 @@ impl Inner {
                         elapsed,
                         version: result.as_ref().ok().map(|res| res.version),
                     });
-                    record_outcome(&recorded, &outcome, attempts);
+                    record_outcome(recorded.as_ref(), &outcome, attempts);
                     result
                 },
                 span,
@@ -459,11 +459,12 @@ impl Inner {
         limits: &soulbase_net_policy::LimitsPolicy,
         slo: &soulbase_net_policy::SloPolicy,
         call: &Call<'_>,
+        now: Instant,
     ) -> Result<LimitPermit, NoSlot> {
         let factors = self.slo.factors(host, slo);
         let limits = factors.limits(limits);
         let limits = &*limits;
-        match self.limiter.acquire_now(host, tenant, limits) {
+        match self.limiter.acquire_now(host, tenant, limits, now) {
             Some(acquired) => acquired.map_err(NoSlot::Limited),
             // Boxed: waiting is rare, and its future would enlarge every call's.
             None => {
@@ -553,12 +554,12 @@ impl Inner {
 /// `http.request.resend_count`; and `trace_id`/`span_id` of the `traceparent` sent, when an
 /// interceptor set one. Exported through OpenTelemetry it is an INTERNAL span (the logical
 /// call); its attempts are the CLIENT spans, one per request on the wire (`attempt_span`).
-fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
+fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Option<Span> {
     // No subscriber takes INFO spans: nothing to build. (Checked before the macro: with
     // `tracing`'s `log` bridge compiled in, a disabled span still evaluates and formats its
     // fields for `log`, a few hundred instructions per call.)
     if !tracing::level_enabled!(tracing::Level::INFO) {
-        return Span::none();
+        return None;
     }
     let span = tracing::info_span!(
         "http.client.request",
@@ -578,28 +579,26 @@ fn request_span(req: &NetRequest, url: &Url, call: &Call<'_>) -> Span {
         trace_id = Unset,
         span_id = Unset,
     );
-    // No subscriber wants it: a span without metadata, which the call enters and leaves
-    // on every poll for free (a disabled span still logs each entry and exit through
-    // `tracing`'s `log` bridge when that is compiled in).
+    // No subscriber wants it: no span (see `super::span`).
     if span.is_disabled() {
-        return Span::none();
+        return None;
     }
     // Only for a subscriber that wants the span: these allocate.
     span.record("url.full", shown_url(url));
     if let Some(tenant) = &req.tenant {
         span.record("tenant", tenant.as_str());
     }
-    span
+    Some(span)
 }
 
 /// Records how a call or an attempt ended on its span; a 4xx, a 5xx or an error also sets
 /// the OpenTelemetry status to error (HTTP client semantic conventions). Numbers the
 /// conventions type as integers are recorded as `i64`: tracing-opentelemetry exports a `u64`
 /// as a string.
-pub(super) fn record_outcome(span: &Span, outcome: &Outcome, attempts: u32) {
-    if span.is_disabled() {
+pub(super) fn record_outcome(span: Option<&Span>, outcome: &Outcome, attempts: u32) {
+    let Some(span) = span.filter(|span| !span.is_disabled()) else {
         return;
-    }
+    };
     match outcome {
         Outcome::Response(status) => {
             span.record("http.response.status_code", i64::from(status.as_u16()));

@@ -12,25 +12,62 @@ pub(crate) fn host_of(url: &Url) -> &str {
 
 /// Where the host is in `url`'s text: as the URL parser wrote it, without an IPv6 literal's
 /// brackets. A call finds it once, so that its host label, read by every event and limiter,
-/// is a slice rather than a search.
+/// is a slice rather than a search. Found from the slice `host_str` returns, where it is in
+/// the text: indexing the URL by `url::Position` walks its components instead.
 pub(crate) fn host_span(url: &Url) -> std::ops::Range<usize> {
-    let (start, end) = (
-        url[..url::Position::BeforeHost].len(),
-        url[..url::Position::AfterHost].len(),
-    );
-    match url.as_str().get(start..end) {
-        Some(host) if host.starts_with('[') && host.ends_with(']') => start + 1..end - 1,
-        _ => start..end,
+    let Some(host) = url.host_str() else {
+        let at = url[..url::Position::BeforeHost].len();
+        return at..at;
+    };
+    let start = offset_in(url.as_str(), host);
+    let end = start + host.len();
+    if host.starts_with('[') && host.ends_with(']') {
+        start + 1..end - 1
+    } else {
+        start..end
     }
+}
+
+/// Where the URL is cut for events when it has no userinfo (see [`shown_url`]): its length
+/// up to the end of the path, before a query or a fragment; `None` when it has userinfo
+/// (the only place a URL holds credentials: the `user:password@` just before the host).
+pub(crate) fn shown_prefix(url: &Url) -> Option<usize> {
+    let text = url.as_str();
+    let credentials = match url.host_str() {
+        // Userinfo, when there is one, ends in the `@` right before the host.
+        Some(host) => {
+            offset_in(text, host)
+                .checked_sub(1)
+                .and_then(|before| text.as_bytes().get(before))
+                == Some(&b'@')
+        }
+        None => !url.username().is_empty() || url.password().is_some(),
+    };
+    if credentials {
+        return None;
+    }
+    // `query` and `fragment` are slices just after their `?` and `#`.
+    Some(
+        url.query()
+            .or_else(|| url.fragment())
+            .map_or(text.len(), |rest| offset_in(text, rest).saturating_sub(1)),
+    )
+}
+
+/// Where `part`, a slice of `text`, starts in it.
+fn offset_in(text: &str, part: &str) -> usize {
+    part.as_ptr().addr() - text.as_ptr().addr()
 }
 
 /// The URL as events show it: without userinfo, query or fragment. `validate` refuses
 /// userinfo, so this is the parsed URL up to its path, cut without searching again.
 pub(crate) fn shown_url(url: &Url) -> String {
-    if url.username().is_empty() && url.password().is_none() {
-        url[..url::Position::AfterPath].to_owned()
-    } else {
-        redact_url(url.as_str())
+    match shown_prefix(url) {
+        Some(len) => url
+            .as_str()
+            .get(..len)
+            .map_or_else(|| redact_url(url.as_str()), str::to_owned),
+        None => redact_url(url.as_str()),
     }
 }
 
@@ -45,6 +82,34 @@ mod tests {
     }
 
     #[test]
+    fn the_shown_prefix_is_the_url_up_to_its_path_unless_it_has_userinfo() {
+        for raw in [
+            "https://api.example:8443/a/b?token=1#f",
+            "https://api.example/a?",
+            "https://api.example/a#",
+            "https://api.example/a#frag?not-a-query",
+            "https://api.example/?q",
+            "http://[::1]:8080/x?y",
+            "https://bücher.example/ä?ö#ü",
+            "http://user@h.example/p?q",
+            "http://:pw@h.example/p",
+            "http://user:pw@[::1]/p#f",
+            "http://h.example/@/p",
+            "http://h.example/p?a@b",
+            "unix:/run/socket",
+            "data:text/plain,x?y#z",
+        ] {
+            let url = Url::parse(raw).unwrap();
+            let credentials = !url.username().is_empty() || url.password().is_some();
+            let expected = (!credentials).then(|| url[..url::Position::AfterPath].len());
+            assert_eq!(shown_prefix(&url), expected, "{raw}");
+            if credentials {
+                assert!(!shown_url(&url).contains("pw"), "{raw}");
+            }
+        }
+    }
+
+    #[test]
     fn the_host_is_named_as_policies_name_it() {
         for (raw, host) in [
             ("https://API.Example.com/a", "api.example.com"),
@@ -54,6 +119,9 @@ mod tests {
             ("https://[2001:DB8::1]/", "2001:db8::1"),
             ("https://bücher.example/", "xn--bcher-kva.example"),
             ("http://a.b/", "a.b"),
+            ("http://user:pw@a.b:81/", "a.b"),
+            ("http://u@[::1]/", "::1"),
+            ("unix:/run/socket", ""),
         ] {
             let url = Url::parse(raw).unwrap();
             assert_eq!(host_of(&url), host, "{raw}");

@@ -89,10 +89,14 @@ impl super::sealed::Around for LimitLayer {
         let host = req.uri().host().unwrap_or_default().to_owned();
         Box::pin(async move {
             let policy = &*layer.policy;
-            let acquired = match layer.limiter.acquire_now(&host, None, policy) {
-                Some(acquired) => acquired,
-                None => layer.limiter.acquire(&host, None, policy).await,
-            };
+            let acquired =
+                match layer
+                    .limiter
+                    .acquire_now(&host, None, policy, tokio::time::Instant::now())
+                {
+                    Some(acquired) => acquired,
+                    None => layer.limiter.acquire(&host, None, policy).await,
+                };
             let permit = match acquired {
                 Ok(permit) => permit,
                 Err(scope) => {

@@ -86,11 +86,16 @@ impl Limiter {
     ///
     /// Why: nearly every call finds room at once, and answering it without a future keeps
     /// the waiting machinery (timers, notifications) out of every request's state.
+    ///
+    /// `now` is when the rate reservation is made: the caller's clock reading from just
+    /// before (a call reads the clock when it starts), so the limiter reads none of its own.
+    /// An earlier `now` can only make the rate stricter, never looser.
     pub(crate) fn acquire_now(
         &self,
         host: &str,
         tenant: Option<&str>,
         p: &LimitsPolicy,
+        now: Instant,
     ) -> Option<Result<LimitPermit, LimitScope>> {
         let may_wait = !p.max_wait.is_zero();
         if may_wait && p.per_host_rate_rps.is_some() {
@@ -118,7 +123,7 @@ impl Limiter {
         if let Some(rps) = p.per_host_rate_rps {
             // No waiting is allowed here (checked above): a reservation now or a refusal.
             let burst = p.rate_burst.unwrap_or(rps);
-            if let Err(scope) = entry.reserve_rate(rps, burst, None) {
+            if let Err(scope) = entry.reserve_rate(rps, burst, now, None) {
                 return Some(Err(scope));
             }
         }
@@ -165,7 +170,7 @@ impl Limiter {
         };
         if let Some(rps) = p.per_host_rate_rps {
             let burst = p.rate_burst.unwrap_or(rps);
-            let wait = entry.reserve_rate(rps, burst, deadline)?;
+            let wait = entry.reserve_rate(rps, burst, Instant::now(), deadline)?;
             if !wait.is_zero() {
                 let _queued = Queued::enter(queued);
                 tokio::time::sleep(wait).await;
@@ -291,14 +296,15 @@ impl HostLimits {
         }
     }
 
-    /// Reserves the next rate slot within the wait left before `deadline`; the wait.
+    /// Reserves the next rate slot, as of `now`, within the wait left before `deadline`;
+    /// the wait.
     fn reserve_rate(
         &self,
         rps: u32,
         burst: u32,
+        now: Instant,
         deadline: Option<Instant>,
     ) -> Result<Duration, LimitScope> {
-        let now = Instant::now();
         let max_wait = deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
         let mut rate = self.rate.lock();
         let gcra = rate.get_or_insert_with(|| Gcra::new(rps, burst));

@@ -317,6 +317,63 @@ async fn a_before_now_hook_runs_in_place_in_its_order_and_its_error_stops_the_ca
     srv.join().await;
 }
 
+/// Rewrites the request's URL in `before`: `/old` becomes `/i`, `/add-query` becomes `/i`
+/// with a query pair, `/bad` a URL that does not parse, `/far` another host.
+struct Rewrite;
+
+impl Interceptor for Rewrite {
+    fn before_now(&self, req: &mut NetRequest) -> Result<(), NetError> {
+        if let Some(base) = req.url.strip_suffix("/old") {
+            req.url = format!("{base}/i");
+        } else if let Some(base) = req.url.strip_suffix("/add-query") {
+            req.url = format!("{base}/i");
+            req.query.push(("k".to_owned(), "v".to_owned()));
+        } else if req.url.ends_with("/bad") {
+            req.url = "http://[not a host/".to_owned();
+        } else if req.url.ends_with("/far") {
+            req.url = "http://203.0.113.9/i".to_owned();
+        }
+        Ok(())
+    }
+    fn hooks(&self) -> soulbase_net_core::Hooks {
+        soulbase_net_core::Hooks::BEFORE_NOW
+    }
+}
+
+#[tokio::test]
+async fn a_url_changed_by_a_before_hook_is_checked_again_and_sent_where_it_now_points() {
+    let (srv, _log) = echo_and_log().await;
+    let h = harness_with(loopback_policy(), |b| b.interceptor(Rewrite));
+    // A URL written as the parser writes it, with query pairs added or not, and one the
+    // parser rewrites (the scheme in capitals): each way the client tells a change.
+    for (sent, query) in [("/old", None), ("/add-query", Some("k=v"))] {
+        let res = h.client.send(NetRequest::get(srv.url(sent))).await.unwrap();
+        assert_eq!(res.status, 200, "{sent}");
+        let seen = srv.requests("/i").pop().unwrap();
+        assert_eq!(seen.uri.query(), query, "{sent}");
+    }
+    let unparsed = srv.url("/old").replacen("http://", "HTTP://", 1);
+    let res = h.client.send(NetRequest::get(unparsed)).await.unwrap();
+    assert_eq!(res.status, 200);
+    assert_eq!(srv.hits("/i"), 3);
+    assert_eq!(srv.hits("/old") + srv.hits("/add-query"), 0);
+    // A URL that no longer parses, or that leaves the grants: refused, never sent.
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/bad")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidRequest, "{err}");
+    let err = h
+        .client
+        .send(NetRequest::get(srv.url("/far")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Blocked, "{err}");
+    assert!(h.dialer.dialled().iter().all(|a| a.ip().is_loopback()));
+    srv.join().await;
+}
+
 #[tokio::test]
 async fn bytes_in_and_out_are_reported() {
     let srv = FaultServer::http1()

@@ -176,7 +176,7 @@ async fn host_rate_with_burst_and_bounded_wait() {
 async fn admitted_over(limiter: &Limiter, p: &LimitsPolicy, ms: u32) -> usize {
     let mut n = 0;
     for _ in 0..ms {
-        if let Some(Ok(_)) = limiter.acquire_now("h", None, p) {
+        if let Some(Ok(_)) = limiter.acquire_now("h", None, p, Instant::now()) {
             n += 1;
         }
         tokio::time::advance(MS).await;
@@ -309,14 +309,20 @@ fn acquire_now_answers_without_waiting_or_defers_to_acquire() {
     // No waiting allowed: a permit while there is room, then the scope that refused.
     let mut p = policy(1);
     p.per_tenant_concurrency = 1;
-    let held = limiter.acquire_now("h", Some("t"), &p).unwrap().unwrap();
+    let held = limiter
+        .acquire_now("h", Some("t"), &p, Instant::now())
+        .unwrap()
+        .unwrap();
     assert_eq!(
-        limiter.acquire_now("h", None, &p).unwrap().unwrap_err(),
+        limiter
+            .acquire_now("h", None, &p, Instant::now())
+            .unwrap()
+            .unwrap_err(),
         LimitScope::HostConcurrency
     );
     assert_eq!(
         limiter
-            .acquire_now("h2", Some("t"), &p)
+            .acquire_now("h2", Some("t"), &p, Instant::now())
             .unwrap()
             .unwrap_err(),
         LimitScope::TenantConcurrency
@@ -325,19 +331,25 @@ fn acquire_now_answers_without_waiting_or_defers_to_acquire() {
     assert_eq!(limiter.gauges("h2").unwrap().in_flight, 0);
     // Waiting allowed: a call that would wait is left to `acquire`.
     p.max_wait = Duration::from_millis(10);
-    assert!(limiter.acquire_now("h", None, &p).is_none());
+    assert!(limiter.acquire_now("h", None, &p, Instant::now()).is_none());
     drop(held);
-    assert!(limiter.acquire_now("h", Some("t"), &p).unwrap().is_ok());
+    assert!(limiter
+        .acquire_now("h", Some("t"), &p, Instant::now())
+        .unwrap()
+        .is_ok());
     // A rate with waiting allowed always goes through `acquire`; without, it answers.
     p.per_host_concurrency = 4;
     p.per_host_rate_rps = Some(1);
     p.rate_burst = Some(1);
-    assert!(limiter.acquire_now("r", None, &p).is_none());
+    assert!(limiter.acquire_now("r", None, &p, Instant::now()).is_none());
     p.max_wait = Duration::ZERO;
-    let first = limiter.acquire_now("r", None, &p).unwrap();
+    let first = limiter.acquire_now("r", None, &p, Instant::now()).unwrap();
     assert!(first.is_ok());
     assert_eq!(
-        limiter.acquire_now("r", None, &p).unwrap().unwrap_err(),
+        limiter
+            .acquire_now("r", None, &p, Instant::now())
+            .unwrap()
+            .unwrap_err(),
         LimitScope::HostRate
     );
 }
