@@ -2,7 +2,7 @@
 //!
 //! Why not prometheus-client's `Histogram`: every request observes two latencies (`total`
 //! and `ttfb`), and that histogram takes a mutex for each and searches its buckets as
-//! floats. Here an observation is a search of integer bounds and two atomic additions.
+//! floats. Here an observation is a search of integer bounds and two atomic updates.
 //! The text written is the same: per-bucket counts, `_sum` and `_count` in milliseconds.
 
 use std::{
@@ -53,8 +53,10 @@ struct Inner {
     /// Observations per bucket: `buckets[i]` at most `BOUNDS_NS[i]` (and more than the
     /// bound before); the last, more than every bound.
     buckets: [AtomicU64; BOUNDS + 1],
-    /// The sum of the observations, in nanoseconds (584 years before it wraps).
-    sum_ns: AtomicU64,
+    /// The sum of the observations in milliseconds, as an `f64`'s bits: a float, as
+    /// prometheus-client keeps it, so that it never wraps (nanoseconds in a `u64` would
+    /// after 584 years of summed latency: months for a busy service).
+    sum_ms: AtomicU64,
 }
 
 impl Latency {
@@ -66,7 +68,19 @@ impl Latency {
         if let Some(n) = self.inner.buckets.get(bucket) {
             n.fetch_add(1, Ordering::Relaxed);
         }
-        self.inner.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        let ms = d.as_secs_f64() * 1e3;
+        // The closure always gives a value: the update cannot fail.
+        let _ = self
+            .inner
+            .sum_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some((f64::from_bits(bits) + ms).to_bits())
+            });
+    }
+
+    /// The sum of the observations, in milliseconds.
+    fn sum_ms(&self) -> f64 {
+        f64::from_bits(self.inner.sum_ms.load(Ordering::Relaxed))
     }
 
     /// The observations per bucket, with each bucket's upper bound in milliseconds (the
@@ -86,7 +100,7 @@ impl fmt::Debug for Latency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Latency")
             .field("buckets", &self.buckets())
-            .field("sum_ns", &self.inner.sum_ns.load(Ordering::Relaxed))
+            .field("sum_ms", &self.sum_ms())
             .finish()
     }
 }
@@ -99,8 +113,7 @@ impl EncodeMetric for Latency {
     fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), fmt::Error> {
         let buckets = self.buckets();
         let count = buckets.iter().map(|(_, n)| n).sum();
-        let sum_ms = self.inner.sum_ns.load(Ordering::Relaxed) as f64 / 1e6;
-        encoder.encode_histogram::<NoLabelSet>(sum_ms, count, &buckets, None)
+        encoder.encode_histogram::<NoLabelSet>(self.sum_ms(), count, &buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {

@@ -15,11 +15,17 @@ pub(crate) fn host_of(url: &Url) -> &str {
 /// is a slice rather than a search. Found from the slice `host_str` returns, where it is in
 /// the text: indexing the URL by `url::Position` walks its components instead.
 pub(crate) fn host_span(url: &Url) -> std::ops::Range<usize> {
-    let Some(host) = url.host_str() else {
-        let at = url[..url::Position::BeforeHost].len();
-        return at..at;
+    let found = url
+        .host_str()
+        .and_then(|host| Some((offset_in(url.as_str(), host)?, host)));
+    let Some((start, host)) = found else {
+        // No host (or, were `url` ever to hand out a copy, by position).
+        let (start, end) = (
+            url[..url::Position::BeforeHost].len(),
+            url[..url::Position::AfterHost].len(),
+        );
+        return start..end;
     };
-    let start = offset_in(url.as_str(), host);
     let end = start + host.len();
     if host.starts_with('[') && host.ends_with(']') {
         start + 1..end - 1
@@ -33,11 +39,10 @@ pub(crate) fn host_span(url: &Url) -> std::ops::Range<usize> {
 /// (the only place a URL holds credentials: the `user:password@` just before the host).
 pub(crate) fn shown_prefix(url: &Url) -> Option<usize> {
     let text = url.as_str();
-    let credentials = match url.host_str() {
+    let credentials = match url.host_str().and_then(|host| offset_in(text, host)) {
         // Userinfo, when there is one, ends in the `@` right before the host.
-        Some(host) => {
-            offset_in(text, host)
-                .checked_sub(1)
+        Some(at) => {
+            at.checked_sub(1)
                 .and_then(|before| text.as_bytes().get(before))
                 == Some(&b'@')
         }
@@ -47,16 +52,20 @@ pub(crate) fn shown_prefix(url: &Url) -> Option<usize> {
         return None;
     }
     // `query` and `fragment` are slices just after their `?` and `#`.
-    Some(
-        url.query()
-            .or_else(|| url.fragment())
-            .map_or(text.len(), |rest| offset_in(text, rest).saturating_sub(1)),
-    )
+    match url.query().or_else(|| url.fragment()) {
+        None => Some(text.len()),
+        Some(rest) => match offset_in(text, rest) {
+            Some(at) => Some(at.saturating_sub(1)),
+            None => Some(url[..url::Position::AfterPath].len()),
+        },
+    }
 }
 
-/// Where `part`, a slice of `text`, starts in it.
-fn offset_in(text: &str, part: &str) -> usize {
-    part.as_ptr().addr() - text.as_ptr().addr()
+/// Where `part` starts in `text`, when it is a slice of it (`url`'s accessors hand out
+/// slices of its text).
+fn offset_in(text: &str, part: &str) -> Option<usize> {
+    let at = part.as_ptr().addr().checked_sub(text.as_ptr().addr())?;
+    (at + part.len() <= text.len()).then_some(at)
 }
 
 /// The URL as events show it: without userinfo, query or fragment. `validate` refuses
@@ -107,6 +116,15 @@ mod tests {
                 assert!(!shown_url(&url).contains("pw"), "{raw}");
             }
         }
+    }
+
+    #[test]
+    fn an_offset_is_found_only_for_a_slice_of_the_text() {
+        let text = "http://h.example/a?b";
+        assert_eq!(offset_in(text, &text[7..16]), Some(7));
+        assert_eq!(offset_in(text, &text[20..]), Some(20));
+        let copy = text[7..16].to_owned();
+        assert_eq!(offset_in(text, &copy), None);
     }
 
     #[test]
