@@ -89,7 +89,10 @@ impl Limiter {
     ///
     /// `now` is when the rate reservation is made: the caller's clock reading from just
     /// before (a call reads the clock when it starts), so the limiter reads none of its own.
-    /// An earlier `now` can only make the rate stricter, never looser.
+    /// The rate is reserved here only when the policy allows no wait, so nothing waited
+    /// since that reading: it is microseconds old, and the reservation is early by as much
+    /// (the bucket as seen that much earlier: a refusal a little sooner, a slot a little
+    /// earlier).
     pub(crate) fn acquire_now(
         &self,
         host: &str,
